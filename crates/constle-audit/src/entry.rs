@@ -1,0 +1,362 @@
+//! One log line: how an event is sealed into bytes, and how bytes are read
+//! back into an entry without trusting anything a re-serialisation could hide.
+//!
+//! A line is the RFC 8785 (JCS) canonical form of a JSON object. The envelope
+//! keys are fixed (`v`, `seq`, `ts`, `agent`, `event`, `prev`, and for signed
+//! logs `did` and `sig`); every other key is a field of the event. `sig` is an
+//! Ed25519 signature over the canonical form of the object without `sig`, and
+//! `prev` is the SHA-256 of the previous line's bytes. Because a line must be
+//! byte-for-byte its own canonical form, the bytes that are hashed are exactly
+//! the bytes that are signed, and no two spellings of one entry exist.
+
+use std::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use constle_identity::{DidKey, Name, SigningIdentity};
+use ed25519_dalek::Signature;
+use jiff::Timestamp;
+use serde_json::{Map, Value};
+use sha2::{Digest as _, Sha256};
+
+use crate::strict_json;
+
+/// The format version written in every entry's `v`.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// Keys the log itself owns; an event may not use them as field names.
+pub const ENVELOPE_KEYS: [&str; 8] = ["v", "seq", "ts", "agent", "event", "prev", "did", "sig"];
+
+/// Integers outside this range do not survive a round trip through the
+/// IEEE doubles that JCS (and most JSON readers) use.
+const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+/// The SHA-256 of one line's bytes (without its newline), written
+/// `sha256:<hex>`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LineHash([u8; 32]);
+
+impl LineHash {
+    /// Hashes the bytes of one line.
+    pub fn of(line: &[u8]) -> LineHash {
+        LineHash(Sha256::digest(line).into())
+    }
+
+    /// Reads the `sha256:<64 lowercase hex>` form.
+    pub fn parse(text: &str) -> Option<LineHash> {
+        let hex_digits = text.strip_prefix("sha256:")?;
+        if hex_digits.len() != 64 || hex_digits.bytes().any(|b| b.is_ascii_uppercase()) {
+            return None;
+        }
+        let mut bytes = [0; 32];
+        hex::decode_to_slice(hex_digits, &mut bytes).ok()?;
+        Some(LineHash(bytes))
+    }
+}
+
+impl fmt::Display for LineHash {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "sha256:{}", hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for LineHash {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Something that happened, to be recorded: an event name and its fields.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    name: String,
+    fields: Map<String, Value>,
+}
+
+/// Why an [`Event`] cannot be recorded as given.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[non_exhaustive]
+pub enum EventError {
+    /// Event names are short snake_case words so they can be grepped.
+    #[error("event name `{0}` is not snake_case ASCII (like `gate_approved`)")]
+    BadName(String),
+    /// The field would overwrite part of the log's own envelope.
+    #[error("field `{0}` is reserved by the audit log; rename the field")]
+    ReservedField(String),
+    /// The number would change meaning when read back as a double.
+    #[error("field `{0}` holds a number JSON cannot carry exactly; record it as a string")]
+    InexactNumber(String),
+}
+
+impl Event {
+    /// Starts an event with no fields. The name must be snake_case ASCII.
+    pub fn new(name: &str) -> Result<Event, EventError> {
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            && name.as_bytes()[0].is_ascii_lowercase();
+        if !valid {
+            return Err(EventError::BadName(name.to_owned()));
+        }
+        Ok(Event { name: name.to_owned(), fields: Map::new() })
+    }
+
+    /// Adds a field. Numbers must be integers JSON carries exactly; amounts
+    /// and other decimals belong in strings.
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Result<Event, EventError> {
+        if ENVELOPE_KEYS.contains(&key) {
+            return Err(EventError::ReservedField(key.to_owned()));
+        }
+        let value = value.into();
+        if !exact_numbers(&value) {
+            return Err(EventError::InexactNumber(key.to_owned()));
+        }
+        self.fields.insert(key.to_owned(), value);
+        Ok(self)
+    }
+
+    /// The event's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+fn exact_numbers(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => n.as_i64().is_some_and(|i| (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&i)),
+        Value::Array(items) => items.iter().all(exact_numbers),
+        Value::Object(map) => map.values().all(exact_numbers),
+        _ => true,
+    }
+}
+
+/// The envelope of an entry about to be sealed.
+pub(crate) struct Header<'a> {
+    pub seq: u64,
+    pub ts: Timestamp,
+    pub agent: &'a Name,
+    pub prev: Option<LineHash>,
+}
+
+/// Turns an event into the bytes of one line (without the newline).
+pub(crate) fn seal(header: &Header, event: Event, signer: Option<&SigningIdentity>) -> Vec<u8> {
+    let mut object = event.fields;
+    object.insert("v".into(), FORMAT_VERSION.into());
+    object.insert("seq".into(), header.seq.into());
+    object.insert("ts".into(), format_ts(header.ts).into());
+    object.insert("agent".into(), header.agent.as_str().into());
+    object.insert("event".into(), event.name.into());
+    object.insert("prev".into(), header.prev.map_or(Value::Null, |h| h.to_string().into()));
+    let Some(signer) = signer else {
+        return canonical(&object);
+    };
+    object.insert("did".into(), signer.did().to_string().into());
+    let signature = signer.sign(&canonical(&object));
+    object.insert("sig".into(), BASE64.encode(signature.to_bytes()).into());
+    canonical(&object)
+}
+
+/// RFC 8785 bytes of an object whose numbers were checked by [`Event::with`]
+/// or came from [`strict_json`]; JCS cannot fail on those.
+pub(crate) fn canonical(object: &Map<String, Value>) -> Vec<u8> {
+    serde_json_canonicalizer::to_vec(object).unwrap_or_default()
+}
+
+/// Timestamps are UTC with microseconds, so that one clock reading has
+/// exactly one spelling.
+pub(crate) fn format_ts(ts: Timestamp) -> String {
+    ts.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// The UTC day a timestamp falls on: the day file its entry belongs in.
+pub(crate) fn utc_date(ts: Timestamp) -> jiff::civil::Date {
+    ts.to_zoned_datetime(jiff::tz::TimeZone::UTC).date()
+}
+
+/// A line read back from a log: its envelope, its event fields, and what was
+/// signed. Nothing here is verified yet except that the line is well formed.
+#[derive(Debug)]
+pub struct Entry {
+    /// Position in the agent's chain, counting from 0 across all days.
+    pub seq: u64,
+    /// When the event was recorded.
+    pub ts: Timestamp,
+    /// The agent the entry claims to belong to.
+    pub agent: String,
+    /// The event name.
+    pub event: String,
+    /// The hash of the previous line, or `None` for the first entry of a chain.
+    pub prev: Option<LineHash>,
+    /// The signer, for signed logs.
+    pub did: Option<DidKey>,
+    /// The signature and the exact bytes it covers, for signed logs.
+    pub signature: Option<(Signature, Vec<u8>)>,
+    /// The event's own fields.
+    pub fields: Map<String, Value>,
+}
+
+/// Why a line is not a well-formed entry.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LineError {
+    /// The line repeats a key, so readers could disagree on its meaning.
+    #[error("{0}")]
+    DuplicateKey(String),
+    /// Not a JSON object, or a required field is missing or mistyped.
+    #[error("{0}")]
+    Malformed(String),
+    /// Valid JSON, but not in the canonical form the writer produces.
+    #[error("the bytes are not the canonical form of the entry they encode")]
+    NotCanonical,
+}
+
+/// Parses one line (without its newline) into an [`Entry`].
+pub fn parse_line(line: &[u8]) -> Result<Entry, LineError> {
+    let value = strict_json::parse(line).map_err(|err| {
+        let message = err.to_string();
+        if message.contains("duplicate key") {
+            LineError::DuplicateKey(message)
+        } else {
+            LineError::Malformed(format!("not valid JSON: {message}"))
+        }
+    })?;
+    let Value::Object(mut object) = value else {
+        return Err(malformed("the line is not a JSON object"));
+    };
+    if canonical(&object) != line {
+        return Err(LineError::NotCanonical);
+    }
+    let signature = match object.remove("sig") {
+        None => None,
+        Some(sig) => Some((parse_signature(&sig)?, canonical(&object))),
+    };
+    let version = take(&mut object, "v", Value::as_u64)?;
+    if version != FORMAT_VERSION {
+        return Err(malformed(&format!("format version {version} is not {FORMAT_VERSION}")));
+    }
+    let did = match object.remove("did") {
+        None => None,
+        Some(did) => Some(parse_did(&did)?),
+    };
+    if did.is_some() != signature.is_some() {
+        return Err(malformed("`did` and `sig` must appear together"));
+    }
+    Ok(Entry {
+        seq: take(&mut object, "seq", Value::as_u64)?,
+        ts: take(&mut object, "ts", |v| v.as_str().and_then(parse_ts))?,
+        agent: take(&mut object, "agent", |v| v.as_str().map(str::to_owned))?,
+        event: take(&mut object, "event", |v| v.as_str().map(str::to_owned))?,
+        prev: take(&mut object, "prev", |v| match v {
+            Value::Null => Some(None),
+            Value::String(s) => LineHash::parse(s).map(Some),
+            _ => None,
+        })?,
+        did,
+        signature,
+        fields: object,
+    })
+}
+
+fn malformed(what: &str) -> LineError {
+    LineError::Malformed(what.to_owned())
+}
+
+fn take<T>(object: &mut Map<String, Value>, key: &str, read: impl FnOnce(&Value) -> Option<T>) -> Result<T, LineError> {
+    let value = object.remove(key).ok_or_else(|| malformed(&format!("missing `{key}`")))?;
+    read(&value).ok_or_else(|| malformed(&format!("`{key}` has the wrong type or form: {value}")))
+}
+
+fn parse_ts(text: &str) -> Option<Timestamp> {
+    let ts: Timestamp = text.parse().ok()?;
+    (format_ts(ts) == text).then_some(ts)
+}
+
+fn parse_did(value: &Value) -> Result<DidKey, LineError> {
+    let text = value.as_str().ok_or_else(|| malformed("`did` is not a string"))?;
+    DidKey::parse(text).map_err(|err| malformed(&format!("`did` is not a valid did:key: {err}")))
+}
+
+/// Reads a standard-base64 Ed25519 signature (64 bytes).
+pub fn parse_signature(value: &Value) -> Result<Signature, LineError> {
+    let bytes = value
+        .as_str()
+        .and_then(|s| BASE64.decode(s).ok())
+        .ok_or_else(|| malformed("`sig` is not standard base64"))?;
+    let bytes: [u8; 64] = bytes
+        .try_into()
+        .map_err(|_| malformed("`sig` is not 64 bytes"))?;
+    Ok(Signature::from_bytes(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent() -> Name {
+        Name::new("test-agent").unwrap()
+    }
+
+    fn header(agent: &Name) -> Header<'_> {
+        Header { seq: 7, ts: "2026-08-08T10:00:00.5Z".parse().unwrap(), agent, prev: None }
+    }
+
+    #[test]
+    fn sealed_lines_parse_back() {
+        let signer = SigningIdentity::from_bytes(&[7; 32]);
+        let agent = agent();
+        let event = Event::new("run_started").unwrap().with("command", vec!["python3", "a.py"]).unwrap();
+        let line = seal(&header(&agent), event, Some(&signer));
+        let entry = parse_line(&line).unwrap();
+        assert_eq!(entry.seq, 7);
+        assert_eq!(entry.event, "run_started");
+        assert_eq!(entry.did.as_ref(), Some(signer.did()));
+        let (sig, signed) = entry.signature.unwrap();
+        signer.did().verify(&signed, &sig).unwrap();
+        assert_eq!(entry.fields["command"][1], "a.py");
+        assert!(std::str::from_utf8(&line).unwrap().contains(r#""ts":"2026-08-08T10:00:00.500000Z""#));
+    }
+
+    #[test]
+    fn unsigned_lines_have_neither_did_nor_sig() {
+        let agent = agent();
+        let line = seal(&header(&agent), Event::new("x").unwrap(), None);
+        let entry = parse_line(&line).unwrap();
+        assert!(entry.did.is_none() && entry.signature.is_none());
+    }
+
+    #[test]
+    fn refuses_reserved_fields_and_inexact_numbers() {
+        let event = Event::new("x").unwrap();
+        assert_eq!(event.clone().with("seq", 1), Err(EventError::ReservedField("seq".into())));
+        assert_eq!(event.clone().with("n", 1.5), Err(EventError::InexactNumber("n".into())));
+        assert_eq!(event.clone().with("n", u64::MAX), Err(EventError::InexactNumber("n".into())));
+        assert!(event.with("n", MAX_SAFE_INTEGER).is_ok());
+        for bad in ["", "Run", "run-started", "1run", "run started"] {
+            assert!(Event::new(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn reserialised_lines_are_not_canonical() {
+        let agent = agent();
+        let line = seal(&header(&agent), Event::new("x").unwrap().with("a", "b").unwrap(), None);
+        let pretty = serde_json::to_vec_pretty(&serde_json::from_slice::<Value>(&line).unwrap()).unwrap();
+        assert_eq!(parse_line(&pretty).unwrap_err(), LineError::NotCanonical);
+        let spaced = String::from_utf8(line).unwrap().replace(":", ": ");
+        assert_eq!(parse_line(spaced.as_bytes()).unwrap_err(), LineError::NotCanonical);
+    }
+
+    #[test]
+    fn duplicate_keys_are_their_own_error() {
+        let line = br#"{"agent":"a","agent":"b"}"#;
+        assert!(matches!(parse_line(line), Err(LineError::DuplicateKey(_))));
+    }
+
+    #[test]
+    fn line_hash_round_trips_and_is_strict() {
+        let hash = LineHash::of(b"abc");
+        assert_eq!(LineHash::parse(&hash.to_string()), Some(hash));
+        assert_eq!(LineHash::parse(&hash.to_string().to_uppercase()), None);
+        assert_eq!(LineHash::parse("sha256:00"), None);
+    }
+}

@@ -1,0 +1,35 @@
+//! The audit log: what happened during a run, in a form that shows whether it
+//! was changed afterwards.
+//!
+//! Each agent has one JSONL file per UTC day (`<agent>-<YYYY-MM-DD>.jsonl`).
+//! Every line is one event in RFC 8785 canonical JSON, carrying its sequence
+//! number in the agent's chain and the SHA-256 of the line before it. When
+//! the agent has an identity (`identity.did`), every line is also signed with
+//! the agent's Ed25519 key. A signed head anchor beside the logs records where
+//! the chain ends, so entries cut off the end are caught too.
+//!
+//! - [`Appender`] and [`AuditLog`] write: sealed, fsynced, anchored, with
+//!   group commit for concurrent producers.
+//! - [`verify_file`] checks a day file and yields a [`VerifiedLog`] or the
+//!   [`Finding`]s that show what was changed.
+//! - [`parse_line`] reads one line, for display.
+//!
+//! What the log cannot show is that its account is true: the host wrote it.
+//! And whoever holds the agent's key can rewrite the whole chain and head.
+//! See `docs/audit-log.md`.
+
+#![forbid(unsafe_code)]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+mod entry;
+mod head;
+mod layout;
+mod strict_json;
+mod verify;
+mod writer;
+
+pub use entry::{Entry, Event, EventError, LineError, LineHash, parse_line};
+pub use head::{Head, HeadError, SignedHead};
+pub use layout::{DayFile, day_file_name, head_path};
+pub use verify::{Finding, FindingCode, TrustAnchors, Verdict, VerifiedLog, verify_contents, verify_file};
+pub use writer::{Appender, AuditError, AuditLog, Pending, Written};
