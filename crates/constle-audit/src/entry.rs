@@ -93,12 +93,17 @@ impl Event {
     pub fn new(name: &str) -> Result<Event, EventError> {
         let valid = !name.is_empty()
             && name.len() <= 64
-            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
             && name.as_bytes()[0].is_ascii_lowercase();
         if !valid {
             return Err(EventError::BadName(name.to_owned()));
         }
-        Ok(Event { name: name.to_owned(), fields: Map::new() })
+        Ok(Event {
+            name: name.to_owned(),
+            fields: Map::new(),
+        })
     }
 
     /// Adds a field. Numbers must be integers JSON carries exactly; amounts
@@ -123,7 +128,9 @@ impl Event {
 
 fn exact_numbers(value: &Value) -> bool {
     match value {
-        Value::Number(n) => n.as_i64().is_some_and(|i| (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&i)),
+        Value::Number(n) => n
+            .as_i64()
+            .is_some_and(|i| (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&i)),
         Value::Array(items) => items.iter().all(exact_numbers),
         Value::Object(map) => map.values().all(exact_numbers),
         _ => true,
@@ -146,7 +153,10 @@ pub(crate) fn seal(header: &Header, event: Event, signer: Option<&SigningIdentit
     object.insert("ts".into(), format_ts(header.ts).into());
     object.insert("agent".into(), header.agent.as_str().into());
     object.insert("event".into(), event.name.into());
-    object.insert("prev".into(), header.prev.map_or(Value::Null, |h| h.to_string().into()));
+    object.insert(
+        "prev".into(),
+        header.prev.map_or(Value::Null, |h| h.to_string().into()),
+    );
     let Some(signer) = signer else {
         return canonical(&object);
     };
@@ -212,6 +222,31 @@ pub enum LineError {
 
 /// Parses one line (without its newline) into an [`Entry`].
 pub fn parse_line(line: &[u8]) -> Result<Entry, LineError> {
+    parse_line_cached(line, &mut DidCache::default())
+}
+
+/// The last signer parsed. Decoding a did:key decompresses a curve point,
+/// which costs more than the rest of parsing a line; the lines of one log
+/// almost always share one signer.
+#[derive(Default)]
+pub(crate) struct DidCache(Option<(String, DidKey)>);
+
+impl DidCache {
+    fn parse(&mut self, value: &Value) -> Result<DidKey, LineError> {
+        let text = value
+            .as_str()
+            .ok_or_else(|| malformed("`did` is not a string"))?;
+        if let Some((_, did)) = self.0.as_ref().filter(|(cached, _)| cached == text) {
+            return Ok(did.clone());
+        }
+        let did = DidKey::parse(text)
+            .map_err(|err| malformed(&format!("`did` is not a valid did:key: {err}")))?;
+        self.0 = Some((text.to_owned(), did.clone()));
+        Ok(did)
+    }
+}
+
+pub(crate) fn parse_line_cached(line: &[u8], dids: &mut DidCache) -> Result<Entry, LineError> {
     let value = strict_json::parse(line).map_err(|err| {
         let message = err.to_string();
         if message.contains("duplicate key") {
@@ -232,11 +267,13 @@ pub fn parse_line(line: &[u8]) -> Result<Entry, LineError> {
     };
     let version = take(&mut object, "v", Value::as_u64)?;
     if version != FORMAT_VERSION {
-        return Err(malformed(&format!("format version {version} is not {FORMAT_VERSION}")));
+        return Err(malformed(&format!(
+            "format version {version} is not {FORMAT_VERSION}"
+        )));
     }
     let did = match object.remove("did") {
         None => None,
-        Some(did) => Some(parse_did(&did)?),
+        Some(did) => Some(dids.parse(&did)?),
     };
     if did.is_some() != signature.is_some() {
         return Err(malformed("`did` and `sig` must appear together"));
@@ -261,19 +298,20 @@ fn malformed(what: &str) -> LineError {
     LineError::Malformed(what.to_owned())
 }
 
-fn take<T>(object: &mut Map<String, Value>, key: &str, read: impl FnOnce(&Value) -> Option<T>) -> Result<T, LineError> {
-    let value = object.remove(key).ok_or_else(|| malformed(&format!("missing `{key}`")))?;
+fn take<T>(
+    object: &mut Map<String, Value>,
+    key: &str,
+    read: impl FnOnce(&Value) -> Option<T>,
+) -> Result<T, LineError> {
+    let value = object
+        .remove(key)
+        .ok_or_else(|| malformed(&format!("missing `{key}`")))?;
     read(&value).ok_or_else(|| malformed(&format!("`{key}` has the wrong type or form: {value}")))
 }
 
 fn parse_ts(text: &str) -> Option<Timestamp> {
     let ts: Timestamp = text.parse().ok()?;
     (format_ts(ts) == text).then_some(ts)
-}
-
-fn parse_did(value: &Value) -> Result<DidKey, LineError> {
-    let text = value.as_str().ok_or_else(|| malformed("`did` is not a string"))?;
-    DidKey::parse(text).map_err(|err| malformed(&format!("`did` is not a valid did:key: {err}")))
 }
 
 /// Reads a standard-base64 Ed25519 signature (64 bytes).
@@ -297,14 +335,22 @@ mod tests {
     }
 
     fn header(agent: &Name) -> Header<'_> {
-        Header { seq: 7, ts: "2026-08-08T10:00:00.5Z".parse().unwrap(), agent, prev: None }
+        Header {
+            seq: 7,
+            ts: "2026-08-08T10:00:00.5Z".parse().unwrap(),
+            agent,
+            prev: None,
+        }
     }
 
     #[test]
     fn sealed_lines_parse_back() {
         let signer = SigningIdentity::from_bytes(&[7; 32]);
         let agent = agent();
-        let event = Event::new("run_started").unwrap().with("command", vec!["python3", "a.py"]).unwrap();
+        let event = Event::new("run_started")
+            .unwrap()
+            .with("command", vec!["python3", "a.py"])
+            .unwrap();
         let line = seal(&header(&agent), event, Some(&signer));
         let entry = parse_line(&line).unwrap();
         assert_eq!(entry.seq, 7);
@@ -313,7 +359,11 @@ mod tests {
         let (sig, signed) = entry.signature.unwrap();
         signer.did().verify(&signed, &sig).unwrap();
         assert_eq!(entry.fields["command"][1], "a.py");
-        assert!(std::str::from_utf8(&line).unwrap().contains(r#""ts":"2026-08-08T10:00:00.500000Z""#));
+        assert!(
+            std::str::from_utf8(&line)
+                .unwrap()
+                .contains(r#""ts":"2026-08-08T10:00:00.500000Z""#)
+        );
     }
 
     #[test]
@@ -327,9 +377,18 @@ mod tests {
     #[test]
     fn refuses_reserved_fields_and_inexact_numbers() {
         let event = Event::new("x").unwrap();
-        assert_eq!(event.clone().with("seq", 1), Err(EventError::ReservedField("seq".into())));
-        assert_eq!(event.clone().with("n", 1.5), Err(EventError::InexactNumber("n".into())));
-        assert_eq!(event.clone().with("n", u64::MAX), Err(EventError::InexactNumber("n".into())));
+        assert_eq!(
+            event.clone().with("seq", 1),
+            Err(EventError::ReservedField("seq".into()))
+        );
+        assert_eq!(
+            event.clone().with("n", 1.5),
+            Err(EventError::InexactNumber("n".into()))
+        );
+        assert_eq!(
+            event.clone().with("n", u64::MAX),
+            Err(EventError::InexactNumber("n".into()))
+        );
         assert!(event.with("n", MAX_SAFE_INTEGER).is_ok());
         for bad in ["", "Run", "run-started", "1run", "run started"] {
             assert!(Event::new(bad).is_err(), "{bad}");
@@ -339,11 +398,19 @@ mod tests {
     #[test]
     fn reserialised_lines_are_not_canonical() {
         let agent = agent();
-        let line = seal(&header(&agent), Event::new("x").unwrap().with("a", "b").unwrap(), None);
-        let pretty = serde_json::to_vec_pretty(&serde_json::from_slice::<Value>(&line).unwrap()).unwrap();
+        let line = seal(
+            &header(&agent),
+            Event::new("x").unwrap().with("a", "b").unwrap(),
+            None,
+        );
+        let pretty =
+            serde_json::to_vec_pretty(&serde_json::from_slice::<Value>(&line).unwrap()).unwrap();
         assert_eq!(parse_line(&pretty).unwrap_err(), LineError::NotCanonical);
         let spaced = String::from_utf8(line).unwrap().replace(":", ": ");
-        assert_eq!(parse_line(spaced.as_bytes()).unwrap_err(), LineError::NotCanonical);
+        assert_eq!(
+            parse_line(spaced.as_bytes()).unwrap_err(),
+            LineError::NotCanonical
+        );
     }
 
     #[test]

@@ -66,7 +66,12 @@ impl Head {
 
     /// Replaces the head file in `dir` atomically and durably: a crash leaves
     /// either the old head or the new one, never a mix.
-    pub(crate) fn store(&self, dir: &Path, agent: &Name, signer: Option<&SigningIdentity>) -> std::io::Result<()> {
+    pub(crate) fn store(
+        &self,
+        dir: &Path,
+        agent: &Name,
+        signer: Option<&SigningIdentity>,
+    ) -> std::io::Result<()> {
         let mut object = self.object();
         if let Some(signer) = signer {
             let signature = signer.sign(&canonical(&object));
@@ -103,13 +108,30 @@ impl SignedHead {
             return Err(bad("not in canonical form"));
         }
         let signature = match object.remove("sig") {
-            Some(sig) => Some((parse_signature(&sig).map_err(|e| bad(&e.to_string()))?, canonical(&object))),
+            Some(sig) => Some((
+                parse_signature(&sig).map_err(|e| bad(&e.to_string()))?,
+                canonical(&object),
+            )),
             None => None,
         };
-        let text = |key: &str| object.get(key).and_then(Value::as_str).ok_or_else(|| bad(key));
-        let number = |key: &str| object.get(key).and_then(Value::as_u64).ok_or_else(|| bad(key));
+        let text = |key: &str| {
+            object
+                .get(key)
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(key))
+        };
+        let number = |key: &str| {
+            object
+                .get(key)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| bad(key))
+        };
         let did = match object.get("did") {
-            Some(did) => Some(did.as_str().and_then(|d| DidKey::parse(d).ok()).ok_or_else(|| bad("did"))?),
+            Some(did) => Some(
+                did.as_str()
+                    .and_then(|d| DidKey::parse(d).ok())
+                    .ok_or_else(|| bad("did"))?,
+            ),
             None => None,
         };
         let head = Head {

@@ -33,9 +33,19 @@ impl DayFile {
             return None;
         }
         let date: Date = date.parse().ok()?;
-        let dir = path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-        let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
-        let file = DayFile { dir, agent: Name::new(agent).ok()?, date };
+        let dir = path
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        let file = DayFile {
+            dir,
+            agent: Name::new(agent).ok()?,
+            date,
+        };
         (file.file_name() == path.file_name()?.to_str()?).then_some(file)
     }
 
@@ -54,7 +64,9 @@ impl DayFile {
     pub fn neighbours(&self) -> std::io::Result<(Option<DayFile>, Option<DayFile>)> {
         let (mut before, mut after): (Option<DayFile>, Option<DayFile>) = (None, None);
         for item in std::fs::read_dir(&self.dir)? {
-            let Some(other) = DayFile::from_path(&item?.path()) else { continue };
+            let Some(other) = DayFile::from_path(&item?.path()) else {
+                continue;
+            };
             if other.agent != self.agent {
                 continue;
             }
@@ -93,12 +105,24 @@ mod tests {
         assert_eq!(file.agent.as_str(), "my-agent");
         assert_eq!(file.date.to_string(), "2026-08-08");
         assert_eq!(file.path(), Path::new("/l/my-agent-2026-08-08.jsonl"));
-        assert_eq!(DayFile::from_path(Path::new("a-2026-08-08.jsonl")).unwrap().dir, Path::new("."));
+        assert_eq!(
+            DayFile::from_path(Path::new("a-2026-08-08.jsonl"))
+                .unwrap()
+                .dir,
+            Path::new(".")
+        );
     }
 
     #[test]
     fn refuses_other_names() {
-        for bad in ["log.jsonl", "a-2026-8-8.jsonl", "a-2026-02-30.jsonl", "a_2026-08-08.jsonl", "-2026-08-08.jsonl", "a-2026-08-08.json"] {
+        for bad in [
+            "log.jsonl",
+            "a-2026-8-8.jsonl",
+            "a-2026-02-30.jsonl",
+            "a_2026-08-08.jsonl",
+            "-2026-08-08.jsonl",
+            "a-2026-08-08.json",
+        ] {
             assert_eq!(DayFile::from_path(Path::new(bad)), None, "{bad}");
         }
     }

@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod batch;
 mod entry;
 mod head;
 mod layout;
@@ -31,5 +32,7 @@ mod writer;
 pub use entry::{Entry, Event, EventError, LineError, LineHash, parse_line};
 pub use head::{Head, HeadError, SignedHead};
 pub use layout::{DayFile, day_file_name, head_path};
-pub use verify::{Finding, FindingCode, TrustAnchors, Verdict, VerifiedLog, verify_contents, verify_file};
+pub use verify::{
+    Finding, FindingCode, TrustAnchors, Verdict, VerifiedLog, verify_contents, verify_file,
+};
 pub use writer::{Appender, AuditError, AuditLog, Pending, Written};

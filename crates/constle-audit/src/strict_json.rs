@@ -39,9 +39,13 @@ impl<'de> DeserializeSeed<'de> for StrictValue {
 impl StrictValue {
     fn nested<E: de::Error>(&self) -> Result<StrictValue, E> {
         if self.depth >= MAX_DEPTH {
-            return Err(E::custom(format_args!("nesting deeper than {MAX_DEPTH} levels")));
+            return Err(E::custom(format_args!(
+                "nesting deeper than {MAX_DEPTH} levels"
+            )));
         }
-        Ok(StrictValue { depth: self.depth + 1 })
+        Ok(StrictValue {
+            depth: self.depth + 1,
+        })
     }
 }
 
@@ -115,9 +119,16 @@ mod tests {
 
     #[test]
     fn refuses_duplicate_keys_at_any_depth() {
-        for input in [r#"{"a":1,"a":1}"#, r#"{"x":{"a":1,"a":2}}"#, r#"[{"a":1,"a":2}]"#] {
+        for input in [
+            r#"{"a":1,"a":1}"#,
+            r#"{"x":{"a":1,"a":2}}"#,
+            r#"[{"a":1,"a":2}]"#,
+        ] {
             let err = parse(input.as_bytes()).unwrap_err();
-            assert!(err.to_string().contains("duplicate key `a`"), "{input}: {err}");
+            assert!(
+                err.to_string().contains("duplicate key `a`"),
+                "{input}: {err}"
+            );
         }
     }
 

@@ -14,7 +14,8 @@ use constle_identity::{DidKey, Name};
 use ed25519_dalek::Signature;
 use serde_json::Value;
 
-use crate::entry::{Entry, LineError, LineHash, parse_line, utc_date};
+use crate::batch;
+use crate::entry::{DidCache, Entry, LineError, LineHash, parse_line, parse_line_cached, utc_date};
 use crate::head::{Head, SignedHead};
 use crate::layout::DayFile;
 
@@ -99,19 +100,29 @@ impl FindingCode {
                 "day and agent cannot be checked; give the file its original <agent>-<YYYY-MM-DD>.jsonl name"
             }
             FindingCode::Malformed => "the line is not an entry the writer produces",
-            FindingCode::DuplicateKey => "a key appears twice, so readers could disagree on what the entry says",
-            FindingCode::NotCanonical => "the line was re-serialised or edited after it was written",
+            FindingCode::DuplicateKey => {
+                "a key appears twice, so readers could disagree on what the entry says"
+            }
+            FindingCode::NotCanonical => {
+                "the line was re-serialised or edited after it was written"
+            }
             FindingCode::InvalidSignature => "the entry was edited after signing",
             FindingCode::WrongSigner => "the entry was signed by a key other than the agent's",
             FindingCode::UnsignedEntry => "an unsigned entry was put into a signed log",
             FindingCode::WrongAgent => "the entry belongs to another agent's log",
-            FindingCode::WrongDay => "the entry was recorded on another day: the file was renamed or lines were spliced in",
+            FindingCode::WrongDay => {
+                "the entry was recorded on another day: the file was renamed or lines were spliced in"
+            }
             FindingCode::ChainBroken => "lines were removed, inserted or reordered here",
             FindingCode::DuplicateEntry => "an earlier entry was copied in again",
             FindingCode::TailRemoved => "entries were cut off the end of the log",
-            FindingCode::AnchorMissing => "the head anchor was removed, so a cut-off end cannot be ruled out",
+            FindingCode::AnchorMissing => {
+                "the head anchor was removed, so a cut-off end cannot be ruled out"
+            }
             FindingCode::AnchorInvalid => "the head anchor was edited or replaced",
-            FindingCode::ApprovalSignatureInvalid => "the approval was not signed by the pinned approver key",
+            FindingCode::ApprovalSignatureInvalid => {
+                "the approval was not signed by the pinned approver key"
+            }
         }
     }
 }
@@ -148,7 +159,7 @@ pub struct VerifiedLog {
 #[derive(Debug)]
 pub enum Verdict {
     /// Every check passed.
-    Verified(VerifiedLog),
+    Verified(Box<VerifiedLog>),
     /// At least one check failed.
     Tampered {
         /// The file.
@@ -174,7 +185,12 @@ pub fn verify_file(path: &Path, anchors: &TrustAnchors) -> std::io::Result<Verdi
 
 /// Verifies the contents of one day file without looking at any other file.
 /// `day` is what the file name says, if it follows the naming scheme.
-pub fn verify_contents(path: &Path, day: Option<&DayFile>, bytes: &[u8], anchors: &TrustAnchors) -> Verdict {
+pub fn verify_contents(
+    path: &Path,
+    day: Option<&DayFile>,
+    bytes: &[u8],
+    anchors: &TrustAnchors,
+) -> Verdict {
     Check::run(path, day, bytes, anchors).verdict()
 }
 
@@ -198,12 +214,20 @@ struct Check<'a> {
 }
 
 impl<'a> Check<'a> {
-    fn run(path: &Path, day: Option<&DayFile>, bytes: &'a [u8], anchors: &'a TrustAnchors) -> Check<'a> {
+    fn run(
+        path: &Path,
+        day: Option<&DayFile>,
+        bytes: &'a [u8],
+        anchors: &'a TrustAnchors,
+    ) -> Check<'a> {
         let complete_len = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         let lines = read_lines(&bytes[..complete_len]);
         let signer = match anchors.pinned {
             true => anchors.agent_did.clone(),
-            false => lines.iter().find_map(|l| l.entry.as_ref().ok()).and_then(|e| e.did.clone()),
+            false => lines
+                .iter()
+                .find_map(|l| l.entry.as_ref().ok())
+                .and_then(|e| e.did.clone()),
         };
         let mut check = Check {
             path: path.to_owned(),
@@ -232,10 +256,20 @@ impl<'a> Check<'a> {
 
     fn check_name(&mut self, day: Option<&DayFile>) {
         match day {
-            None => self.find(None, FindingCode::UnrecognizedFileName, format!("{} is not named <agent>-<YYYY-MM-DD>.jsonl", self.path.display())),
+            None => self.find(
+                None,
+                FindingCode::UnrecognizedFileName,
+                format!(
+                    "{} is not named <agent>-<YYYY-MM-DD>.jsonl",
+                    self.path.display()
+                ),
+            ),
             Some(day) => {
                 if let Some(agent) = self.anchors.agent.as_ref().filter(|a| **a != day.agent) {
-                    let detail = format!("the file is named for agent `{}`, the Agentfile declares `{agent}`", day.agent);
+                    let detail = format!(
+                        "the file is named for agent `{}`, the Agentfile declares `{agent}`",
+                        day.agent
+                    );
                     self.find(None, FindingCode::WrongAgent, detail);
                 }
             }
@@ -243,7 +277,12 @@ impl<'a> Check<'a> {
     }
 
     fn check_lines(&mut self, day: Option<&DayFile>) {
-        let expected_agent = self.anchors.agent.as_ref().or(day.map(|d| &d.agent)).map(|a| a.to_string());
+        let expected_agent = self
+            .anchors
+            .agent
+            .as_ref()
+            .or(day.map(|d| &d.agent))
+            .map(|a| a.to_string());
         let mut problems = Vec::new();
         let mut seen = std::collections::HashMap::new();
         for (index, line) in self.lines.iter().enumerate() {
@@ -251,35 +290,69 @@ impl<'a> Check<'a> {
             let entry = match &line.entry {
                 Ok(entry) => entry,
                 Err(err) => {
-                    problems.push(Finding { line: number, code: line_error_code(err), detail: err.to_string() });
+                    problems.push(Finding {
+                        line: number,
+                        code: line_error_code(err),
+                        detail: err.to_string(),
+                    });
                     continue;
                 }
             };
-            let mut find = |code, detail: String| problems.push(Finding { line: number, code, detail });
+            let mut find = |code, detail: String| {
+                problems.push(Finding {
+                    line: number,
+                    code,
+                    detail,
+                })
+            };
             if let Some(agent) = expected_agent.as_ref().filter(|a| **a != entry.agent) {
-                find(FindingCode::WrongAgent, format!("entry is for agent `{}`, expected `{agent}`", entry.agent));
+                find(
+                    FindingCode::WrongAgent,
+                    format!("entry is for agent `{}`, expected `{agent}`", entry.agent),
+                );
             }
             let date = utc_date(entry.ts);
             if let Some(day) = day.filter(|d| d.date != date) {
-                find(FindingCode::WrongDay, format!("entry is dated {date}, the file is for {}", day.date));
+                find(
+                    FindingCode::WrongDay,
+                    format!("entry is dated {date}, the file is for {}", day.date),
+                );
             }
             match (&self.signer, &entry.did) {
-                (Some(expected), Some(did)) if did != expected => {
-                    find(FindingCode::WrongSigner, format!("signed by {did}, expected {expected}"))
-                }
-                (Some(expected), Some(_)) if !line.signature_valid => {
-                    find(FindingCode::InvalidSignature, format!("signature does not verify against {expected}"))
-                }
-                (Some(expected), None) => find(FindingCode::UnsignedEntry, format!("no signature; the log is signed by {expected}")),
-                (None, Some(did)) => find(FindingCode::WrongSigner, format!("signed by {did}, but the log is not expected to be signed")),
+                (Some(expected), Some(did)) if did != expected => find(
+                    FindingCode::WrongSigner,
+                    format!("signed by {did}, expected {expected}"),
+                ),
+                (Some(expected), Some(_)) if !line.signature_valid => find(
+                    FindingCode::InvalidSignature,
+                    format!("signature does not verify against {expected}"),
+                ),
+                (Some(expected), None) => find(
+                    FindingCode::UnsignedEntry,
+                    format!("no signature; the log is signed by {expected}"),
+                ),
+                (None, Some(did)) => find(
+                    FindingCode::WrongSigner,
+                    format!("signed by {did}, but the log is not expected to be signed"),
+                ),
                 _ => {}
             }
             if let Some(earlier) = seen.insert(line.hash, line.number) {
-                find(FindingCode::DuplicateEntry, format!("identical to line {earlier}"));
-            } else if let Some(previous) = index.checked_sub(1).map(|i| &self.lines[i]) {
-                if let Some(detail) = link_problem(entry, previous.hash, previous.entry.as_ref().ok().map(|e| e.seq)) {
-                    find(FindingCode::ChainBroken, format!("{detail} (line {})", previous.number));
-                }
+                find(
+                    FindingCode::DuplicateEntry,
+                    format!("identical to line {earlier}"),
+                );
+            } else if let Some(previous) = index.checked_sub(1).map(|i| &self.lines[i])
+                && let Some(detail) = link_problem(
+                    entry,
+                    previous.hash,
+                    previous.entry.as_ref().ok().map(|e| e.seq),
+                )
+            {
+                find(
+                    FindingCode::ChainBroken,
+                    format!("{detail} (line {})", previous.number),
+                );
             }
             if let Some(detail) = self.approval_problem(entry) {
                 find(FindingCode::ApprovalSignatureInvalid, detail);
@@ -301,17 +374,28 @@ impl<'a> Check<'a> {
         }
         let text = |key: &str| entry.fields.get(key).and_then(Value::as_str);
         let recorded_approver = text("approver").and_then(|d| DidKey::parse(d).ok());
-        let key = self.anchors.approver.clone().or(recorded_approver.filter(|_| !self.anchors.pinned));
+        let key = self
+            .anchors
+            .approver
+            .clone()
+            .or(recorded_approver.filter(|_| !self.anchors.pinned));
         let Some(key) = key else {
             return Some("no approver key to check the decision against".into());
         };
-        let (Some(request_id), Some(decision), Some(digest)) = (text("request_id"), text("decision"), text("subject_digest")) else {
+        let (Some(request_id), Some(decision), Some(digest)) =
+            (text("request_id"), text("decision"), text("subject_digest"))
+        else {
             return Some("the decision lacks request_id, decision or subject_digest".into());
         };
         if decision != expected {
-            return Some(format!("`{}` records the decision `{decision}`", entry.event));
+            return Some(format!(
+                "`{}` records the decision `{decision}`",
+                entry.event
+            ));
         }
-        let signature = text("signature").and_then(|s| BASE64.decode(s).ok()).and_then(|b| <[u8; 64]>::try_from(b).ok());
+        let signature = text("signature")
+            .and_then(|s| BASE64.decode(s).ok())
+            .and_then(|b| <[u8; 64]>::try_from(b).ok());
         let message = format!("{request_id}.{decision}.{digest}");
         match signature.map(|s| key.verify(message.as_bytes(), &Signature::from_bytes(&s))) {
             Some(Ok(())) => None,
@@ -325,7 +409,11 @@ impl<'a> Check<'a> {
     fn link_neighbours(&mut self, day: &DayFile) -> std::io::Result<()> {
         let (before, after) = day.neighbours()?;
         let head = Head::load(&day.dir, &day.agent);
-        let starts_here = head.as_ref().ok().and_then(Option::as_ref).map(|h| h.head.start == day.file_name());
+        let starts_here = head
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .map(|h| h.head.start == day.file_name());
         self.link_start(before.as_ref(), starts_here)?;
         match after {
             Some(after) => self.link_to_next_day(&after),
@@ -336,7 +424,11 @@ impl<'a> Check<'a> {
         }
     }
 
-    fn link_start(&mut self, before: Option<&DayFile>, starts_here: Option<bool>) -> std::io::Result<()> {
+    fn link_start(
+        &mut self,
+        before: Option<&DayFile>,
+        starts_here: Option<bool>,
+    ) -> std::io::Result<()> {
         let Some(first) = self.lines.first().and_then(|l| l.entry.as_ref().ok()) else {
             return Ok(());
         };
@@ -345,18 +437,29 @@ impl<'a> Check<'a> {
             None => None,
         };
         let detail = match (first.prev, previous) {
-            (None, None) if first.seq != 0 => Some(format!("the chain starts at sequence {} instead of 0", first.seq)),
-            (None, None) if starts_here == Some(false) => Some("the chain restarts here; the head anchor says it began in another file".into()),
+            (None, None) if first.seq != 0 => Some(format!(
+                "the chain starts at sequence {} instead of 0",
+                first.seq
+            )),
+            (None, None) if starts_here == Some(false) => Some(
+                "the chain restarts here; the head anchor says it began in another file".into(),
+            ),
             (None, None) => None,
-            (None, Some((name, _))) => Some(format!("the chain restarts here although {name} comes before it")),
-            (Some(_), None) if starts_here == Some(true) => Some("the chain began in this file, but its first entry is missing".into()),
+            (None, Some((name, _))) => Some(format!(
+                "the chain restarts here although {name} comes before it"
+            )),
+            (Some(_), None) if starts_here == Some(true) => {
+                Some("the chain began in this file, but its first entry is missing".into())
+            }
             (Some(_), None) => {
                 self.notes.push("the chain continues from an earlier day file that is not present; its start was not checked".into());
                 None
             }
             (Some(_), Some((name, line))) => {
                 let seq = parse_line(&line).ok().map(|e| e.seq);
-                link_problem(first, LineHash::of(&line), seq).map(|d| format!("{d} (the last line of {name}): a day was removed or its end cut off"))
+                link_problem(first, LineHash::of(&line), seq).map(|d| {
+                    format!("{d} (the last line of {name}): a day was removed or its end cut off")
+                })
             }
         };
         if let Some(detail) = detail {
@@ -367,53 +470,88 @@ impl<'a> Check<'a> {
 
     fn link_to_next_day(&mut self, after: &DayFile) -> std::io::Result<()> {
         let bytes = fs::read(after.path())?;
-        let next = bytes.split(|&b| b == b'\n').next().and_then(|l| parse_line(l).ok());
+        let next = bytes
+            .split(|&b| b == b'\n')
+            .next()
+            .and_then(|l| parse_line(l).ok());
         let last = self.lines.last().map(|l| l.hash);
-        if let Some(next) = next {
-            if next.prev.is_some() && next.prev != last {
-                let detail = format!("{} does not continue from this file's last line", after.file_name());
-                self.find(None, FindingCode::TailRemoved, detail);
-            }
+        if let Some(next) = next.filter(|n| n.prev.is_some() && n.prev != last) {
+            let detail = format!(
+                "{} does not continue from this file's last line (sequence {})",
+                after.file_name(),
+                next.seq
+            );
+            self.find(None, FindingCode::TailRemoved, detail);
         }
         Ok(())
     }
 
-    fn check_head(&mut self, day: &DayFile, loaded: Result<Option<SignedHead>, crate::head::HeadError>) {
+    fn check_head(
+        &mut self,
+        day: &DayFile,
+        loaded: Result<Option<SignedHead>, crate::head::HeadError>,
+    ) {
         let head_path = crate::layout::head_path(&day.dir, &day.agent);
         let (head, signature) = match loaded {
             Ok(Some(SignedHead { head, signature })) => (head, signature),
-            Ok(None) => return self.find(None, FindingCode::AnchorMissing, format!("{} does not exist", head_path.display())),
+            Ok(None) => {
+                return self.find(
+                    None,
+                    FindingCode::AnchorMissing,
+                    format!("{} does not exist", head_path.display()),
+                );
+            }
             Err(err) => return self.find(None, FindingCode::AnchorInvalid, err.to_string()),
         };
         if let Some(problem) = self.head_signature_problem(&head, signature) {
             return self.find(None, FindingCode::AnchorInvalid, problem);
         }
         if head.file != day.file_name() {
-            let later = DayFile::from_path(Path::new(&head.file)).is_some_and(|h| h.date > day.date);
+            let later =
+                DayFile::from_path(Path::new(&head.file)).is_some_and(|h| h.date > day.date);
             let (code, detail) = match later {
-                true => (FindingCode::TailRemoved, format!("the head anchor names {}, which is missing", head.file)),
-                false => (FindingCode::AnchorInvalid, format!("the head anchor names {}, an earlier file", head.file)),
+                true => (
+                    FindingCode::TailRemoved,
+                    format!("the head anchor names {}, which is missing", head.file),
+                ),
+                false => (
+                    FindingCode::AnchorInvalid,
+                    format!("the head anchor names {}, an earlier file", head.file),
+                ),
             };
             return self.find(None, code, detail);
         }
         self.match_head(&head);
     }
 
-    fn head_signature_problem(&self, head: &Head, signature: Option<(Signature, Vec<u8>)>) -> Option<String> {
+    fn head_signature_problem(
+        &self,
+        head: &Head,
+        signature: Option<(Signature, Vec<u8>)>,
+    ) -> Option<String> {
         match (&self.signer, signature) {
             (None, None) => None,
             (None, Some(_)) => Some("the head anchor is signed but the log is not".into()),
-            (Some(signer), None) => Some(format!("the head anchor is unsigned; the log is signed by {signer}")),
-            (Some(signer), Some((sig, signed))) => match head.did.as_ref() == Some(signer) && signer.verify(&signed, &sig).is_ok() {
-                true => None,
-                false => Some(format!("the head anchor's signature does not verify against {signer}")),
-            },
+            (Some(signer), None) => Some(format!(
+                "the head anchor is unsigned; the log is signed by {signer}"
+            )),
+            (Some(signer), Some((sig, signed))) => {
+                match head.did.as_ref() == Some(signer) && signer.verify(&signed, &sig).is_ok() {
+                    true => None,
+                    false => Some(format!(
+                        "the head anchor's signature does not verify against {signer}"
+                    )),
+                }
+            }
         }
     }
 
     fn match_head(&mut self, head: &Head) {
         if head.len > self.complete_len {
-            let detail = format!("the head anchor records {} bytes ending at entry {}, the file has {}", head.len, head.seq, self.complete_len);
+            let detail = format!(
+                "the head anchor records {} bytes ending at entry {}, the file has {}",
+                head.len, head.seq, self.complete_len
+            );
             self.find(None, FindingCode::TailRemoved, detail);
             return;
         }
@@ -423,7 +561,10 @@ impl<'a> Check<'a> {
             if end == head.len {
                 let seq = line.entry.as_ref().ok().map(|e| e.seq);
                 if line.hash != head.hash || seq != Some(head.seq) {
-                    let detail = format!("line {} is not the entry the head anchor records (sequence {})", line.number, head.seq);
+                    let detail = format!(
+                        "line {} is not the entry the head anchor records (sequence {})",
+                        line.number, head.seq
+                    );
                     self.find(Some(line.number), FindingCode::TailRemoved, detail);
                 }
                 let unacknowledged = self.lines.len() - index - 1;
@@ -435,22 +576,29 @@ impl<'a> Check<'a> {
                 return;
             }
         }
-        let detail = format!("no line ends at byte {} where the head anchor says entry {} ends", head.len, head.seq);
+        let detail = format!(
+            "no line ends at byte {} where the head anchor says entry {} ends",
+            head.len, head.seq
+        );
         self.find(None, FindingCode::TailRemoved, detail);
     }
 
     fn verdict(mut self) -> Verdict {
         if self.findings.is_empty() {
-            return Verdict::Verified(VerifiedLog {
+            return Verdict::Verified(Box::new(VerifiedLog {
                 path: self.path,
                 entries: self.lines.len(),
                 signer: self.signer,
                 pinned: self.anchors.pinned,
                 notes: self.notes,
-            });
+            }));
         }
         self.findings.sort_by_key(|f| f.line.unwrap_or(usize::MAX));
-        Verdict::Tampered { path: self.path, findings: self.findings, notes: self.notes }
+        Verdict::Tampered {
+            path: self.path,
+            findings: self.findings,
+            notes: self.notes,
+        }
     }
 }
 
@@ -478,7 +626,10 @@ fn line_error_code(err: &LineError) -> FindingCode {
 
 fn last_line(bytes: &[u8]) -> Option<Vec<u8>> {
     let complete = &bytes[..bytes.iter().rposition(|&b| b == b'\n')?];
-    let start = complete.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let start = complete
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
     Some(complete[start..].to_vec())
 }
 
@@ -495,17 +646,55 @@ fn read_lines(bytes: &[u8]) -> Vec<Line<'_>> {
         let handles: Vec<_> = raw
             .chunks(chunk)
             .enumerate()
-            .map(|(i, lines)| scope.spawn(move || lines.iter().enumerate().map(|(j, l)| read_line(i * chunk + j + 1, l)).collect::<Vec<_>>()))
+            .map(|(i, lines)| scope.spawn(move || read_chunk(i * chunk + 1, lines)))
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
     })
 }
 
-fn read_line(number: usize, bytes: &[u8]) -> Line<'_> {
-    let entry = parse_line(bytes);
-    let signature_valid = match &entry {
-        Ok(Entry { did: Some(did), signature: Some((sig, signed)), .. }) => did.verify(signed, sig).is_ok(),
-        _ => false,
-    };
-    Line { number, bytes, hash: LineHash::of(bytes), entry, signature_valid }
+fn read_chunk<'a>(first_number: usize, raw: &[&'a [u8]]) -> Vec<Line<'a>> {
+    let mut dids = DidCache::default();
+    let mut lines: Vec<Line> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| Line {
+            number: first_number + i,
+            bytes,
+            hash: LineHash::of(bytes),
+            entry: parse_line_cached(bytes, &mut dids),
+            signature_valid: false,
+        })
+        .collect();
+    let signed: Vec<(usize, batch::Item)> = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(i, line)| match &line.entry {
+            Ok(Entry {
+                did: Some(key),
+                signature: Some((signature, message)),
+                ..
+            }) => Some((
+                i,
+                batch::Item {
+                    key,
+                    message,
+                    signature,
+                },
+            )),
+            _ => None,
+        })
+        .collect();
+    let (indices, items): (Vec<usize>, Vec<batch::Item>) = signed.into_iter().unzip();
+    let valid = batch::verify(&items);
+    drop(items);
+    for (index, valid) in indices.into_iter().zip(valid) {
+        lines[index].signature_valid = valid;
+    }
+    lines
 }

@@ -79,7 +79,9 @@ pub enum AuditError {
         reason: String,
     },
     /// The log has fewer bytes than its head anchor says were written.
-    #[error("audit log {path} is shorter than its head anchor ({found} < {expected} bytes): acknowledged entries are missing; run `constle audit verify`")]
+    #[error(
+        "audit log {path} is shorter than its head anchor ({found} < {expected} bytes): acknowledged entries are missing; run `constle audit verify`"
+    )]
     TailMissing {
         /// The day file.
         path: PathBuf,
@@ -94,7 +96,10 @@ pub enum AuditError {
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> AuditError + '_ {
-    move |err| AuditError::Io { path: path.to_owned(), message: err.to_string() }
+    move |err| AuditError::Io {
+        path: path.to_owned(),
+        message: err.to_string(),
+    }
 }
 
 /// Appends sealed entries to one agent's log. Use it directly for a batch at
@@ -109,9 +114,22 @@ pub struct Appender {
 impl Appender {
     /// Prepares to append to `agent`'s log in `dir` (created `0700` if
     /// missing), signing each entry when `signer` is given.
-    pub fn new(dir: &Path, agent: Name, signer: Option<SigningIdentity>) -> Result<Appender, AuditError> {
-        DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_error(dir))?;
-        Ok(Appender { dir: dir.to_owned(), agent, signer, clock: Box::new(Timestamp::now) })
+    pub fn new(
+        dir: &Path,
+        agent: Name,
+        signer: Option<SigningIdentity>,
+    ) -> Result<Appender, AuditError> {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io_error(dir))?;
+        Ok(Appender {
+            dir: dir.to_owned(),
+            agent,
+            signer,
+            clock: Box::new(Timestamp::now),
+        })
     }
 
     /// Replaces the system clock, for tests and tools that must produce a log
@@ -124,7 +142,12 @@ impl Appender {
     /// Seals and durably appends `events`, in order, timestamped now.
     pub fn append(&self, events: Vec<Event>) -> Result<Vec<Written>, AuditError> {
         let lock_path = lock_path(&self.dir, &self.agent);
-        let lock = OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&lock_path);
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path);
         let lock = lock.map_err(io_error(&lock_path))?;
         lock.lock().map_err(io_error(&lock_path))?;
         let (mut head, discarded) = self.current_head()?;
@@ -139,12 +162,19 @@ impl Appender {
                 day = Some(OpenDay::open(&self.dir, &self.agent, date)?);
             }
             let day = day.as_mut().ok_or(AuditError::Stopped)?;
-            let header = Header { seq: head.as_ref().map_or(0, |h| h.seq + 1), ts, agent: &self.agent, prev: head.as_ref().map(|h| h.hash) };
+            let header = Header {
+                seq: head.as_ref().map_or(0, |h| h.seq + 1),
+                ts,
+                agent: &self.agent,
+                prev: head.as_ref().map(|h| h.hash),
+            };
             let line = seal(&header, event, self.signer.as_ref());
             let hash = LineHash::of(&line);
             day.buffer.extend_from_slice(&line);
             day.buffer.push(b'\n');
-            let start = head.as_ref().map_or_else(|| day.file.file_name(), |h| h.start.clone());
+            let start = head
+                .as_ref()
+                .map_or_else(|| day.file.file_name(), |h| h.start.clone());
             head = Some(Head {
                 agent: self.agent.to_string(),
                 start,
@@ -154,14 +184,19 @@ impl Appender {
                 seq: header.seq,
                 hash,
             });
-            written.push(Written { seq: header.seq, hash, path: day.file.path() });
+            written.push(Written {
+                seq: header.seq,
+                hash,
+                path: day.file.path(),
+            });
         }
         if let Some(done) = day {
             done.sync()?;
         }
         if let Some(head) = head {
             let path = crate::layout::head_path(&self.dir, &self.agent);
-            head.store(&self.dir, &self.agent, self.signer.as_ref()).map_err(io_error(&path))?;
+            head.store(&self.dir, &self.agent, self.signer.as_ref())
+                .map_err(io_error(&path))?;
         }
         drop(lock);
         Ok(written)
@@ -171,11 +206,17 @@ impl Appender {
     /// it, and returns the head with an event recording what was cut.
     fn current_head(&self) -> Result<(Option<Head>, Option<Event>), AuditError> {
         let head_path = crate::layout::head_path(&self.dir, &self.agent);
-        let mismatch = |reason: String| AuditError::AnchorMismatch { path: head_path.clone(), reason };
+        let mismatch = |reason: String| AuditError::AnchorMismatch {
+            path: head_path.clone(),
+            reason,
+        };
         let loaded = Head::load(&self.dir, &self.agent).map_err(|err| mismatch(err.to_string()))?;
         let Some(head) = loaded.map(|signed| signed.head) else {
             return match self.has_day_files()? {
-                true => Err(AuditError::AnchorMissing { dir: self.dir.clone(), agent: self.agent.to_string() }),
+                true => Err(AuditError::AnchorMissing {
+                    dir: self.dir.clone(),
+                    agent: self.agent.to_string(),
+                }),
                 false => Ok((None, None)),
             };
         };
@@ -184,8 +225,14 @@ impl Appender {
         }
         let signer = self.signer.as_ref().map(|s| s.did());
         if head.did.as_ref() != signer {
-            let show = |did: Option<&constle_identity::DidKey>| did.map_or("nobody (unsigned)".to_owned(), ToString::to_string);
-            return Err(mismatch(format!("the chain is signed by {}, this writer signs as {}", show(head.did.as_ref()), show(signer))));
+            let show = |did: Option<&constle_identity::DidKey>| {
+                did.map_or("nobody (unsigned)".to_owned(), ToString::to_string)
+            };
+            return Err(mismatch(format!(
+                "the chain is signed by {}, this writer signs as {}",
+                show(head.did.as_ref()),
+                show(signer)
+            )));
         }
         let discarded = cut_unacknowledged_tail(&self.dir.join(&head.file), head.len)?;
         Ok((Some(head), discarded))
@@ -193,7 +240,9 @@ impl Appender {
 
     fn has_day_files(&self) -> Result<bool, AuditError> {
         let entries = fs::read_dir(&self.dir).map_err(io_error(&self.dir))?;
-        Ok(entries.flatten().any(|e| DayFile::from_path(&e.path()).is_some_and(|f| f.agent == self.agent)))
+        Ok(entries
+            .flatten()
+            .any(|e| DayFile::from_path(&e.path()).is_some_and(|f| f.agent == self.agent)))
     }
 }
 
@@ -202,10 +251,15 @@ impl Appender {
 /// behind the head, so such an entry is dated the head's day.
 fn entry_time(now: Timestamp, head: Option<&Head>) -> (Timestamp, Date) {
     let date = utc_date(now);
-    let head_date = head.and_then(|h| DayFile::from_path(Path::new(&h.file))).map(|f| f.date);
+    let head_date = head
+        .and_then(|h| DayFile::from_path(Path::new(&h.file)))
+        .map(|f| f.date);
     match head_date {
         Some(head_date) if head_date > date => {
-            let start = head_date.to_zoned_datetime(TimeZone::UTC).map(|z| z.timestamp()).unwrap_or(now);
+            let start = head_date
+                .to_zoned_datetime(TimeZone::UTC)
+                .map(|z| z.timestamp())
+                .unwrap_or(now);
             (start, head_date)
         }
         _ => (now, date),
@@ -213,19 +267,36 @@ fn entry_time(now: Timestamp, head: Option<&Head>) -> (Timestamp, Date) {
 }
 
 fn cut_unacknowledged_tail(path: &Path, acknowledged: u64) -> Result<Option<Event>, AuditError> {
-    let mut file = OpenOptions::new().read(true).write(true).open(path).map_err(io_error(path))?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io_error(path))?;
     let found = file.metadata().map_err(io_error(path))?.len();
     if found < acknowledged {
-        return Err(AuditError::TailMissing { path: path.to_owned(), expected: acknowledged, found });
+        return Err(AuditError::TailMissing {
+            path: path.to_owned(),
+            expected: acknowledged,
+            found,
+        });
     }
     if found == acknowledged {
         return Ok(None);
     }
     let mut tail = Vec::new();
-    file.seek(SeekFrom::Start(acknowledged)).and_then(|_| file.read_to_end(&mut tail)).map_err(io_error(path))?;
-    file.set_len(acknowledged).and_then(|()| file.sync_data()).map_err(io_error(path))?;
+    file.seek(SeekFrom::Start(acknowledged))
+        .and_then(|_| file.read_to_end(&mut tail))
+        .map_err(io_error(path))?;
+    file.set_len(acknowledged)
+        .and_then(|()| file.sync_data())
+        .map_err(io_error(path))?;
     let event = Event::new("audit_tail_discarded")
-        .and_then(|e| e.with("file", path.file_name().map(|n| n.to_string_lossy().into_owned())))
+        .and_then(|e| {
+            e.with(
+                "file",
+                path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            )
+        })
         .and_then(|e| e.with("bytes", tail.len() as i64))
         .and_then(|e| e.with("sha256", LineHash::of(&tail).to_string()));
     Ok(event.ok())
@@ -242,15 +313,32 @@ struct OpenDay {
 impl OpenDay {
     fn open(dir: &Path, agent: &Name, date: Date) -> Result<OpenDay, AuditError> {
         let path = dir.join(day_file_name(agent, date));
-        let handle = OpenOptions::new().create(true).append(true).mode(0o600).open(&path).map_err(io_error(&path))?;
+        let handle = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_error(&path))?;
         let len = handle.metadata().map_err(io_error(&path))?.len();
-        let file = DayFile { dir: dir.to_owned(), agent: agent.clone(), date };
-        Ok(OpenDay { file, handle, len, buffer: Vec::new() })
+        let file = DayFile {
+            dir: dir.to_owned(),
+            agent: agent.clone(),
+            date,
+        };
+        Ok(OpenDay {
+            file,
+            handle,
+            len,
+            buffer: Vec::new(),
+        })
     }
 
     fn sync(mut self) -> Result<(), AuditError> {
         let path = self.file.path();
-        self.handle.write_all(&self.buffer).and_then(|()| self.handle.sync_data()).map_err(io_error(&path))
+        self.handle
+            .write_all(&self.buffer)
+            .and_then(|()| self.handle.sync_data())
+            .map_err(io_error(&path))
     }
 }
 
@@ -289,7 +377,10 @@ impl AuditLog {
             .name("constle-audit".into())
             .spawn(move || serve(&appender, &receiver))
             .ok();
-        AuditLog { sender: Some(sender), worker }
+        AuditLog {
+            sender: Some(sender),
+            worker,
+        }
     }
 
     /// Queues an event; the returned [`Pending`] resolves once it is durable.
@@ -328,8 +419,11 @@ impl Drop for AuditLog {
 
 fn serve(appender: &Appender, receiver: &mpsc::Receiver<Request>) {
     while let Ok(first) = receiver.recv() {
-        let batch: Vec<Request> = std::iter::once(first).chain(receiver.try_iter().take(MAX_BATCH - 1)).collect();
-        let (events, replies): (Vec<Event>, Vec<_>) = batch.into_iter().map(|r| (r.event, r.reply)).unzip();
+        let batch: Vec<Request> = std::iter::once(first)
+            .chain(receiver.try_iter().take(MAX_BATCH - 1))
+            .collect();
+        let (events, replies): (Vec<Event>, Vec<_>) =
+            batch.into_iter().map(|r| (r.event, r.reply)).unzip();
         match appender.append(events) {
             Ok(written) => {
                 // A recovery entry may come first; the callers' entries are the last ones.

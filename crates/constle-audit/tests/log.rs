@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use base64::Engine as _;
 use constle_audit::{
-    Appender, AuditError, AuditLog, Event, FindingCode, TrustAnchors, Verdict, VerifiedLog, head_path, verify_file,
+    Appender, AuditError, AuditLog, Event, FindingCode, TrustAnchors, Verdict, VerifiedLog,
+    head_path, verify_file,
 };
 use constle_identity::{Name, SigningIdentity};
 use jiff::Timestamp;
@@ -41,28 +42,47 @@ impl Clock {
         let clock = self.0.clone();
         Appender::new(dir, agent(), signer)
             .unwrap()
-            .with_clock(move || Timestamp::from_second(clock.fetch_add(1, Ordering::SeqCst)).unwrap())
+            .with_clock(move || {
+                Timestamp::from_second(clock.fetch_add(1, Ordering::SeqCst)).unwrap()
+            })
     }
 }
 
 fn events(n: usize) -> Vec<Event> {
-    (0..n).map(|i| Event::new("tool_called").unwrap().with("tool", format!("tool-{i}")).unwrap()).collect()
+    (0..n)
+        .map(|i| {
+            Event::new("tool_called")
+                .unwrap()
+                .with("tool", format!("tool-{i}"))
+                .unwrap()
+        })
+        .collect()
 }
 
 fn pinned(seed: u8) -> TrustAnchors {
-    TrustAnchors { agent: Some(agent()), agent_did: Some(key(seed).did().clone()), approver: None, pinned: true }
+    TrustAnchors {
+        agent: Some(agent()),
+        agent_did: Some(key(seed).did().clone()),
+        approver: None,
+        pinned: true,
+    }
 }
 
 /// Writes `n` signed entries on one day and returns the day file.
 fn signed_log(dir: &Path, n: usize) -> PathBuf {
-    let written = Clock::new().appender(dir, Some(key(1))).append(events(n)).unwrap();
+    let written = Clock::new()
+        .appender(dir, Some(key(1)))
+        .append(events(n))
+        .unwrap();
     written[0].path.clone()
 }
 
 fn verified(path: &Path, anchors: &TrustAnchors) -> VerifiedLog {
     match verify_file(path, anchors).unwrap() {
-        Verdict::Verified(log) => log,
-        Verdict::Tampered { findings, .. } => panic!("expected a verified log, found {findings:#?}"),
+        Verdict::Verified(log) => *log,
+        Verdict::Tampered { findings, .. } => {
+            panic!("expected a verified log, found {findings:#?}")
+        }
     }
 }
 
@@ -74,11 +94,19 @@ fn codes(path: &Path, anchors: &TrustAnchors) -> Vec<(Option<usize>, FindingCode
 }
 
 fn lines(path: &Path) -> Vec<String> {
-    fs::read_to_string(path).unwrap().lines().map(str::to_owned).collect()
+    fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 fn write_lines(path: &Path, lines: &[String]) {
-    fs::write(path, lines.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    fs::write(
+        path,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -87,7 +115,10 @@ fn a_written_log_verifies_pinned_and_unpinned() {
     let path = signed_log(dir.path(), 5);
     assert_eq!(path.file_name().unwrap(), "my-agent-2026-08-08.jsonl");
     let log = verified(&path, &pinned(1));
-    assert_eq!((log.entries, log.signer.as_ref(), log.pinned), (5, Some(key(1).did()), true));
+    assert_eq!(
+        (log.entries, log.signer.as_ref(), log.pinned),
+        (5, Some(key(1).did()), true)
+    );
     assert!(!verified(&path, &TrustAnchors::default()).pinned);
 }
 
@@ -118,7 +149,9 @@ fn reserialised_json_with_the_same_values_is_caught() {
     let path = signed_log(dir.path(), 2);
     let mut all = lines(&path);
     let value: serde_json::Value = serde_json::from_str(&all[0]).unwrap();
-    all[0] = serde_json::to_string_pretty(&value).unwrap().replace('\n', " ");
+    all[0] = serde_json::to_string_pretty(&value)
+        .unwrap()
+        .replace('\n', " ");
     write_lines(&path, &all);
     assert!(codes(&path, &pinned(1)).contains(&(Some(1), FindingCode::NotCanonical)));
 }
@@ -136,7 +169,10 @@ fn deleted_lines_are_caught_first_middle_and_last() {
             4 => FindingCode::TailRemoved,
             _ => FindingCode::ChainBroken,
         };
-        assert!(found.iter().any(|(_, c)| *c == expected), "deleting line {victim}: {found:?}");
+        assert!(
+            found.iter().any(|(_, c)| *c == expected),
+            "deleting line {victim}: {found:?}"
+        );
     }
 }
 
@@ -167,8 +203,14 @@ fn lines_spliced_from_another_agents_log_are_caught() {
     all[1] = lines(&foreign)[1].clone();
     write_lines(&path, &all);
     let found = codes(&path, &pinned(1));
-    assert!(found.contains(&(Some(2), FindingCode::WrongAgent)), "{found:?}");
-    assert!(found.contains(&(Some(2), FindingCode::WrongSigner)), "{found:?}");
+    assert!(
+        found.contains(&(Some(2), FindingCode::WrongAgent)),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&(Some(2), FindingCode::WrongSigner)),
+        "{found:?}"
+    );
 }
 
 #[test]
@@ -176,7 +218,10 @@ fn a_wrong_signer_is_caught_when_the_did_is_pinned() {
     let dir = tempfile::tempdir().unwrap();
     let path = signed_log(dir.path(), 2);
     let found = codes(&path, &pinned(9));
-    assert!(found.contains(&(Some(1), FindingCode::WrongSigner)), "{found:?}");
+    assert!(
+        found.contains(&(Some(1), FindingCode::WrongSigner)),
+        "{found:?}"
+    );
 }
 
 #[test]
@@ -235,7 +280,10 @@ fn a_file_renamed_to_another_day_is_caught() {
     let renamed = dir.path().join("my-agent-2026-08-20.jsonl");
     fs::rename(&days[2], &renamed).unwrap();
     let found = codes(&renamed, &pinned(1));
-    assert!(found.contains(&(Some(1), FindingCode::WrongDay)), "{found:?}");
+    assert!(
+        found.contains(&(Some(1), FindingCode::WrongDay)),
+        "{found:?}"
+    );
 }
 
 #[test]
@@ -246,8 +294,14 @@ fn lines_spliced_from_another_day_are_caught() {
     today.insert(1, lines(&days[0])[1].clone());
     write_lines(&days[2], &today);
     let found = codes(&days[2], &pinned(1));
-    assert!(found.contains(&(Some(2), FindingCode::WrongDay)), "{found:?}");
-    assert!(found.contains(&(Some(2), FindingCode::ChainBroken)), "{found:?}");
+    assert!(
+        found.contains(&(Some(2), FindingCode::WrongDay)),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&(Some(2), FindingCode::ChainBroken)),
+        "{found:?}"
+    );
 }
 
 #[test]
@@ -300,12 +354,20 @@ fn a_torn_last_line_is_reported_and_the_prefix_verifies() {
     fs::write(&path, &bytes).unwrap();
     let log = verified(&path, &pinned(1));
     assert_eq!(log.entries, 3);
-    assert!(log.notes.iter().any(|n| n.contains("torn_tail")), "{:?}", log.notes);
+    assert!(
+        log.notes.iter().any(|n| n.contains("torn_tail")),
+        "{:?}",
+        log.notes
+    );
 
     // The next append cuts the torn bytes off and says so in the log.
     appender.append(events(1)).unwrap();
     let all = lines(&path);
-    assert!(all[3].contains("audit_tail_discarded") && all[3].contains(r#""bytes":23"#), "{}", all[3]);
+    assert!(
+        all[3].contains("audit_tail_discarded") && all[3].contains(r#""bytes":23"#),
+        "{}",
+        all[3]
+    );
     assert_eq!(verified(&path, &pinned(1)).entries, 5);
 }
 
@@ -328,7 +390,10 @@ fn the_writer_refuses_to_continue_a_log_shorter_than_its_head() {
     all.pop();
     write_lines(&path, &all);
     let before = fs::read(&path).unwrap();
-    assert!(matches!(appender.append(events(1)), Err(AuditError::TailMissing { .. })));
+    assert!(matches!(
+        appender.append(events(1)),
+        Err(AuditError::TailMissing { .. })
+    ));
     assert_eq!(fs::read(&path).unwrap(), before, "nothing may be written");
 }
 
@@ -337,23 +402,42 @@ fn the_writer_refuses_a_log_without_its_head_and_another_signer() {
     let dir = tempfile::tempdir().unwrap();
     signed_log(dir.path(), 1);
     let other = Appender::new(dir.path(), agent(), Some(key(2))).unwrap();
-    assert!(matches!(other.append(events(1)), Err(AuditError::AnchorMismatch { .. })));
+    assert!(matches!(
+        other.append(events(1)),
+        Err(AuditError::AnchorMismatch { .. })
+    ));
     fs::remove_file(head_path(dir.path(), &agent())).unwrap();
     let same = Appender::new(dir.path(), agent(), Some(key(1))).unwrap();
-    assert!(matches!(same.append(events(1)), Err(AuditError::AnchorMissing { .. })));
+    assert!(matches!(
+        same.append(events(1)),
+        Err(AuditError::AnchorMissing { .. })
+    ));
 }
 
 #[test]
 fn unsigned_logs_chain_and_refuse_a_pinned_did() {
     let dir = tempfile::tempdir().unwrap();
-    let path = Clock::new().appender(dir.path(), None).append(events(3)).unwrap()[0].path.clone();
-    let unpinned = TrustAnchors { agent: Some(agent()), pinned: true, ..TrustAnchors::default() };
+    let path = Clock::new()
+        .appender(dir.path(), None)
+        .append(events(3))
+        .unwrap()[0]
+        .path
+        .clone();
+    let unpinned = TrustAnchors {
+        agent: Some(agent()),
+        pinned: true,
+        ..TrustAnchors::default()
+    };
     assert_eq!(verified(&path, &unpinned).signer, None);
     assert!(codes(&path, &pinned(1)).contains(&(Some(1), FindingCode::UnsignedEntry)));
     let mut all = lines(&path);
     all.swap(0, 1);
     write_lines(&path, &all);
-    assert!(codes(&path, &unpinned).iter().any(|(_, c)| *c == FindingCode::ChainBroken));
+    assert!(
+        codes(&path, &unpinned)
+            .iter()
+            .any(|(_, c)| *c == FindingCode::ChainBroken)
+    );
 }
 
 #[test]
@@ -391,14 +475,23 @@ fn the_writer_thread_group_commits_and_answers_everyone() {
 fn gate_decision(approver: &SigningIdentity, request_id: &str, decision: &str) -> Event {
     let digest = "sha256:4b3f00000000000000000000000000000000000000000000000000000000e91a";
     let signature = approver.sign(format!("{request_id}.{decision}.{digest}").as_bytes());
-    let event = if decision == "approved" { "gate_approved" } else { "gate_denied" };
+    let event = if decision == "approved" {
+        "gate_approved"
+    } else {
+        "gate_denied"
+    };
     Event::new(event)
         .and_then(|e| e.with("decided_by", "webhook"))
         .and_then(|e| e.with("approver", approver.did().to_string()))
         .and_then(|e| e.with("request_id", request_id))
         .and_then(|e| e.with("decision", decision))
         .and_then(|e| e.with("subject_digest", digest))
-        .and_then(|e| e.with("signature", base64::engine::general_purpose::STANDARD.encode(signature.to_bytes())))
+        .and_then(|e| {
+            e.with(
+                "signature",
+                base64::engine::general_purpose::STANDARD.encode(signature.to_bytes()),
+            )
+        })
         .unwrap()
 }
 
@@ -407,7 +500,11 @@ fn recorded_webhook_decisions_are_reverified_against_the_pinned_approver() {
     let dir = tempfile::tempdir().unwrap();
     let approver = key(5);
     let appender = Clock::new().appender(dir.path(), Some(key(1)));
-    let path = appender.append(vec![gate_decision(&approver, "req-1", "approved")]).unwrap()[0].path.clone();
+    let path = appender
+        .append(vec![gate_decision(&approver, "req-1", "approved")])
+        .unwrap()[0]
+        .path
+        .clone();
     let mut anchors = pinned(1);
     anchors.approver = Some(approver.did().clone());
     verified(&path, &anchors);

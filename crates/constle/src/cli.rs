@@ -1,0 +1,85 @@
+//! The command-line interface, as clap sees it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Run AI agents you cannot trust: a sandbox whose only exits are an egress
+/// allowlist and an MCP gate, and a signed audit log of every decision.
+#[derive(Debug, Parser)]
+#[command(name = "constle", version, about, long_about = None)]
+pub struct Cli {
+    /// When to colour output.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// When to colour output; `auto` colours a terminal unless `NO_COLOR` is set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check an Agentfile (agent.yaml): errors, warnings, what will be enforced.
+    Validate(ValidateArgs),
+    /// Create an agent identity key; prints its did:key for `identity.did`.
+    Keygen(KeygenArgs),
+    /// Create an approver key for signed webhook decisions; prints its
+    /// did:key for `human_gates.approver_pubkey`.
+    WebhookKeygen(KeygenArgs),
+    /// Check and read audit logs.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The Agentfile.
+    pub file: PathBuf,
+    /// Output format; `json` prints one JSON object per line.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// A name for the key: letters, digits, `-`, `_`, `.`.
+    pub name: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Verify signatures, the hash chain and the head anchor of log files.
+    Verify(VerifyArgs),
+    /// Print a log as a timeline (does not verify it).
+    Show(ShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Pin the agent's DID and the approver key from this Agentfile. Without
+    /// it, only the log's internal consistency is checked.
+    #[arg(long)]
+    pub agentfile: Option<PathBuf>,
+    /// Day files, `<agent>-<YYYY-MM-DD>.jsonl`.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// A day file.
+    pub file: PathBuf,
+}

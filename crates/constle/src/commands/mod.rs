@@ -1,0 +1,25 @@
+//! One module per subcommand.
+
+mod audit;
+mod keygen;
+mod validate;
+
+use crate::Outcome;
+use crate::cli::{AuditCommand, Cli, Command};
+
+/// Runs the command the user asked for.
+pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    crate::terminal::init(cli.color);
+    match cli.command {
+        Command::Validate(args) => validate::run(&args),
+        Command::Keygen(args) => keygen::run(constle_identity::KeyKind::Agent, &args),
+        Command::WebhookKeygen(args) => keygen::run(constle_identity::KeyKind::Approver, &args),
+        Command::Audit(AuditCommand::Verify(args)) => audit::verify(&args),
+        Command::Audit(AuditCommand::Show(args)) => audit::show(&args),
+    }
+}
+
+/// The host environment, as the Agentfile's warnings need it.
+fn host_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}

@@ -1,0 +1,118 @@
+//! All output goes through here: colour decisions, escaping of bytes that
+//! did not come from us, and a quiet exit when stdout is a closed pipe.
+
+use std::fmt::Write as _;
+use std::io::{self, IsTerminal as _, Write as _};
+use std::sync::OnceLock;
+
+use crate::cli::ColorChoice;
+
+static COLOR_STDOUT: OnceLock<bool> = OnceLock::new();
+static COLOR_STDERR: OnceLock<bool> = OnceLock::new();
+
+/// Decides once whether stdout and stderr get colour.
+pub fn init(choice: ColorChoice) {
+    let wanted = |is_terminal: bool| match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            is_terminal
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                && std::env::var("TERM").map_or(true, |t| t != "dumb")
+        }
+    };
+    let _ = COLOR_STDOUT.set(wanted(io::stdout().is_terminal()));
+    let _ = COLOR_STDERR.set(wanted(io::stderr().is_terminal()));
+}
+
+/// ANSI colours used in output.
+#[derive(Clone, Copy)]
+pub enum Paint {
+    Green,
+    Red,
+    Yellow,
+    Cyan,
+    Dim,
+    Bold,
+}
+
+impl Paint {
+    fn code(self) -> &'static str {
+        match self {
+            Paint::Green => "32",
+            Paint::Red => "31",
+            Paint::Yellow => "33",
+            Paint::Cyan => "36",
+            Paint::Dim => "2",
+            Paint::Bold => "1",
+        }
+    }
+}
+
+/// `text` in `paint` if stdout is coloured. `text` must already be safe.
+pub fn paint(paint: Paint, text: &str) -> String {
+    paint_if(*COLOR_STDOUT.get().unwrap_or(&false), paint, text)
+}
+
+fn paint_if(colored: bool, paint: Paint, text: &str) -> String {
+    match colored {
+        true => format!("\x1b[{}m{text}\x1b[0m", paint.code()),
+        false => text.to_owned(),
+    }
+}
+
+/// Makes text that came from a file or an agent safe to print: control
+/// characters (escape sequences, carriage returns, backspaces) and Unicode
+/// bidirectional overrides are shown as `\u{..}` instead of acting on the
+/// terminal.
+pub fn escape(text: &str) -> String {
+    let mut safe = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}');
+        if c.is_control() || bidi {
+            let _ = write!(safe, "\\u{{{:x}}}", c as u32);
+        } else {
+            safe.push(c);
+        }
+    }
+    safe
+}
+
+/// Prints a line on stdout. A closed pipe (`constle … | head`) ends the
+/// program quietly with success, as other Unix tools do.
+pub fn out(line: &str) {
+    let mut stdout = io::stdout().lock();
+    if let Err(err) = writeln!(stdout, "{line}")
+        && err.kind() == io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
+    }
+}
+
+/// Prints a line on stderr.
+pub fn err_line(line: &str) {
+    let _ = writeln!(io::stderr().lock(), "{line}");
+}
+
+/// Prints `error: MESSAGE` on stderr.
+pub fn error(message: &str) {
+    let colored = *COLOR_STDERR.get().unwrap_or(&false);
+    err_line(&format!(
+        "{} {message}",
+        paint_if(colored, Paint::Red, "error:")
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn escapes_what_could_drive_a_terminal() {
+        assert_eq!(escape("ok ünïcode"), "ok ünïcode");
+        assert_eq!(escape("a\x1b[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(escape("x\ry\u{8}\n"), "x\\u{d}y\\u{8}\\u{a}");
+        assert_eq!(escape("\u{202e}evil"), "\\u{202e}evil");
+        assert_eq!(escape("\u{9b}"), "\\u{9b}");
+    }
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit/integration/property tests,
+# the CLI through the built binary, benchmarks and fuzz targets compiled, and
+# the quickstart. Set CONSTLE_E2E=require to make tests that would skip for
+# lack of a system tool fail instead (CI does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+section() { printf '\n== %s\n' "$*"; }
+
+section "format"
+cargo fmt --all -- --check
+
+section "lints"
+cargo clippy --workspace --all-targets --locked --quiet -- -D warnings
+
+section "fuzz targets compile"
+cargo build --manifest-path fuzz/Cargo.toml --quiet
+
+section "benchmarks compile"
+cargo bench --workspace --locked --no-run --quiet
+
+section "quickstart"
+./examples/quickstart.sh >/dev/null
+
+section "tests"
+cargo test --workspace --locked
