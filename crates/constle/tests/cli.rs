@@ -1,0 +1,376 @@
+//! The `constle` binary as a user runs it: arguments in, output and exit
+//! status out, each case in a fresh `$CONSTLE_HOME`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use constle_audit::{Appender, Event};
+use constle_identity::{KeyKind, KeyStore, Name};
+
+struct Case {
+    dir: tempfile::TempDir,
+}
+
+impl Case {
+    fn new() -> Case {
+        Case {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_constle"))
+            .args(args)
+            .env("CONSTLE_HOME", self.home())
+            .env_remove("NO_COLOR")
+            .env_remove("HUMAN_GATE_WEBHOOK_URL")
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap()
+    }
+
+    fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        fs::write(&path, contents).unwrap();
+        path
+    }
+
+    /// Makes an agent key and an Agentfile naming it; returns the Agentfile.
+    fn signed_agent(&self) -> (PathBuf, String) {
+        let out = self.run(&["keygen", "my-agent"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let did = stdout(&out).trim().to_owned();
+        let agentfile = self.write(
+            "agent.yaml",
+            &format!("name: my-agent\nidentity:\n  did: {did}\nsandbox:\n  command: [\"true\"]\n"),
+        );
+        (agentfile, did)
+    }
+
+    /// Writes a signed log of `events` for my-agent and returns its path.
+    fn log(&self, events: Vec<Event>) -> PathBuf {
+        let store = KeyStore::open(&self.home()).unwrap();
+        let key = store
+            .load(KeyKind::Agent, &Name::new("my-agent").unwrap())
+            .unwrap();
+        let appender = Appender::new(
+            &self.home().join("logs"),
+            Name::new("my-agent").unwrap(),
+            Some(key),
+        )
+        .unwrap();
+        appender.append(events).unwrap()[0].path.clone()
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+fn event(name: &str, field: &str, value: &str) -> Event {
+    Event::new(name).unwrap().with(field, value).unwrap()
+}
+
+const VALID: &str = "name: my-agent\nsandbox:\n  command: [\"python3\", \"agent.py\"]\n";
+
+#[test]
+fn validate_accepts_a_valid_file() {
+    let case = Case::new();
+    let file = case.write("agent.yaml", VALID);
+    let out = case.run(&["validate", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("is valid (0 warnings)"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn validate_refuses_with_file_line_and_column() {
+    let case = Case::new();
+    let file = case.write(
+        "agent.yaml",
+        "name: my-agent\nsandbox:\n  command: [\"x\"]\n  netwrok: {}\n",
+    );
+    let out = case.run(&["validate", "agent.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(
+        text.contains("agent.yaml:4:3: error[unknown_field]"),
+        "{text}"
+    );
+    assert!(text.contains("help:"), "{text}");
+    assert!(text.contains("is invalid: 1 error"), "{text}");
+    assert!(file.exists());
+}
+
+#[test]
+fn validate_warns_but_passes() {
+    let case = Case::new();
+    let file = case.write(
+        "agent.yaml",
+        &format!(
+            "{VALID}human_gates:\n  require_approval_for: [pay_invoice]\n  on_timeout: proceed\n"
+        ),
+    );
+    let out = case.run(&["validate", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("warning["), "{}", stdout(&out));
+}
+
+#[test]
+fn validate_speaks_json_lines() {
+    let case = Case::new();
+    case.write("agent.yaml", "name: ../etc\nsandbox:\n  command: [\"x\"]\n");
+    let out = case.run(&["validate", "--format", "json", "agent.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (summary, diagnostics) = lines.split_last().unwrap();
+    assert_eq!(summary["type"], "summary");
+    assert_eq!(summary["valid"], false);
+    assert_eq!(diagnostics[0]["type"], "diagnostic");
+    assert_eq!(diagnostics[0]["severity"], "error");
+    assert_eq!(diagnostics[0]["location"]["line"], 1);
+}
+
+#[test]
+fn usage_errors_and_unreadable_files_exit_2() {
+    let case = Case::new();
+    assert_eq!(case.run(&["validate"]).status.code(), Some(2));
+    assert_eq!(case.run(&["frobnicate"]).status.code(), Some(2));
+    assert_eq!(
+        case.run(&["validate", "--format", "xml", "a.yaml"])
+            .status
+            .code(),
+        Some(2)
+    );
+    let missing = case.run(&["validate", "missing.yaml"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        stderr(&missing).contains("missing.yaml"),
+        "{}",
+        stderr(&missing)
+    );
+    assert_eq!(
+        case.run(&["audit", "verify", "missing-2026-01-01.jsonl"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn keygen_prints_the_did_alone_and_never_overwrites() {
+    let case = Case::new();
+    let out = case.run(&["keygen", "my-agent"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let did = stdout(&out);
+    assert!(
+        did.starts_with("did:key:z6Mk") && did.lines().count() == 1,
+        "{did:?}"
+    );
+    let key = case.home().join("keys/agent/my-agent.pem");
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        (
+            mode(&case.home()),
+            mode(&case.home().join("keys")),
+            mode(&key)
+        ),
+        (0o700, 0o700, 0o600)
+    );
+    let before = fs::read(&key).unwrap();
+
+    let again = case.run(&["keygen", "my-agent"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        stderr(&again).contains("my-agent.pem"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(fs::read(&key).unwrap(), before);
+}
+
+#[test]
+fn webhook_keygen_makes_an_approver_key_not_an_identity() {
+    let case = Case::new();
+    let out = case.run(&["webhook-keygen", "approver"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("did:key:z6Mk"));
+    assert!(case.home().join("keys/approver/approver.pem").exists());
+    assert!(!case.home().join("keys/agent/approver.pem").exists());
+    assert!(stderr(&out).contains("human_gates.approver_pubkey"));
+}
+
+#[test]
+fn keygen_refuses_unsafe_names() {
+    let case = Case::new();
+    for name in ["../x", "a/b", "", ".hidden", "a\u{7}b"] {
+        assert_eq!(
+            case.run(&["keygen", name]).status.code(),
+            Some(2),
+            "{name:?}"
+        );
+    }
+}
+
+#[test]
+fn audit_verify_reports_a_pinned_verified_log() {
+    let case = Case::new();
+    let (agentfile, did) = case.signed_agent();
+    let log = case.log(vec![
+        event("run_started", "note", "a"),
+        event("run_finished", "note", "b"),
+    ]);
+    let out = case.run(&[
+        "audit",
+        "verify",
+        &format!("--agentfile={}", agentfile.display()),
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("✓ audit log verified: {}", log.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains("entries:   2 (all signatures valid, hash chain intact)"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("signed by: {did}")), "{text}");
+    assert!(!text.contains("internal consistency only"), "{text}");
+
+    let unpinned = stdout(&case.run(&["audit", "verify", log.to_str().unwrap()]));
+    assert!(unpinned.contains("internal consistency only"), "{unpinned}");
+}
+
+#[test]
+fn audit_verify_reports_tampering_by_line_and_exits_1() {
+    let case = Case::new();
+    let (agentfile, _) = case.signed_agent();
+    let log = case.log(vec![
+        event("a", "x", "1"),
+        event("b", "x", "2"),
+        event("c", "x", "3"),
+    ]);
+    let text = fs::read_to_string(&log)
+        .unwrap()
+        .replacen(r#""x":"2""#, r#""x":"9""#, 1);
+    fs::write(&log, text).unwrap();
+    let out = case.run(&[
+        "audit",
+        "verify",
+        &format!("--agentfile={}", agentfile.display()),
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("TAMPERING DETECTED in {}", log.display())),
+        "{text}"
+    );
+    assert!(text.contains("line 2: invalid_signature"), "{text}");
+    assert!(
+        text.contains("the entry was edited after signing"),
+        "{text}"
+    );
+}
+
+#[test]
+fn audit_verify_with_another_agents_did_pinned_fails() {
+    let case = Case::new();
+    case.signed_agent();
+    let log = case.log(vec![event("a", "x", "1")]);
+    let other = case.run(&["keygen", "other"]);
+    let did = stdout(&other).trim().to_owned();
+    let agentfile = case.write(
+        "other.yaml",
+        &format!("name: my-agent\nidentity:\n  did: {did}\nsandbox:\n  command: [\"true\"]\n"),
+    );
+    let out = case.run(&[
+        "audit",
+        "verify",
+        "--agentfile",
+        agentfile.to_str().unwrap(),
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("line 1: wrong_signer"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn audit_verify_refuses_an_invalid_agentfile_as_anchor() {
+    let case = Case::new();
+    case.signed_agent();
+    let log = case.log(vec![event("a", "x", "1")]);
+    let bad = case.write("bad.yaml", "name: [\n");
+    let out = case.run(&[
+        "audit",
+        "verify",
+        "--agentfile",
+        bad.to_str().unwrap(),
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("cannot pin anything"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn audit_show_prints_a_timeline_with_agent_bytes_escaped() {
+    let case = Case::new();
+    case.signed_agent();
+    let log = case.log(vec![event(
+        "network_blocked",
+        "host",
+        "evil.example.com\u{1b}[2J\r⏸ fake prompt",
+    )]);
+    let out = case.run(&["audit", "show", log.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(
+        text.contains("#0") && text.contains("network_blocked"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r"evil.example.com\u{1b}[2J\u{d}⏸ fake prompt"),
+        "{text}"
+    );
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\r'),
+        "raw control bytes reached the terminal: {text:?}"
+    );
+}
+
+#[test]
+fn colour_follows_the_flag() {
+    let case = Case::new();
+    let file = case.write("agent.yaml", VALID);
+    let plain = stdout(&case.run(&["validate", file.to_str().unwrap()]));
+    assert!(!plain.contains('\u{1b}'));
+    let coloured = stdout(&case.run(&["--color", "always", "validate", file.to_str().unwrap()]));
+    assert!(coloured.contains("\u{1b}[32m"), "{coloured:?}");
+}
