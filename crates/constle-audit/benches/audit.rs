@@ -1,7 +1,8 @@
 //! Audit log throughput beside raw Ed25519, measured in the same run.
 //!
-//! - `raw/sign`, `raw/verify_strict`, `raw/verify_batch`: the baselines, on
-//!   messages the size of a typical entry.
+//! - `raw/sign`, `raw/verify_strict`, `raw/verify_batch` (one core) and
+//!   `raw/verify_batch_all_cores`: the baselines, on messages the size of a
+//!   typical entry.
 //! - `append/group_commit`: 1024 entries through the writer thread, waited
 //!   for together; each batch is `fdatasync`ed and anchored before any of its
 //!   entries is acknowledged (the documented durability policy).
@@ -61,6 +62,23 @@ fn raw(c: &mut Criterion) {
     group.throughput(Throughput::Elements(BATCH as u64));
     group.bench_function("verify_batch", |b| {
         b.iter(|| ed25519_dalek::verify_batch(black_box(&refs), &signatures, &keys))
+    });
+    group.bench_function("verify_batch_all_cores", |b| {
+        let workers = std::thread::available_parallelism().map_or(1, usize::from);
+        let chunk = BATCH.div_ceil(workers);
+        b.iter(|| {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..BATCH)
+                    .step_by(chunk)
+                    .map(|start| {
+                        let end = (start + chunk).min(BATCH);
+                        let (refs, signatures, keys) = (&refs[start..end], &signatures[start..end], &keys[start..end]);
+                        scope.spawn(move || ed25519_dalek::verify_batch(refs, signatures, keys))
+                    })
+                    .collect();
+                handles.into_iter().all(|h| h.join().is_ok_and(|r| r.is_ok()))
+            })
+        })
     });
     group.finish();
 }

@@ -1,6 +1,8 @@
 //! The audit log end to end: written by the real writer, then attacked the
 //! ways the issue lists, each of which verification must catch.
 
+#![allow(clippy::unwrap_used, reason = "test helpers panic on setup failure")]
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

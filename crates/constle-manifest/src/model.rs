@@ -1,0 +1,355 @@
+//! The checked Agentfile: [`Manifest`] and its parts.
+//!
+//! Values of these types only come out of validation, so code that holds a
+//! `Manifest` never checks a field again: names, DIDs, hosts, URLs, tool
+//! names and amounts are already the types that enforce their rules, and
+//! defaults are filled in.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use constle_identity::{DidKey, Name};
+use rust_decimal::Decimal;
+
+use crate::values::{EnvVarName, Hostname, HttpUrl, ServerId, ToolName};
+
+/// A validated Agentfile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    /// The agent's name; safe as a file-name component.
+    pub name: Name,
+    /// The agent's identity, when declared. With it, audit entries are signed.
+    pub identity: Option<Identity>,
+    /// What runs in the sandbox and what it may reach.
+    pub sandbox: Sandbox,
+    /// The MCP servers the agent may call through the gate.
+    pub mcp: Mcp,
+    /// Which tool calls wait for a person.
+    pub human_gates: HumanGates,
+    /// Spend caps.
+    pub spending: Spending,
+    /// Agent-to-agent messaging, when declared.
+    pub a2a: Option<A2a>,
+    /// The directory holding the Agentfile (made absolute); relative paths in
+    /// the Agentfile are resolved against it.
+    pub base_dir: PathBuf,
+}
+
+/// `identity`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// The agent's Ed25519 `did:key`.
+    pub did: DidKey,
+}
+
+/// `sandbox`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sandbox {
+    /// The agent's argv: never empty, `command[0]` never empty, no NUL bytes.
+    pub command: Vec<String>,
+    /// The writable work directory, resolved against
+    /// [`Manifest::base_dir`] (default: the Agentfile's directory).
+    pub workdir: PathBuf,
+    /// Extra environment for the agent. Never holds the proxy variables
+    /// (`HTTP(S)_PROXY`, `NO_PROXY`, `ALL_PROXY`, any case) nor `CONSTLE_*`.
+    pub env: BTreeMap<EnvVarName, String>,
+    /// A directory to use as the sandbox's `/`, resolved against
+    /// [`Manifest::base_dir`].
+    pub rootfs: Option<PathBuf>,
+    /// Egress policy.
+    pub network: Network,
+}
+
+/// `sandbox.network`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Network {
+    /// The egress mode; default [`Egress::Restricted`].
+    pub egress: Egress,
+    /// Host names the proxy lets the agent reach on port 443; unique. Always
+    /// empty under [`Egress::None`].
+    pub allowed_hosts: Vec<Hostname>,
+}
+
+impl Network {
+    /// Whether `host` is in `allowed_hosts` (exact, lower-case match).
+    pub fn allows(&self, host: &str) -> bool {
+        self.allowed_hosts.iter().any(|h| h == host)
+    }
+}
+
+/// `sandbox.network.egress`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Egress {
+    /// No proxy at all: the agent has no network.
+    None,
+    /// Only `allowed_hosts`, on port 443 (the default).
+    #[default]
+    Restricted,
+    /// Any public host on port 443; internal destinations still refused.
+    Open,
+}
+
+/// `mcp`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Mcp {
+    /// Declared servers: ids unique, and unique as `CONSTLE_MCP_<ID>_URL`.
+    pub servers: Vec<McpServer>,
+}
+
+impl Mcp {
+    /// The server with this id.
+    pub fn server(&self, id: &str) -> Option<&McpServer> {
+        self.servers.iter().find(|s| s.id == id)
+    }
+
+    /// Whether any server prices any call.
+    pub fn is_priced(&self) -> bool {
+        self.servers.iter().any(|s| s.pricing.is_priced())
+    }
+}
+
+/// One entry of `mcp.servers`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct McpServer {
+    /// The server's id.
+    pub id: ServerId,
+    /// Where the gate forwards calls (host side only; the agent never sees it).
+    pub url: HttpUrl,
+    /// The tools the agent may call, unique, never empty.
+    pub tools: Vec<ToolName>,
+    /// What calls cost; every priced tool is in `tools`.
+    pub pricing: Pricing,
+}
+
+impl McpServer {
+    /// The variable through which the agent reaches this server.
+    pub fn env_var(&self) -> String {
+        self.id.env_var()
+    }
+
+    /// Whether `tool` is declared, byte for byte.
+    pub fn declares(&self, tool: &str) -> bool {
+        self.tools.iter().any(|t| t == tool)
+    }
+
+    /// The price of one call to `tool`: its own price, else the server's
+    /// default, else `None` (unpriced).
+    pub fn price_of(&self, tool: &str) -> Option<Decimal> {
+        self.pricing
+            .tools
+            .get(tool)
+            .copied()
+            .or(self.pricing.default_usd)
+    }
+}
+
+/// `mcp.servers[].pricing`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pricing {
+    /// Price of a call to any tool without its own price.
+    pub default_usd: Option<Decimal>,
+    /// Per-tool prices.
+    pub tools: BTreeMap<ToolName, Decimal>,
+}
+
+impl Pricing {
+    /// Whether any call is priced.
+    pub fn is_priced(&self) -> bool {
+        self.default_usd.is_some() || !self.tools.is_empty()
+    }
+}
+
+/// `human_gates`.
+///
+/// Invariant: when [`HumanGates::is_active`] is true, `approver_pubkey` is set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HumanGates {
+    /// The master switch; default false.
+    pub enabled: bool,
+    /// Exact tool names whose calls wait for a decision (when `enabled`); unique.
+    pub require_approval_for: Vec<ToolName>,
+    /// The key that signs webhook decisions.
+    pub approver_pubkey: Option<DidKey>,
+    /// Where gated requests are also sent.
+    pub notify: Vec<Notify>,
+    /// How long a gate waits; 1 to 86400, default 300.
+    pub approval_timeout_seconds: u32,
+    /// What a gate without a decision does; default [`OnTimeout::Abort`].
+    pub on_timeout: OnTimeout,
+}
+
+impl Default for HumanGates {
+    fn default() -> Self {
+        HumanGates {
+            enabled: false,
+            require_approval_for: Vec::new(),
+            approver_pubkey: None,
+            notify: Vec::new(),
+            approval_timeout_seconds: DEFAULT_APPROVAL_TIMEOUT_SECONDS,
+            on_timeout: OnTimeout::Abort,
+        }
+    }
+}
+
+/// Default of `human_gates.approval_timeout_seconds`.
+pub const DEFAULT_APPROVAL_TIMEOUT_SECONDS: u32 = 300;
+
+/// Largest `human_gates.approval_timeout_seconds` (one day).
+pub const MAX_APPROVAL_TIMEOUT_SECONDS: u32 = 86_400;
+
+/// How a tool name relates to the gates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateMatch {
+    /// Byte-exact match of a gated name, and gates are enabled: wait for a decision.
+    Gated,
+    /// Equal to a gated name only ignoring ASCII case: refuse the call.
+    CaseVariant,
+    /// Not gated.
+    NotGated,
+}
+
+impl HumanGates {
+    /// Whether any call is gated: `enabled` and at least one name listed.
+    pub fn is_active(&self) -> bool {
+        self.enabled && !self.require_approval_for.is_empty()
+    }
+
+    /// How a `tools/call` name relates to the gates. A name differing from a
+    /// gated one only in case is [`GateMatch::CaseVariant`], so the gate can
+    /// refuse it rather than forward it ungated.
+    pub fn check(&self, tool: &str) -> GateMatch {
+        if !self.enabled {
+            return GateMatch::NotGated;
+        }
+        if self.require_approval_for.iter().any(|g| g == tool) {
+            GateMatch::Gated
+        } else if self
+            .require_approval_for
+            .iter()
+            .any(|g| g.as_str().eq_ignore_ascii_case(tool))
+        {
+            GateMatch::CaseVariant
+        } else {
+            GateMatch::NotGated
+        }
+    }
+
+    /// The gate's wait as a [`Duration`].
+    pub fn approval_timeout(&self) -> Duration {
+        Duration::from_secs(u64::from(self.approval_timeout_seconds))
+    }
+}
+
+/// One entry of `human_gates.notify`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notify {
+    /// The channel; only webhooks exist.
+    pub channel: NotifyChannel,
+    /// The host variable holding the endpoint's URL (never passed to the agent).
+    pub url_secret_ref: EnvVarName,
+}
+
+/// `human_gates.notify[].channel`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NotifyChannel {
+    /// POST the request, poll for a signed decision.
+    Webhook,
+}
+
+/// `human_gates.on_timeout`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OnTimeout {
+    /// Refuse the call and stop the run (the default).
+    #[default]
+    Abort,
+    /// Forward the call without approval: the gate becomes a delay.
+    Proceed,
+}
+
+/// `spending`. Amounts are USD, exact, zero or more.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Spending {
+    /// Cap for one run.
+    pub max_per_run_usd: Option<Decimal>,
+    /// Cap per UTC day, across runs, keyed by the agent DID.
+    pub max_per_day_usd: Option<Decimal>,
+    /// Parsed and validated, but not enforced.
+    pub max_per_month_usd: Option<Decimal>,
+}
+
+impl Spending {
+    /// Whether any cap is declared.
+    pub fn has_caps(&self) -> bool {
+        self.max_per_run_usd.is_some()
+            || self.max_per_day_usd.is_some()
+            || self.max_per_month_usd.is_some()
+    }
+}
+
+/// `a2a`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct A2a {
+    /// Where the listener binds.
+    pub listen: Option<SocketAddr>,
+    /// Known peers; DIDs unique.
+    pub peers: Vec<A2aPeer>,
+}
+
+impl A2a {
+    /// The peer with this DID.
+    pub fn peer(&self, did: &DidKey) -> Option<&A2aPeer> {
+        self.peers.iter().find(|p| &p.did == did)
+    }
+}
+
+/// One entry of `a2a.peers`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct A2aPeer {
+    /// The peer's `did:key`.
+    pub did: DidKey,
+    /// Where the peer listens.
+    pub url: Option<HttpUrl>,
+}
+
+/// A gated tool together with the server that declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GatedTool<'a> {
+    /// The declaring server.
+    pub server: &'a McpServer,
+    /// The tool.
+    pub tool: &'a ToolName,
+}
+
+impl Manifest {
+    /// Every (server, tool) pair whose calls wait for a decision: the tool is
+    /// declared by the server, listed in `require_approval_for`, and gates are
+    /// enabled. Entries matching no declared tool gate nothing and are not
+    /// listed (validation warns about them).
+    pub fn gated_tools(&self) -> Vec<GatedTool<'_>> {
+        if !self.human_gates.enabled {
+            return Vec::new();
+        }
+        let gated: std::collections::HashSet<&str> = self
+            .human_gates
+            .require_approval_for
+            .iter()
+            .map(ToolName::as_str)
+            .collect();
+        let mut out = Vec::new();
+        for server in &self.mcp.servers {
+            for tool in &server.tools {
+                if gated.contains(tool.as_str()) {
+                    out.push(GatedTool { server, tool });
+                }
+            }
+        }
+        out
+    }
+
+    /// The agent's DID, when declared.
+    pub fn did(&self) -> Option<&DidKey> {
+        self.identity.as_ref().map(|i| &i.did)
+    }
+}

@@ -1,0 +1,111 @@
+//! The Agentfile as written: serde types that mirror the YAML one to one.
+//!
+//! Every field is a [`Field`] (absent or present, with positions) and every
+//! scalar is text, except the two typed ones (`enabled`, a bool, and
+//! `approval_timeout_seconds`, an integer) whose spelling the deserializer
+//! checks. Meaning is given in [`crate::validate`], which turns these into the
+//! checked [`crate::Manifest`].
+
+use serde::Deserialize;
+
+use crate::de::{Field, Located, Pairs};
+
+/// A list of strings, each with its position.
+pub(crate) type Strings = Vec<Located<String>>;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawManifest {
+    pub name: Field<String>,
+    pub identity: Field<RawIdentity>,
+    pub sandbox: Field<RawSandbox>,
+    pub mcp: Field<RawMcp>,
+    pub human_gates: Field<RawHumanGates>,
+    pub spending: Field<RawSpending>,
+    pub a2a: Field<RawA2a>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawIdentity {
+    pub did: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawSandbox {
+    pub command: Field<Strings>,
+    pub workdir: Field<String>,
+    pub env: Field<Pairs<Located<String>>>,
+    pub rootfs: Field<String>,
+    pub network: Field<RawNetwork>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawNetwork {
+    pub allowed_hosts: Field<Strings>,
+    pub egress: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawMcp {
+    pub servers: Field<Vec<Located<RawServer>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawServer {
+    pub id: Field<String>,
+    pub url: Field<String>,
+    pub tools: Field<Strings>,
+    pub pricing: Field<RawPricing>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawPricing {
+    pub default_usd: Field<String>,
+    pub tools: Field<Pairs<Located<String>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawHumanGates {
+    pub enabled: Field<bool>,
+    pub require_approval_for: Field<Strings>,
+    pub approver_pubkey: Field<String>,
+    pub notify: Field<Vec<Located<RawNotify>>>,
+    pub approval_timeout_seconds: Field<u64>,
+    pub on_timeout: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawNotify {
+    pub channel: Field<String>,
+    pub url_secret_ref: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawSpending {
+    pub max_per_run_usd: Field<String>,
+    pub max_per_day_usd: Field<String>,
+    pub max_per_month_usd: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawA2a {
+    pub listen: Field<String>,
+    pub peers: Field<Vec<Located<RawPeer>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawPeer {
+    pub did: Field<String>,
+    pub url: Field<String>,
+}

@@ -1,0 +1,984 @@
+//! From the raw Agentfile ([`crate::raw`]) to the checked [`Manifest`],
+//! collecting every error and warning on the way.
+//!
+//! Each section is checked even when an earlier one failed, so one run shows
+//! every mistake. A value that fails its check is left out of the result and
+//! the run ends in [`Rejected`](crate::Rejected).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use constle_identity::{DidKey, Name};
+use rust_decimal::Decimal;
+
+use crate::de::{Field, Located};
+use crate::diagnostic::{Pos, Sink, did_you_mean, show, suggest};
+use crate::model::{
+    A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, HumanGates, Identity,
+    MAX_APPROVAL_TIMEOUT_SECONDS, Manifest, Mcp, McpServer, Network, Notify, NotifyChannel,
+    OnTimeout, Pricing, Sandbox, Spending,
+};
+use crate::raw::{
+    RawA2a, RawHumanGates, RawManifest, RawMcp, RawNetwork, RawPricing, RawSandbox, RawServer,
+    RawSpending, Strings,
+};
+use crate::values::{
+    EnvVarName, Hostname, HttpUrl, InvalidValue, ServerId, ToolName, parse_amount,
+};
+
+/// Environment variables constle sets for the agent, refused in `sandbox.env`
+/// in any case; so is every name starting `CONSTLE_`.
+pub const RESERVED_ENV: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY"];
+
+/// Everything validation needs besides the raw document.
+pub(crate) struct Input<'a> {
+    pub root: Pos,
+    pub base_dir: PathBuf,
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+struct V<'a, 's> {
+    sink: &'s mut Sink,
+    env: &'a dyn Fn(&str) -> Option<String>,
+    base_dir: PathBuf,
+}
+
+/// Validates `raw`. Returns `None` if any error was recorded (here or earlier).
+pub(crate) fn validate(raw: RawManifest, input: Input<'_>, sink: &mut Sink) -> Option<Manifest> {
+    let mut v = V {
+        sink,
+        env: input.env,
+        base_dir: input.base_dir,
+    };
+    let root = input.root;
+
+    let name = v
+        .required(
+            &raw.name,
+            "name",
+            root,
+            "name the agent, e.g. name: invoice-processor",
+        )
+        .and_then(|n| {
+            v.check(n, "invalid_name", |s| {
+                Name::new(s).map_err(|e| InvalidValue {
+                    message: e.to_string(),
+                    help: Some(
+                        "agent names become file names; e.g. name: invoice-processor".to_string(),
+                    ),
+                })
+            })
+        });
+
+    let identity = v.identity(&raw);
+    let identity_declared = raw.identity.0.is_some();
+    let sandbox = v
+        .required(
+            &raw.sandbox,
+            "sandbox",
+            root,
+            "add a sandbox section with at least `command: [\"program\", \"arg\"]`",
+        )
+        .and_then(|s| v.sandbox(s));
+    let mcp = match &raw.mcp.0 {
+        Some(m) => v.mcp(m),
+        None => Some(Mcp::default()),
+    };
+    let human_gates = match &raw.human_gates.0 {
+        Some(h) => v.human_gates(h, mcp.as_ref()),
+        None => Some(HumanGates::default()),
+    };
+    let spending = match &raw.spending.0 {
+        Some(s) => v.spending(s, mcp.as_ref()),
+        None => Some(Spending::default()),
+    };
+    let a2a = match &raw.a2a.0 {
+        Some(a) => {
+            if !identity_declared {
+                v.sink.error(
+                    "a2a_requires_identity",
+                    a.key_pos(),
+                    "a2a needs the agent's identity: envelopes are signed with its DID key",
+                    Some("add `identity: {did: did:key:…}` (see `constle keygen`)".to_string()),
+                );
+            }
+            v.a2a(a).map(Some)
+        }
+        None => Some(None),
+    };
+
+    if !v.sink.errors.is_empty() {
+        return None;
+    }
+    Some(Manifest {
+        name: name?,
+        identity: identity?,
+        sandbox: sandbox?,
+        mcp: mcp?,
+        human_gates: human_gates?,
+        spending: spending?,
+        a2a: a2a?,
+        base_dir: v.base_dir,
+    })
+}
+
+impl V<'_, '_> {
+    /// A required field: reports `missing_field` at `parent` when absent.
+    fn required<'f, T>(
+        &mut self,
+        field: &'f Field<T>,
+        path: &str,
+        parent: Pos,
+        help: &str,
+    ) -> Option<&'f Located<T>> {
+        if field.0.is_none() {
+            self.sink.error(
+                "missing_field",
+                parent,
+                format!("missing required field `{path}`"),
+                Some(help.to_string()),
+            );
+        }
+        field.0.as_ref()
+    }
+
+    /// Runs a value check, reporting its failure at the value.
+    fn check<T>(
+        &mut self,
+        value: &Located<String>,
+        code: &'static str,
+        f: impl FnOnce(&str) -> Result<T, InvalidValue>,
+    ) -> Option<T> {
+        match f(&value.value) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.sink.error(code, value.pos, e.message, e.help);
+                None
+            }
+        }
+    }
+
+    fn did(&mut self, value: &Located<String>, what: &str) -> Option<DidKey> {
+        self.check(value, "invalid_did_key", |s| {
+            DidKey::parse(s).map_err(|e| InvalidValue {
+                message: format!("{what}: {e}"),
+                help: Some(
+                    "write an Ed25519 did:key, as printed by `constle keygen` or `constle webhook-keygen`"
+                        .to_string(),
+                ),
+            })
+        })
+    }
+
+    fn amount(&mut self, value: &Field<String>) -> Option<Option<Decimal>> {
+        match &value.0 {
+            None => Some(None),
+            Some(v) => self.check(v, "invalid_amount", parse_amount).map(Some),
+        }
+    }
+
+    fn url(&mut self, value: &Located<String>) -> Option<HttpUrl> {
+        match HttpUrl::parse(&value.value) {
+            Ok(url) => Some(url),
+            Err((code, e)) => {
+                self.sink.error(code, value.pos, e.message, e.help);
+                None
+            }
+        }
+    }
+
+    /// One of a fixed set of words.
+    fn choice<'c>(
+        &mut self,
+        value: &Located<String>,
+        what: &str,
+        choices: &[&'c str],
+    ) -> Option<&'c str> {
+        if let Some(found) = choices.iter().find(|c| **c == value.value) {
+            return Some(found);
+        }
+        self.sink.error(
+            "unknown_variant",
+            value.pos,
+            format!("unknown {what} {}", show(&value.value)),
+            Some(suggest(&value.value, "values", choices)),
+        );
+        None
+    }
+
+    fn path(&mut self, value: &Located<String>) -> Option<PathBuf> {
+        let s = value.value.as_str();
+        if s.is_empty() || s.contains('\0') {
+            self.sink.error(
+                "invalid_path",
+                value.pos,
+                if s.is_empty() {
+                    "empty path".to_string()
+                } else {
+                    format!("path {} contains a NUL byte", show(s))
+                },
+                Some(
+                    "write a directory path, relative to the Agentfile's directory or absolute"
+                        .to_string(),
+                ),
+            );
+            return None;
+        }
+        Some(resolve(&self.base_dir, s))
+    }
+
+    fn identity(&mut self, raw: &RawManifest) -> Option<Option<Identity>> {
+        let Some(identity) = &raw.identity.0 else {
+            return Some(None);
+        };
+        let did = self.required(
+            &identity.value.did,
+            "identity.did",
+            identity.key_pos(),
+            "write the agent's did:key, as printed by `constle keygen`",
+        )?;
+        self.did(did, "identity.did")
+            .map(|did| Some(Identity { did }))
+    }
+
+    fn sandbox(&mut self, raw: &Located<RawSandbox>) -> Option<Sandbox> {
+        let s: &RawSandbox = &raw.value;
+        let command = self
+            .required(
+                &s.command,
+                "sandbox.command",
+                raw.key_pos(),
+                "write the program and its arguments as a list, e.g. command: [\"python\", \"agent.py\"]",
+            )
+            .and_then(|c| self.command(c));
+        let workdir = match &s.workdir.0 {
+            Some(w) => self.path(w),
+            None => Some(self.base_dir.clone()),
+        };
+        let rootfs = match &s.rootfs.0 {
+            Some(r) => self.path(r).map(Some),
+            None => Some(None),
+        };
+        let env = self.env(s);
+        let network = match &s.network.0 {
+            Some(n) => self.network(n),
+            None => Some(Network {
+                egress: Egress::Restricted,
+                allowed_hosts: Vec::new(),
+            }),
+        };
+        Some(Sandbox {
+            command: command?,
+            workdir: workdir?,
+            env: env?,
+            rootfs: rootfs?,
+            network: network?,
+        })
+    }
+
+    fn command(&mut self, command: &Located<Strings>) -> Option<Vec<String>> {
+        if command.value.is_empty() {
+            self.sink.error(
+                "invalid_command",
+                command.pos,
+                "sandbox.command is empty",
+                Some(
+                    "write the program and its arguments, e.g. command: [\"python\", \"agent.py\"]"
+                        .to_string(),
+                ),
+            );
+            return None;
+        }
+        let mut ok = true;
+        for (i, arg) in command.value.iter().enumerate() {
+            if i == 0 && arg.value.is_empty() {
+                self.sink.error(
+                    "invalid_command",
+                    arg.pos,
+                    "the program, sandbox.command[0], is empty",
+                    Some("write the program to run first, e.g. python".to_string()),
+                );
+                ok = false;
+            } else if arg.value.contains('\0') {
+                self.sink.error(
+                    "invalid_command",
+                    arg.pos,
+                    format!("argument {} contains a NUL byte", show(&arg.value)),
+                    Some("remove the NUL byte; arguments cannot contain one".to_string()),
+                );
+                ok = false;
+            }
+        }
+        ok.then(|| command.value.iter().map(|a| a.value.clone()).collect())
+    }
+
+    fn env(&mut self, s: &RawSandbox) -> Option<BTreeMap<EnvVarName, String>> {
+        let mut out = BTreeMap::new();
+        let Some(env) = &s.env.0 else {
+            return Some(out);
+        };
+        let mut ok = true;
+        for (key, value) in &env.value.0 {
+            let upper = key.value.to_ascii_uppercase();
+            let name = self.check(key, "invalid_env_name", EnvVarName::new);
+            let Some(name) = name else {
+                ok = false;
+                continue;
+            };
+            if RESERVED_ENV.contains(&upper.as_str()) || upper.starts_with("CONSTLE_") {
+                self.sink.error(
+                    "reserved_env_name",
+                    key.pos,
+                    format!("{} is set by constle and cannot be set in sandbox.env", show(&key.value)),
+                    Some(
+                        "remove it: constle points the proxy variables at its egress proxy and sets CONSTLE_* itself"
+                            .to_string(),
+                    ),
+                );
+                ok = false;
+                continue;
+            }
+            if value.value.contains('\0') {
+                self.sink.error(
+                    "invalid_string",
+                    value.pos,
+                    format!("the value of {} contains a NUL byte", show(&key.value)),
+                    Some("remove the NUL byte; environment values cannot contain one".to_string()),
+                );
+                ok = false;
+                continue;
+            }
+            out.insert(name, value.value.clone());
+        }
+        ok.then_some(out)
+    }
+
+    fn network(&mut self, raw: &Located<RawNetwork>) -> Option<Network> {
+        let n = &raw.value;
+        let egress = match &n.egress.0 {
+            None => Some(Egress::Restricted),
+            Some(e) => self
+                .choice(e, "egress mode", &["none", "restricted", "open"])
+                .map(|c| match c {
+                    "none" => Egress::None,
+                    "open" => Egress::Open,
+                    _ => Egress::Restricted,
+                }),
+        };
+        let mut hosts = Vec::new();
+        let mut ok = true;
+        if let Some(list) = &n.allowed_hosts.0 {
+            let mut seen: HashMap<&str, Pos> = HashMap::new();
+            for host in &list.value {
+                let Some(h) = self.check(host, "invalid_hostname", Hostname::new) else {
+                    ok = false;
+                    continue;
+                };
+                if let Some(first) = seen.get(host.value.as_str()) {
+                    self.sink.error(
+                        "duplicate_host",
+                        host.pos,
+                        format!("{} is listed twice in allowed_hosts", show(&host.value)),
+                        Some(format!(
+                            "remove it; it is already listed at line {}",
+                            first.line
+                        )),
+                    );
+                    ok = false;
+                    continue;
+                }
+                seen.insert(&host.value, host.pos);
+                hosts.push(h);
+            }
+        }
+        if let (Some(Egress::None), Some(e), Some(list)) = (egress, &n.egress.0, &n.allowed_hosts.0)
+            && !list.value.is_empty()
+        {
+            self.sink.error(
+                "egress_none_with_hosts",
+                e.pos,
+                format!(
+                    "egress: none gives the agent no network, but allowed_hosts lists {} host(s)",
+                    list.value.len()
+                ),
+                Some("remove allowed_hosts, or write egress: restricted".to_string()),
+            );
+            ok = false;
+        }
+        if let (Some(Egress::Open), Some(e)) = (egress, &n.egress.0) {
+            self.sink.warning(
+                "egress_open",
+                e.pos,
+                "egress: open lets the agent reach any public host on port 443; allowed_hosts is not consulted",
+                Some("prefer egress: restricted (the default) with the hosts the agent needs".to_string()),
+            );
+        }
+        if !ok {
+            return None;
+        }
+        Some(Network {
+            egress: egress?,
+            allowed_hosts: hosts,
+        })
+    }
+
+    fn mcp(&mut self, raw: &Located<RawMcp>) -> Option<Mcp> {
+        let Some(servers) = &raw.value.servers.0 else {
+            return Some(Mcp::default());
+        };
+        let mut out = Vec::new();
+        let mut ok = true;
+        let mut ids: HashMap<String, Pos> = HashMap::new();
+        let mut vars: HashMap<String, (String, Pos)> = HashMap::new();
+        for server in &servers.value {
+            if let Some(id) = &server.value.id.0 {
+                if let Some(first) = ids.get(&id.value) {
+                    self.sink.error(
+                        "duplicate_server_id",
+                        id.pos,
+                        format!("MCP server id {} is used twice", show(&id.value)),
+                        Some(format!("rename one; the first is at line {}", first.line)),
+                    );
+                    ok = false;
+                } else if let Ok(sid) = ServerId::new(&id.value) {
+                    let var = sid.env_var();
+                    if let Some((other, first)) = vars.get(&var) {
+                        self.sink.error(
+                            "server_id_collision",
+                            id.pos,
+                            format!(
+                                "MCP server ids {} and {} both become {var} for the agent",
+                                show(other),
+                                show(&id.value)
+                            ),
+                            Some(format!(
+                                "rename one of them (the other is at line {}); `-` and `_` are the same in variable names",
+                                first.line
+                            )),
+                        );
+                        ok = false;
+                    }
+                    vars.insert(var, (id.value.clone(), id.pos));
+                }
+                ids.insert(id.value.clone(), id.pos);
+            }
+            match self.server(server) {
+                Some(s) => out.push(s),
+                None => ok = false,
+            }
+        }
+        ok.then_some(Mcp { servers: out })
+    }
+
+    fn server(&mut self, raw: &Located<RawServer>) -> Option<McpServer> {
+        let s = &raw.value;
+        let at = raw.pos;
+        let id = self
+            .required(
+                &s.id,
+                "mcp.servers[].id",
+                at,
+                "name the server, e.g. id: accounting",
+            )
+            .and_then(|id| self.check(id, "invalid_server_id", ServerId::new));
+        let url = self
+            .required(
+                &s.url,
+                "mcp.servers[].url",
+                at,
+                "write where the gate reaches the server, e.g. url: https://mcp.example.com/mcp",
+            )
+            .and_then(|u| self.url(u));
+        let tools = self
+            .required(
+                &s.tools,
+                "mcp.servers[].tools",
+                at,
+                "list the exact tool names the agent may call, e.g. tools: [list_invoices]",
+            )
+            .and_then(|t| self.tools(t));
+        let pricing = match &s.pricing.0 {
+            None => Some(Pricing::default()),
+            Some(p) => self.pricing(p, tools.as_deref()),
+        };
+        Some(McpServer {
+            id: id?,
+            url: url?,
+            tools: tools?,
+            pricing: pricing?,
+        })
+    }
+
+    /// A list of unique tool names.
+    fn tool_list(
+        &mut self,
+        list: &Located<Strings>,
+        duplicate_code: &'static str,
+        what: &str,
+    ) -> Option<Vec<ToolName>> {
+        let mut out = Vec::new();
+        let mut ok = true;
+        let mut seen: HashMap<&str, Pos> = HashMap::new();
+        for tool in &list.value {
+            let Some(name) = self.check(tool, "invalid_tool_name", ToolName::new) else {
+                ok = false;
+                continue;
+            };
+            if let Some(first) = seen.get(tool.value.as_str()) {
+                self.sink.error(
+                    duplicate_code,
+                    tool.pos,
+                    format!("{} is listed twice in {what}", show(&tool.value)),
+                    Some(format!(
+                        "remove it; it is already listed at line {}",
+                        first.line
+                    )),
+                );
+                ok = false;
+                continue;
+            }
+            seen.insert(&tool.value, tool.pos);
+            out.push(name);
+        }
+        ok.then_some(out)
+    }
+
+    fn tools(&mut self, list: &Located<Strings>) -> Option<Vec<ToolName>> {
+        if list.value.is_empty() {
+            self.sink.error(
+                "empty_tools",
+                list.pos,
+                "an MCP server must declare at least one tool",
+                Some(
+                    "list the exact tool names the agent may call, or remove the server"
+                        .to_string(),
+                ),
+            );
+            return None;
+        }
+        self.tool_list(list, "duplicate_tool", "tools")
+    }
+
+    fn pricing(
+        &mut self,
+        raw: &Located<RawPricing>,
+        tools: Option<&[ToolName]>,
+    ) -> Option<Pricing> {
+        let p = &raw.value;
+        let default_usd = self.amount(&p.default_usd);
+        let mut priced = BTreeMap::new();
+        let mut ok = true;
+        let declared: Option<HashSet<&str>> =
+            tools.map(|t| t.iter().map(ToolName::as_str).collect());
+        if let Some(map) = &p.tools.0 {
+            for (tool, price) in &map.value.0 {
+                let name = self.check(tool, "invalid_tool_name", ToolName::new);
+                let amount = self.check(price, "invalid_amount", parse_amount);
+                let (Some(name), Some(amount)) = (name, amount) else {
+                    ok = false;
+                    continue;
+                };
+                if let (Some(declared), Some(tools)) = (&declared, tools)
+                    && !declared.contains(name.as_str())
+                {
+                    if self.sink.full() {
+                        self.sink.overflow(tool.pos);
+                        ok = false;
+                        continue;
+                    }
+                    let names: Vec<&str> = tools.iter().map(ToolName::as_str).collect();
+                    self.sink.error(
+                        "unknown_priced_tool",
+                        tool.pos,
+                        format!(
+                            "{} is priced but not declared in this server's tools",
+                            show(&tool.value)
+                        ),
+                        Some(match did_you_mean(&tool.value, names.iter().copied()) {
+                            Some(best) => format!(
+                                "did you mean `{best}`? declared tools: {}",
+                                names.join(", ")
+                            ),
+                            None => {
+                                format!("add it to tools, or price one of: {}", names.join(", "))
+                            }
+                        }),
+                    );
+                    ok = false;
+                    continue;
+                }
+                priced.insert(name, amount);
+            }
+        }
+        if !ok {
+            return None;
+        }
+        Some(Pricing {
+            default_usd: default_usd?,
+            tools: priced,
+        })
+    }
+
+    fn human_gates(
+        &mut self,
+        raw: &Located<RawHumanGates>,
+        mcp: Option<&Mcp>,
+    ) -> Option<HumanGates> {
+        let h = &raw.value;
+        let enabled = h.enabled.0.as_ref().map(|e| e.value).unwrap_or(false);
+        let gated = match &h.require_approval_for.0 {
+            Some(list) => self.tool_list(list, "duplicate_entry", "require_approval_for"),
+            None => Some(Vec::new()),
+        };
+        let approver = match &h.approver_pubkey.0 {
+            Some(a) => self.did(a, "approver_pubkey").map(Some),
+            None => Some(None),
+        };
+        let entries: &[Located<String>] = h
+            .require_approval_for
+            .0
+            .as_ref()
+            .map(|l| l.value.as_slice())
+            .unwrap_or(&[]);
+        if enabled && !entries.is_empty() && h.approver_pubkey.0.is_none() {
+            self.sink.error(
+                "missing_approver_pubkey",
+                raw.key_pos(),
+                "human_gates gates tool calls but has no approver_pubkey",
+                Some(
+                    "run `constle webhook-keygen approver` and write the did:key it prints as approver_pubkey"
+                        .to_string(),
+                ),
+            );
+        }
+        self.gate_warnings(h, enabled, entries, mcp);
+
+        let mut notify = Vec::new();
+        let mut ok = true;
+        if let Some(list) = &h.notify.0 {
+            for item in &list.value {
+                match self.notify(item) {
+                    Some(n) => notify.push(n),
+                    None => ok = false,
+                }
+            }
+        }
+        let timeout = match &h.approval_timeout_seconds.0 {
+            None => Some(DEFAULT_APPROVAL_TIMEOUT_SECONDS),
+            Some(t) => match u32::try_from(t.value) {
+                Ok(n) if (1..=MAX_APPROVAL_TIMEOUT_SECONDS).contains(&n) => Some(n),
+                _ => {
+                    self.sink.error(
+                        "out_of_range",
+                        t.pos,
+                        format!(
+                            "approval_timeout_seconds is {}; it must be from 1 to {MAX_APPROVAL_TIMEOUT_SECONDS}",
+                            t.value
+                        ),
+                        Some(format!(
+                            "write a number of seconds from 1 to {MAX_APPROVAL_TIMEOUT_SECONDS} (one day), e.g. 300"
+                        )),
+                    );
+                    None
+                }
+            },
+        };
+        let on_timeout = match &h.on_timeout.0 {
+            None => Some(OnTimeout::Abort),
+            Some(o) => {
+                let choice = self.choice(o, "on_timeout value", &["abort", "proceed"]);
+                if choice == Some("proceed") {
+                    self.sink.warning(
+                        "on_timeout_proceed",
+                        o.pos,
+                        "on_timeout: proceed forwards a gated call without approval when nobody answers in time: the gate becomes a delay",
+                        Some("keep the default, on_timeout: abort, unless a delay is really all you want".to_string()),
+                    );
+                }
+                choice.map(|c| {
+                    if c == "proceed" {
+                        OnTimeout::Proceed
+                    } else {
+                        OnTimeout::Abort
+                    }
+                })
+            }
+        };
+        if !ok {
+            return None;
+        }
+        Some(HumanGates {
+            enabled,
+            require_approval_for: gated?,
+            approver_pubkey: approver?,
+            notify,
+            approval_timeout_seconds: timeout?,
+            on_timeout: on_timeout?,
+        })
+    }
+
+    fn gate_warnings(
+        &mut self,
+        h: &RawHumanGates,
+        enabled: bool,
+        entries: &[Located<String>],
+        mcp: Option<&Mcp>,
+    ) {
+        if enabled
+            && entries.is_empty()
+            && let Some(e) = &h.enabled.0
+        {
+            self.sink.warning(
+                "gates_nothing",
+                e.pos,
+                "human_gates is enabled but require_approval_for is empty, so no call is gated",
+                Some(
+                    "list the exact tool names that need approval in require_approval_for"
+                        .to_string(),
+                ),
+            );
+        }
+        // Declared tools, exactly and ignoring ASCII case (first server wins).
+        let mut declared: HashSet<&str> = HashSet::new();
+        let mut folded: HashMap<String, (&str, &str)> = HashMap::new();
+        for server in mcp.map(|m| m.servers.as_slice()).unwrap_or_default() {
+            for tool in &server.tools {
+                declared.insert(tool.as_str());
+                folded
+                    .entry(tool.as_str().to_ascii_lowercase())
+                    .or_insert((tool.as_str(), server.id.as_str()));
+            }
+        }
+        // `enabled` given as something other than a bool was reported already;
+        // its placeholder `false` must not also produce warnings.
+        let enabled_broken = h
+            .enabled
+            .0
+            .as_ref()
+            .is_some_and(|e| self.sink.is_poisoned(e.pos));
+        for entry in entries {
+            let name = entry.value.as_str();
+            if !enabled && !enabled_broken {
+                self.sink.warning(
+                    "gates_disabled",
+                    entry.pos,
+                    format!(
+                        "human_gates.enabled is not true, so {} is not gated",
+                        show(name)
+                    ),
+                    Some("set `enabled: true` under human_gates to gate it".to_string()),
+                );
+            }
+            // Only when the servers validated: otherwise "no tool" is not proven.
+            if mcp.is_none() || declared.contains(name) {
+                continue;
+            }
+            let near = folded.get(&name.to_ascii_lowercase());
+            let (message, help) = match near {
+                Some((tool, server)) => (
+                    format!(
+                        "{} in require_approval_for matches no declared tool, so it gates nothing; server {} declares {}",
+                        show(name),
+                        show(server),
+                        show(tool)
+                    ),
+                    format!("names match exactly and case-sensitively; write {}", show(tool)),
+                ),
+                None if declared.is_empty() => (
+                    format!(
+                        "{} in require_approval_for gates nothing: no MCP server is declared",
+                        show(name)
+                    ),
+                    "declare the server and its tools under mcp.servers; gates only see MCP tool calls"
+                        .to_string(),
+                ),
+                None => (
+                    format!(
+                        "{} in require_approval_for matches no declared tool, so it gates nothing",
+                        show(name)
+                    ),
+                    "write a tool name exactly as a server declares it in mcp.servers[].tools".to_string(),
+                ),
+            };
+            self.sink
+                .warning("gate_matches_no_tool", entry.pos, message, Some(help));
+        }
+    }
+
+    fn notify(&mut self, raw: &Located<crate::raw::RawNotify>) -> Option<Notify> {
+        let n = &raw.value;
+        let channel = self
+            .required(
+                &n.channel,
+                "human_gates.notify[].channel",
+                raw.pos,
+                "write channel: webhook",
+            )
+            .and_then(|c| self.choice(c, "notify channel", &["webhook"]))
+            .map(|_| NotifyChannel::Webhook);
+        let var = self
+            .required(
+                &n.url_secret_ref,
+                "human_gates.notify[].url_secret_ref",
+                raw.pos,
+                "name the host environment variable holding the webhook URL, e.g. url_secret_ref: HUMAN_GATE_WEBHOOK_URL",
+            )
+            .and_then(|v| {
+                let name = self.check(v, "invalid_env_name", EnvVarName::new)?;
+                self.webhook_warnings(v, &name);
+                Some(name)
+            });
+        Some(Notify {
+            channel: channel?,
+            url_secret_ref: var?,
+        })
+    }
+
+    fn webhook_warnings(&mut self, at: &Located<String>, name: &EnvVarName) {
+        match (self.env)(name.as_str()) {
+            None => self.sink.warning(
+                "webhook_url_unset",
+                at.pos,
+                format!("{name} is not set, so gated calls will only be decided at the terminal"),
+                Some(format!(
+                    "export {name}=https://… (your decision endpoint) before `constle run`"
+                )),
+            ),
+            Some(value) if value.is_empty() => self.sink.warning(
+                "webhook_url_unset",
+                at.pos,
+                format!("{name} is empty, so gated calls will only be decided at the terminal"),
+                Some(format!(
+                    "set {name} to your decision endpoint's https URL before `constle run`"
+                )),
+            ),
+            // The value is a secret: describe the problem, never echo it.
+            Some(value) => {
+                if HttpUrl::new(&value).is_err() {
+                    self.sink.warning(
+                        "webhook_url_invalid",
+                        at.pos,
+                        format!(
+                            "the value of {name} is not an https URL (or http to loopback), so gated calls will only be decided at the terminal"
+                        ),
+                        Some(format!("set {name} to your decision endpoint's URL, e.g. https://approvals.example.com/gates")),
+                    );
+                }
+            }
+        }
+    }
+
+    fn spending(&mut self, raw: &Located<RawSpending>, mcp: Option<&Mcp>) -> Option<Spending> {
+        let s = &raw.value;
+        let run = self.amount(&s.max_per_run_usd);
+        let day = self.amount(&s.max_per_day_usd);
+        let month = self.amount(&s.max_per_month_usd);
+        if let Some(m) = &s.max_per_month_usd.0 {
+            self.sink.warning(
+                "monthly_cap_not_enforced",
+                m.key_pos(),
+                "max_per_month_usd is checked but not enforced: there is no monthly ledger",
+                Some("rely on max_per_day_usd and max_per_run_usd, which are enforced".to_string()),
+            );
+        }
+        let has_caps = s.max_per_run_usd.0.is_some()
+            || s.max_per_day_usd.0.is_some()
+            || s.max_per_month_usd.0.is_some();
+        if has_caps && mcp.is_some_and(|m| !m.is_priced()) {
+            self.sink.warning(
+                "spend_caps_unmetered",
+                raw.key_pos(),
+                "no MCP server declares pricing, so these caps count nothing; traffic through allowed_hosts (direct LLM API calls included) is never metered",
+                Some("add pricing to the MCP servers whose calls cost money".to_string()),
+            );
+        }
+        Some(Spending {
+            max_per_run_usd: run?,
+            max_per_day_usd: day?,
+            max_per_month_usd: month?,
+        })
+    }
+
+    fn a2a(&mut self, raw: &Located<RawA2a>) -> Option<A2a> {
+        let a = &raw.value;
+        let listen = match &a.listen.0 {
+            None => Some(None),
+            Some(l) => self
+                .check(l, "invalid_socket_addr", |s| {
+                    let help =
+                        Some("write an IP address and port, e.g. 127.0.0.1:7400".to_string());
+                    match s.parse::<SocketAddr>() {
+                        Ok(addr) if addr.port() != 0 => Ok(addr),
+                        Ok(_) => Err(InvalidValue {
+                            message: "a2a.listen has port 0".to_string(),
+                            help,
+                        }),
+                        Err(_) => Err(InvalidValue {
+                            message: format!(
+                                "a2a.listen {} is not an IP address and port",
+                                show(s)
+                            ),
+                            help,
+                        }),
+                    }
+                })
+                .map(Some),
+        };
+        let mut peers = Vec::new();
+        let mut ok = true;
+        if let Some(list) = &a.peers.0 {
+            let mut seen: HashMap<String, Pos> = HashMap::new();
+            for peer in &list.value {
+                let did = self
+                    .required(
+                        &peer.value.did,
+                        "a2a.peers[].did",
+                        peer.pos,
+                        "write the peer's did:key",
+                    )
+                    .and_then(|d| {
+                        let did = self.did(d, "a2a peer did")?;
+                        if let Some(first) = seen.get(did.to_string().as_str()) {
+                            self.sink.error(
+                                "duplicate_peer",
+                                d.pos,
+                                format!("peer {} is listed twice", show(&d.value)),
+                                Some(format!(
+                                    "remove it; it is already listed at line {}",
+                                    first.line
+                                )),
+                            );
+                            return None;
+                        }
+                        seen.insert(did.to_string(), d.pos);
+                        Some(did)
+                    });
+                let url = match &peer.value.url.0 {
+                    None => Some(None),
+                    Some(u) => self.url(u).map(Some),
+                };
+                match (did, url) {
+                    (Some(did), Some(url)) => peers.push(A2aPeer { did, url }),
+                    _ => ok = false,
+                }
+            }
+        }
+        if !ok {
+            return None;
+        }
+        Some(A2a {
+            listen: listen?,
+            peers,
+        })
+    }
+}
+
+/// `base_dir` joined with `p`; `.` is `base_dir` itself.
+fn resolve(base_dir: &Path, p: &str) -> PathBuf {
+    if p == "." {
+        base_dir.to_path_buf()
+    } else {
+        base_dir.join(p)
+    }
+}

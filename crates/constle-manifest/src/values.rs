@@ -1,0 +1,937 @@
+//! Checked value types of an Agentfile, each created only by a parser that
+//! enforces its rules: [`Hostname`], [`HttpUrl`], [`ServerId`], [`ToolName`],
+//! [`EnvVarName`], and USD amounts ([`parse_amount`]).
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+use rust_decimal::Decimal;
+
+use crate::diagnostic::show;
+
+/// Why a string is not a valid value of one of this module's types: what is
+/// wrong and, when there is one, what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InvalidValue {
+    /// What is wrong.
+    pub message: String,
+    /// What to write instead.
+    pub help: Option<String>,
+}
+
+fn invalid(message: impl Into<String>, help: impl Into<Option<String>>) -> InvalidValue {
+    InvalidValue {
+        message: message.into(),
+        help: help.into(),
+    }
+}
+
+macro_rules! string_newtype {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The value as written in the Agentfile.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = InvalidValue;
+            fn from_str(s: &str) -> Result<Self, InvalidValue> {
+                $name::new(s)
+            }
+        }
+    };
+}
+
+string_newtype! {
+    /// A host name the agent may reach through the egress proxy: lower-case
+    /// ASCII, at least two dot-separated DNS labels, no IP address in any
+    /// spelling, no port, scheme, path, wildcard or trailing dot.
+    Hostname
+}
+
+string_newtype! {
+    /// The id of an MCP server: 1 to 32 of `a-z`, `0-9`, `_` and `-`.
+    ServerId
+}
+
+string_newtype! {
+    /// An exact MCP tool name: non-empty, at most 256 bytes, no control
+    /// characters, no leading or trailing whitespace. Compared byte for byte.
+    ToolName
+}
+
+string_newtype! {
+    /// An environment variable name: `[A-Za-z_][A-Za-z0-9_]*`, at most 255 bytes.
+    EnvVarName
+}
+
+/// Longest tool name accepted, in bytes.
+pub const MAX_TOOL_NAME_LEN: usize = 256;
+
+/// Longest environment variable name accepted, in bytes.
+pub const MAX_ENV_NAME_LEN: usize = 255;
+
+impl Hostname {
+    /// Checks a host name for `sandbox.network.allowed_hosts`.
+    pub fn new(s: &str) -> Result<Hostname, InvalidValue> {
+        check_allowed_host(s).map(|()| Hostname(s.to_string()))
+    }
+}
+
+fn check_allowed_host(s: &str) -> Result<(), InvalidValue> {
+    let shown = show(s);
+    if s.is_empty() {
+        return Err(invalid(
+            "empty host name",
+            "write a host name such as api.example.com".to_string(),
+        ));
+    }
+    if s.trim() != s || s.chars().any(char::is_whitespace) {
+        let trimmed = s.trim();
+        let help = if !trimmed.is_empty() && !trimmed.chars().any(char::is_whitespace) {
+            format!("write {}", show(trimmed))
+        } else {
+            "write one host name per list entry".to_string()
+        };
+        return Err(invalid(
+            format!("host name {shown} contains whitespace"),
+            help,
+        ));
+    }
+    if let Some((_, rest)) = s.split_once("://") {
+        let host = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        let host = strip_port(host);
+        return Err(invalid(
+            format!("{shown} is a URL; allowed_hosts takes bare host names"),
+            format!("write {}", show(host)),
+        ));
+    }
+    let bracketed = s.starts_with('[') && s.contains(']');
+    let bare = s.trim_start_matches('[').split(']').next().unwrap_or(s);
+    if bracketed || Ipv6Addr::from_str(bare).is_ok() || Ipv4Addr::from_str(strip_port(s)).is_ok() {
+        return Err(ip_literal(&shown));
+    }
+    if s.contains('/') {
+        let host = s.split('/').next().unwrap_or(s);
+        return Err(invalid(
+            format!("host name {shown} contains a path"),
+            format!("write only the host: {}", show(host)),
+        ));
+    }
+    if s.contains(':') {
+        let host = strip_port(s);
+        return Err(invalid(
+            format!("host name {shown} contains a port"),
+            format!(
+                "write only the host, {}; the proxy allows port 443 only",
+                show(host)
+            ),
+        ));
+    }
+    if s.contains('*') {
+        let example = s.trim_start_matches('*').trim_start_matches('.');
+        return Err(invalid(
+            format!("wildcard {shown} is not supported"),
+            format!(
+                "list each host name in full, e.g. api.{}",
+                if example.is_empty() {
+                    "example.com"
+                } else {
+                    example
+                }
+            ),
+        ));
+    }
+    if !s.is_ascii() {
+        return Err(invalid(
+            format!("host name {shown} is not ASCII"),
+            "write an internationalised name in its ASCII (xn--) form".to_string(),
+        ));
+    }
+    if s.bytes().any(|b| b.is_ascii_uppercase()) {
+        let lower = s.to_ascii_lowercase();
+        return Err(invalid(
+            format!("host name {shown} has upper-case letters"),
+            format!("write it in lower case: {}", show(&lower)),
+        ));
+    }
+    if let Some(stripped) = s.strip_suffix('.')
+        && !stripped.is_empty()
+        && !stripped.ends_with('.')
+    {
+        return Err(invalid(
+            format!("host name {shown} ends with a dot"),
+            format!("write {}", show(stripped)),
+        ));
+    }
+    check_labels(s, &shown)?;
+    if looks_numeric(s) {
+        return Err(ip_literal(&shown));
+    }
+    if !s.contains('.') {
+        let help = if s == "localhost" {
+            "the proxy never connects to loopback; remove this entry".to_string()
+        } else {
+            format!(
+                "write the fully qualified name, e.g. {}",
+                show(&format!("{s}.example.com"))
+            )
+        };
+        return Err(invalid(
+            format!(
+                "host name {shown} has a single label; a public host name has at least one dot"
+            ),
+            help,
+        ));
+    }
+    Ok(())
+}
+
+fn ip_literal(shown: &str) -> InvalidValue {
+    invalid(
+        format!("{shown} is an IP address; allowed_hosts takes host names only"),
+        "write the host name the agent connects to; the proxy refuses raw IP destinations"
+            .to_string(),
+    )
+}
+
+/// `host:port` → `host` (IPv6 brackets left alone).
+fn strip_port(s: &str) -> &str {
+    if s.starts_with('[') {
+        return s;
+    }
+    match s.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => s,
+    }
+}
+
+/// DNS label rules: 1 to 63 of `a-z0-9-`, not starting or ending with `-`;
+/// at most 253 bytes in all. Upper case is checked by the caller.
+fn check_labels(s: &str, shown: &str) -> Result<(), InvalidValue> {
+    if s.len() > 253 {
+        return Err(invalid(
+            format!("host name {shown} is longer than 253 bytes"),
+            "write a shorter host name".to_string(),
+        ));
+    }
+    for label in s.split('.') {
+        if label.is_empty() {
+            return Err(invalid(
+                format!("host name {shown} has an empty label (a leading dot or `..`)"),
+                "write dot-separated labels, e.g. api.example.com".to_string(),
+            ));
+        }
+        if label.len() > 63 {
+            return Err(invalid(
+                format!("host name {shown} has a label longer than 63 bytes"),
+                "each dot-separated part of a host name is at most 63 characters".to_string(),
+            ));
+        }
+        if let Some(bad) = label
+            .chars()
+            .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+        {
+            return Err(invalid(
+                format!("host name {shown} contains {bad:?}"),
+                "use only letters, digits, `-` and `.` in a host name".to_string(),
+            ));
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(invalid(
+                format!("host name {shown} has a label that starts or ends with `-`"),
+                "a DNS label starts and ends with a letter or digit".to_string(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a host would be read as an IPv4 address by a URL parser: its last
+/// label is a number (decimal, octal with a leading 0, or `0x` hex).
+fn looks_numeric(s: &str) -> bool {
+    let last = s.rsplit('.').next().unwrap_or(s);
+    let lower = last.to_ascii_lowercase();
+    if let Some(hex) = lower.strip_prefix("0x") {
+        return hex.bytes().all(|b| b.is_ascii_hexdigit());
+    }
+    !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit())
+}
+
+impl ServerId {
+    /// Checks an MCP server id.
+    pub fn new(s: &str) -> Result<ServerId, InvalidValue> {
+        let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-';
+        if s.is_empty() || s.len() > 32 || !s.chars().all(ok) {
+            let lower = s.to_ascii_lowercase();
+            let help = if !lower.is_empty() && lower.len() <= 32 && lower.chars().all(ok) {
+                format!("write it in lower case: {}", show(&lower))
+            } else {
+                "use 1 to 32 of a-z, 0-9, `_` and `-`, e.g. accounting".to_string()
+            };
+            return Err(invalid(format!("invalid MCP server id {}", show(s)), help));
+        }
+        Ok(ServerId(s.to_string()))
+    }
+
+    /// The variable through which the agent reaches this server:
+    /// `CONSTLE_MCP_<ID>_URL`, the id upper-cased with `-` written as `_`.
+    pub fn env_var(&self) -> String {
+        let id: String = self
+            .0
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("CONSTLE_MCP_{id}_URL")
+    }
+}
+
+impl ToolName {
+    /// Checks an MCP tool name.
+    pub fn new(s: &str) -> Result<ToolName, InvalidValue> {
+        if s.is_empty() {
+            return Err(invalid(
+                "empty tool name",
+                "write the exact MCP tool name, e.g. pay_invoice".to_string(),
+            ));
+        }
+        if s.len() > MAX_TOOL_NAME_LEN {
+            return Err(invalid(
+                format!(
+                    "tool name {} is longer than {MAX_TOOL_NAME_LEN} bytes",
+                    show(s)
+                ),
+                "write the exact MCP tool name".to_string(),
+            ));
+        }
+        if s.chars().any(char::is_control) {
+            return Err(invalid(
+                format!("tool name {} contains a control character", show(s)),
+                "write the exact MCP tool name without control characters".to_string(),
+            ));
+        }
+        if s.trim() != s {
+            return Err(invalid(
+                format!("tool name {} has leading or trailing whitespace", show(s)),
+                format!("write {}; names are matched exactly", show(s.trim())),
+            ));
+        }
+        Ok(ToolName(s.to_string()))
+    }
+}
+
+impl EnvVarName {
+    /// Checks an environment variable name.
+    pub fn new(s: &str) -> Result<EnvVarName, InvalidValue> {
+        let mut chars = s.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        if !first_ok
+            || s.len() > MAX_ENV_NAME_LEN
+            || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(invalid(
+                format!("invalid environment variable name {}", show(s)),
+                "use letters, digits and `_`, not starting with a digit, e.g. API_TOKEN"
+                    .to_string(),
+            ));
+        }
+        Ok(EnvVarName(s.to_string()))
+    }
+}
+
+/// `http` or `https`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    /// Plain HTTP: loopback hosts only.
+    Http,
+    /// HTTPS.
+    Https,
+}
+
+/// The host of an [`HttpUrl`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum UrlHost {
+    /// A lower-case DNS name.
+    Domain(String),
+    /// A dotted-quad IPv4 address.
+    Ipv4(Ipv4Addr),
+    /// A bracketed IPv6 address.
+    Ipv6(Ipv6Addr),
+}
+
+impl fmt::Display for UrlHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UrlHost::Domain(d) => f.write_str(d),
+            UrlHost::Ipv4(a) => write!(f, "{a}"),
+            UrlHost::Ipv6(a) => write!(f, "[{a}]"),
+        }
+    }
+}
+
+/// An absolute `http` or `https` URL, checked strictly: lower-case scheme,
+/// no user info, a host that is a DNS name, a dotted-quad IPv4 address or a
+/// bracketed IPv6 address, an optional port, and a path and query of printable
+/// ASCII (percent-encode the rest). No fragment. Plain `http` is accepted for
+/// loopback hosts only (`localhost`, `127.0.0.0/8`, `[::1]`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HttpUrl {
+    text: String,
+    scheme: Scheme,
+    host: UrlHost,
+    port: Option<u16>,
+    path_start: usize,
+}
+
+impl HttpUrl {
+    /// Parses and checks a URL.
+    pub fn new(s: &str) -> Result<HttpUrl, InvalidValue> {
+        HttpUrl::parse(s).map_err(|(_, e)| e)
+    }
+
+    /// Like [`HttpUrl::new`], with the diagnostic code: `insecure_url` for
+    /// plain http to a host that is not loopback, else `invalid_url`.
+    pub(crate) fn parse(s: &str) -> Result<HttpUrl, (&'static str, InvalidValue)> {
+        HttpUrl::parse_inner(s)
+            .map_err(|e| ("invalid_url", e))
+            .and_then(|url| {
+                if url.scheme == Scheme::Http && !url.is_loopback() {
+                    let https = format!("https://{}", &s["http://".len()..]);
+                    Err((
+                        "insecure_url",
+                        invalid(
+                            format!(
+                                "URL {} uses plain http to a host that is not loopback",
+                                show(s)
+                            ),
+                            format!("use https: {}", show(&https)),
+                        ),
+                    ))
+                } else {
+                    Ok(url)
+                }
+            })
+    }
+
+    fn parse_inner(s: &str) -> Result<HttpUrl, InvalidValue> {
+        let shown = show(s);
+        let example = "https://mcp.example.com/mcp";
+        let Some((scheme_text, rest)) = s.split_once("://") else {
+            return Err(invalid(
+                format!("{shown} is not an absolute URL"),
+                format!("write a full URL starting with https://, e.g. {example}"),
+            ));
+        };
+        let scheme = match scheme_text {
+            "https" => Scheme::Https,
+            "http" => Scheme::Http,
+            other if other.eq_ignore_ascii_case("https") || other.eq_ignore_ascii_case("http") => {
+                return Err(invalid(
+                    format!("URL scheme in {shown} is not lower case"),
+                    format!("write {}://…", other.to_ascii_lowercase()),
+                ));
+            }
+            _ => {
+                return Err(invalid(
+                    format!("URL {shown} is not http or https"),
+                    format!("write an https URL, e.g. {example}"),
+                ));
+            }
+        };
+        if let Some(bad) = s
+            .chars()
+            .find(|c| !c.is_ascii() || c.is_ascii_control() || *c == ' ')
+        {
+            return Err(invalid(
+                format!("URL {shown} contains {bad:?}"),
+                "percent-encode spaces, control and non-ASCII characters".to_string(),
+            ));
+        }
+        let authority_end = rest.find(['/', '?', '#', '\\']).unwrap_or(rest.len());
+        let authority = &rest[..authority_end];
+        let tail = &rest[authority_end..];
+        if authority.contains('@') {
+            return Err(invalid(
+                format!("URL {shown} contains user information (`user@`)"),
+                "remove the credentials from the URL".to_string(),
+            ));
+        }
+        let (host_text, port_text) = if let Some(inner) = authority.strip_prefix('[') {
+            let Some((addr, after)) = inner.split_once(']') else {
+                return Err(invalid(
+                    format!("URL {shown} has an unclosed `[`"),
+                    "write an IPv6 host as [::1]".to_string(),
+                ));
+            };
+            let port = match after {
+                "" => None,
+                p => match p.strip_prefix(':') {
+                    Some(p) => Some(p),
+                    None => {
+                        return Err(invalid(
+                            format!("URL {shown} has text after the IPv6 address"),
+                            "write [address]:port".to_string(),
+                        ));
+                    }
+                },
+            };
+            let Ok(addr) = Ipv6Addr::from_str(addr) else {
+                return Err(invalid(
+                    format!("URL {shown} has an invalid IPv6 address"),
+                    "write an IPv6 host as [::1]".to_string(),
+                ));
+            };
+            (UrlHost::Ipv6(addr), port)
+        } else {
+            let (host, port) = match authority.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (authority, None),
+            };
+            (url_host(host, &shown)?, port)
+        };
+        let port = match port_text {
+            None => None,
+            Some(p) => Some(parse_port(p).ok_or_else(|| {
+                invalid(
+                    format!("URL {shown} has an invalid port"),
+                    "write a port from 1 to 65535, or leave it out".to_string(),
+                )
+            })?),
+        };
+        if !tail.is_empty() && !tail.starts_with('/') && !tail.starts_with('?') {
+            return Err(invalid(
+                format!("URL {shown} has an invalid path"),
+                "paths start with `/` and use `/`, not `\\`; fragments (`#`) are not allowed"
+                    .to_string(),
+            ));
+        }
+        if let Some(bad) = tail.chars().find(|c| "#\\\"<>^`{|}".contains(*c)) {
+            return Err(invalid(
+                format!("URL {shown} contains {bad:?} in its path"),
+                "percent-encode it; fragments (`#`) are not allowed".to_string(),
+            ));
+        }
+        let bytes = tail.as_bytes();
+        for (i, b) in bytes.iter().enumerate() {
+            if *b == b'%'
+                && !(bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                    && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+            {
+                return Err(invalid(
+                    format!("URL {shown} has a `%` not followed by two hex digits"),
+                    "write `%25` for a literal percent sign".to_string(),
+                ));
+            }
+        }
+        Ok(HttpUrl {
+            text: s.to_string(),
+            scheme,
+            host: host_text,
+            port,
+            path_start: scheme_text.len() + 3 + authority_end,
+        })
+    }
+
+    /// The URL as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// `http` or `https`.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// The host.
+    pub fn host(&self) -> &UrlHost {
+        &self.host
+    }
+
+    /// The explicit port, if any.
+    pub fn port(&self) -> Option<u16> {
+        self.port
+    }
+
+    /// The explicit port, or 80 / 443 by scheme.
+    pub fn port_or_default(&self) -> u16 {
+        self.port.unwrap_or(match self.scheme {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        })
+    }
+
+    /// The path and query, e.g. `/mcp?x=1`; empty when the URL has none.
+    pub fn path_and_query(&self) -> &str {
+        self.text.get(self.path_start..).unwrap_or("")
+    }
+
+    /// Whether the host is loopback: `localhost`, `127.0.0.0/8` or `::1`.
+    pub fn is_loopback(&self) -> bool {
+        match &self.host {
+            UrlHost::Domain(d) => d == "localhost",
+            UrlHost::Ipv4(a) => a.is_loopback(),
+            UrlHost::Ipv6(a) => a.is_loopback(),
+        }
+    }
+}
+
+impl fmt::Display for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl FromStr for HttpUrl {
+    type Err = InvalidValue;
+    fn from_str(s: &str) -> Result<Self, InvalidValue> {
+        HttpUrl::new(s)
+    }
+}
+
+fn url_host(host: &str, shown: &str) -> Result<UrlHost, InvalidValue> {
+    if host.is_empty() {
+        return Err(invalid(
+            format!("URL {shown} has no host"),
+            "write a URL such as https://mcp.example.com/mcp".to_string(),
+        ));
+    }
+    if let Ok(addr) = Ipv4Addr::from_str(host) {
+        return Ok(UrlHost::Ipv4(addr));
+    }
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Err(invalid(
+            format!("URL {shown} has upper-case letters in its host"),
+            format!(
+                "write the host in lower case: {}",
+                show(&host.to_ascii_lowercase())
+            ),
+        ));
+    }
+    let host_shown = show(host);
+    check_labels(host, &host_shown).map_err(|e| InvalidValue {
+        message: format!("URL {shown}: {}", e.message),
+        help: e.help,
+    })?;
+    if looks_numeric(host) {
+        return Err(invalid(
+            format!("URL {shown} has a host that reads as an unusual IP address spelling"),
+            "write an IPv4 address as four decimal numbers without leading zeros, or use a host name"
+                .to_string(),
+        ));
+    }
+    Ok(UrlHost::Domain(host.to_string()))
+}
+
+fn parse_port(p: &str) -> Option<u16> {
+    if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || (p.len() > 1 && p.starts_with('0'))
+    {
+        return None;
+    }
+    p.parse::<u16>().ok().filter(|p| *p != 0)
+}
+
+/// Most digits before the decimal point of an amount.
+pub const MAX_AMOUNT_INTEGER_DIGITS: usize = 18;
+
+/// Most digits after the decimal point of an amount.
+pub const MAX_AMOUNT_SCALE: usize = 10;
+
+/// Reads a USD amount exactly from its source text: digits with an optional
+/// decimal point and fraction, no sign, exponent, separators or currency
+/// symbol; at most [`MAX_AMOUNT_INTEGER_DIGITS`] digits before the point and
+/// [`MAX_AMOUNT_SCALE`] after. The scale written is kept (`5.00` has scale 2).
+pub fn parse_amount(text: &str) -> Result<Decimal, InvalidValue> {
+    let shown = show(text);
+    let example = "write a plain decimal amount such as 5.00";
+    if text.is_empty() {
+        return Err(invalid("empty amount", example.to_string()));
+    }
+    if text.starts_with('-') {
+        return Err(invalid(
+            format!("amount {shown} is negative"),
+            "amounts are zero or more; write a positive value such as 5.00".to_string(),
+        ));
+    }
+    let lower = text.to_ascii_lowercase();
+    if matches!(
+        lower.trim_start_matches(['+', '-']),
+        ".inf" | "inf" | "infinity" | ".nan" | "nan"
+    ) {
+        return Err(invalid(
+            format!("amount {shown} is not a number"),
+            example.to_string(),
+        ));
+    }
+    let (whole, frac) = match text.split_once('.') {
+        Some((w, f)) => (w, Some(f)),
+        None => (text, None),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || frac.is_some_and(|f| !digits(f)) {
+        let help = if lower.contains('e') && text.bytes().any(|b| b.is_ascii_digit()) {
+            "exponent form is not accepted; write the digits out, e.g. 1000 instead of 1e3"
+                .to_string()
+        } else if whole.is_empty() && frac.is_some_and(digits) {
+            format!("write 0{text}")
+        } else if frac == Some("") && digits(whole) {
+            format!("write {whole}")
+        } else {
+            format!("{example}, without sign, currency symbol or thousands separators")
+        };
+        return Err(invalid(
+            format!("amount {shown} is not a plain decimal number"),
+            help,
+        ));
+    }
+    if whole.len() > 1 && whole.starts_with('0') {
+        let trimmed = whole.trim_start_matches('0');
+        let fixed = format!(
+            "{}{}",
+            if trimmed.is_empty() { "0" } else { trimmed },
+            frac.map(|f| format!(".{f}")).unwrap_or_default()
+        );
+        return Err(invalid(
+            format!("amount {shown} has a leading zero"),
+            format!("write {fixed}"),
+        ));
+    }
+    if whole.len() > MAX_AMOUNT_INTEGER_DIGITS || frac.is_some_and(|f| f.len() > MAX_AMOUNT_SCALE) {
+        return Err(invalid(
+            format!("amount {shown} is too large or too precise"),
+            format!(
+                "use at most {MAX_AMOUNT_INTEGER_DIGITS} digits before the decimal point and {MAX_AMOUNT_SCALE} after it"
+            ),
+        ));
+    }
+    Decimal::from_str_exact(text)
+        .map_err(|e| invalid(format!("amount {shown}: {e}"), example.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostnames() {
+        for ok in [
+            "api.groq.com",
+            "a.b",
+            "xn--bcher-kva.example",
+            "a-1.example.com",
+        ] {
+            assert!(Hostname::new(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "API.groq.com",
+            "api.groq.com.",
+            "*.groq.com",
+            "https://api.groq.com",
+            "api.groq.com:443",
+            "api.groq.com/v1",
+            "api groq.com",
+            " api.groq.com",
+            "1.1.1.1",
+            "127.1",
+            "2130706433",
+            "0x7f000001",
+            "0x7f.0.0.1",
+            "010.0.0.1",
+            "foo.0x1f",
+            "::1",
+            "[::1]",
+            "2606:4700:4700::1111",
+            "[2606:4700::1111]:443",
+            "localhost",
+            "intranet",
+            "a..b",
+            ".a.b",
+            "-a.b",
+            "a-.b",
+            "a_b.com",
+            "bücher.de",
+            "a.b\u{0}",
+        ] {
+            assert!(Hostname::new(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(
+            Hostname::new("API.Groq.com").unwrap_err().help.unwrap(),
+            "write it in lower case: `api.groq.com`"
+        );
+        assert!(
+            Hostname::new("1.1.1.1")
+                .unwrap_err()
+                .message
+                .contains("IP address")
+        );
+    }
+
+    #[test]
+    fn urls() {
+        let u = HttpUrl::new("https://mcp.accounting.internal/mcp?x=1").unwrap();
+        assert_eq!(u.scheme(), Scheme::Https);
+        assert_eq!(u.host(), &UrlHost::Domain("mcp.accounting.internal".into()));
+        assert_eq!(u.port_or_default(), 443);
+        assert_eq!(u.path_and_query(), "/mcp?x=1");
+        for ok in [
+            "http://127.0.0.1:8080/mcp",
+            "http://localhost:3000",
+            "http://[::1]:9000/x",
+            "https://[2001:db8::1]/",
+            "https://203.0.113.7:8443/mcp",
+            "https://mcp",
+        ] {
+            assert!(HttpUrl::new(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "mcp.example.com",
+            "ftp://x.example.com",
+            "HTTPS://x.example.com",
+            "http://mcp.example.com/",
+            "http://10.0.0.1/",
+            "https://user:pw@x.example.com/",
+            "https://x.example.com:0/",
+            "https://x.example.com:99999/",
+            "https://x.example.com:/",
+            "https:///path",
+            "https://X.example.com/",
+            "https://x.example.com/a b",
+            "https://x.example.com/#frag",
+            "https://x.example.com\\evil.com",
+            "https://0x7f.1/",
+            "https://x.example.com/%zz",
+            "https://[::1",
+        ] {
+            assert!(HttpUrl::new(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn server_ids_and_env_vars() {
+        assert_eq!(
+            ServerId::new("accounting").unwrap().env_var(),
+            "CONSTLE_MCP_ACCOUNTING_URL"
+        );
+        assert_eq!(
+            ServerId::new("my-srv_2").unwrap().env_var(),
+            "CONSTLE_MCP_MY_SRV_2_URL"
+        );
+        for bad in ["", "Acc", "a.b", "a b", &"x".repeat(33)] {
+            assert!(ServerId::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn env_names() {
+        for ok in ["A", "_x", "API_TOKEN2"] {
+            assert!(EnvVarName::new(ok).is_ok());
+        }
+        for bad in ["", "1A", "A-B", "A B", "É"] {
+            assert!(EnvVarName::new(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn tool_names() {
+        assert!(ToolName::new("pay_invoice").is_ok());
+        assert!(ToolName::new("ns/tool.v2").is_ok());
+        for bad in ["", " x", "x ", "a\u{7}b", "a\nb"] {
+            assert!(ToolName::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn amounts_are_exact() {
+        let a = parse_amount("0.1").unwrap();
+        let b = parse_amount("0.2").unwrap();
+        assert_eq!(a + b, parse_amount("0.3").unwrap());
+        assert_eq!(a.to_string(), "0.1");
+        let big = parse_amount("12345678901234567.89").unwrap();
+        assert_eq!(big.to_string(), "12345678901234567.89");
+        assert_eq!(
+            big,
+            Decimal::from_i128_with_scale(1_234_567_890_123_456_789, 2)
+        );
+        assert_eq!(parse_amount("5.00").unwrap().scale(), 2);
+        assert_eq!(parse_amount("0").unwrap(), Decimal::ZERO);
+        for bad in [
+            "",
+            "-1",
+            "-0.5",
+            "1e3",
+            "1E3",
+            ".inf",
+            "-.inf",
+            ".nan",
+            "abc",
+            "$5",
+            "1,000",
+            "05",
+            ".5",
+            "5.",
+            "+5",
+            "1_000",
+            " 5",
+            "0x10",
+            "1234567890123456789",
+            "0.12345678901",
+        ] {
+            assert!(parse_amount(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(
+            parse_amount("1e3")
+                .unwrap_err()
+                .help
+                .unwrap()
+                .contains("exponent")
+        );
+        assert!(parse_amount("-1").unwrap_err().message.contains("negative"));
+    }
+}

@@ -1,0 +1,1210 @@
+//! Agentfile parsing and validation, end to end through the public API.
+
+// Test helpers outside `#[test]` functions panic on purpose.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use constle_manifest::{
+    Egress, GateMatch, OnTimeout, Rejected, Severity, Validated, load_file, parse_str,
+};
+use rust_decimal::Decimal;
+
+const DID_A: &str = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";
+const DID_B: &str = "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp";
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn parse(src: &str) -> Result<Validated, Rejected> {
+    parse_str(src, Path::new("agent.yaml"), &no_env)
+}
+
+#[track_caller]
+fn ok(src: &str) -> Validated {
+    match parse(src) {
+        Ok(v) => v,
+        Err(r) => panic!("rejected:\n{r}\n--- source ---\n{src}"),
+    }
+}
+
+#[track_caller]
+fn rejected(src: &str) -> Rejected {
+    match parse(src) {
+        Ok(v) => panic!("accepted: {:?}\n--- source ---\n{src}", v.manifest),
+        Err(r) => {
+            assert!(!r.errors.is_empty());
+            for e in &r.errors {
+                assert_eq!(e.severity, Severity::Error);
+                assert!(e.location.is_some(), "error without location: {e}");
+                assert!(e.help.is_some(), "error without help: {e}");
+            }
+            r
+        }
+    }
+}
+
+/// (code, line, column) of every error.
+#[track_caller]
+fn errors(src: &str) -> Vec<(&'static str, usize, usize)> {
+    rejected(src)
+        .errors
+        .iter()
+        .map(|d| {
+            let l = d.location.as_ref().unwrap();
+            (d.code, l.line, l.column)
+        })
+        .collect()
+}
+
+fn codes(diags: &[constle_manifest::Diagnostic]) -> Vec<&'static str> {
+    diags.iter().map(|d| d.code).collect()
+}
+
+fn at(diags: &[constle_manifest::Diagnostic]) -> Vec<(&'static str, usize, usize)> {
+    diags
+        .iter()
+        .map(|d| {
+            let l = d.location.as_ref().expect("located");
+            (d.code, l.line, l.column)
+        })
+        .collect()
+}
+
+const MIN: &str = "name: a\nsandbox:\n  command: [x]\n";
+
+fn with(extra: &str) -> String {
+    format!("{MIN}{extra}")
+}
+
+// ---------------------------------------------------------------- the docs
+
+/// The first ```yaml block of docs/agentfile.md.
+fn doc_example() -> String {
+    let doc = include_str!("../../../docs/agentfile.md");
+    let start = doc.find("```yaml\n").expect("a yaml block") + "```yaml\n".len();
+    let end = start + doc[start..].find("\n```").expect("closed");
+    doc[start..end].to_string()
+}
+
+#[test]
+fn docs_full_example_parses_cleanly() {
+    let example = doc_example();
+    let env = |name: &str| {
+        (name == "HUMAN_GATE_WEBHOOK_URL")
+            .then(|| "https://approvals.example.com/gates".to_string())
+    };
+    let v = match parse_str(&example, Path::new("/srv/agents/agent.yaml"), &env) {
+        Ok(v) => v,
+        Err(r) => panic!("{r}"),
+    };
+    assert_eq!(codes(&v.warnings), ["monthly_cap_not_enforced"]);
+    let m = v.manifest;
+    assert_eq!(m.name.as_str(), "invoice-processor");
+    assert_eq!(m.did().unwrap().to_string(), DID_A);
+    assert_eq!(m.base_dir, Path::new("/srv/agents"));
+    assert_eq!(
+        m.sandbox.command,
+        ["python", "agent.py", "--queue", "inbox"]
+    );
+    assert_eq!(m.sandbox.workdir, Path::new("/srv/agents/./work"));
+    assert_eq!(
+        m.sandbox.rootfs.as_deref(),
+        Some(Path::new("/srv/agents/./rootfs"))
+    );
+    assert_eq!(m.sandbox.env.get("RETRIES").map(String::as_str), Some("3"));
+    assert_eq!(m.sandbox.network.egress, Egress::Restricted);
+    assert!(m.sandbox.network.allows("api.groq.com"));
+    assert_eq!(m.mcp.servers.len(), 2);
+    let accounting = m.mcp.server("accounting").unwrap();
+    assert_eq!(accounting.env_var(), "CONSTLE_MCP_ACCOUNTING_URL");
+    assert_eq!(
+        accounting.price_of("pay_invoice"),
+        Some(Decimal::new(25, 2))
+    );
+    assert_eq!(
+        accounting.price_of("list_invoices"),
+        Some(Decimal::new(1, 2))
+    );
+    assert_eq!(
+        m.mcp.server("local-search").unwrap().env_var(),
+        "CONSTLE_MCP_LOCAL_SEARCH_URL"
+    );
+    let gated: Vec<_> = m
+        .gated_tools()
+        .iter()
+        .map(|g| (g.server.id.as_str(), g.tool.as_str()))
+        .collect();
+    assert_eq!(gated, [("accounting", "pay_invoice")]);
+    assert_eq!(
+        m.human_gates.approver_pubkey.as_ref().unwrap().to_string(),
+        DID_B
+    );
+    assert_eq!(m.human_gates.approval_timeout(), Duration::from_secs(300));
+    assert_eq!(m.human_gates.on_timeout, OnTimeout::Abort);
+    assert_eq!(m.spending.max_per_run_usd, Some(Decimal::new(500, 2)));
+    assert_eq!(m.spending.max_per_day_usd, Some(Decimal::new(2000, 2)));
+    assert_eq!(m.spending.max_per_month_usd, Some(Decimal::new(300, 0)));
+    let a2a = m.a2a.unwrap();
+    assert_eq!(a2a.listen.unwrap().to_string(), "127.0.0.1:7400");
+    assert_eq!(a2a.peers.len(), 1);
+
+    // Without the webhook variable the example still validates, with a warning.
+    let v = parse_str(&example, Path::new("agent.yaml"), &no_env).unwrap();
+    assert_eq!(
+        codes(&v.warnings),
+        ["webhook_url_unset", "monthly_cap_not_enforced"]
+    );
+}
+
+/// Every code is documented in the table for its severity. (Sink checks in
+/// debug builds that every code emitted is in `CODES`.)
+#[test]
+fn docs_list_every_code() {
+    let doc = include_str!("../../../docs/agentfile.md");
+    let errors = &doc[doc.find("### Errors").unwrap()..doc.find("### Warnings").unwrap()];
+    let warnings = &doc[doc.find("### Warnings").unwrap()..];
+    for (code, severity) in constle_manifest::CODES {
+        let table = match severity {
+            Severity::Error => errors,
+            Severity::Warning => warnings,
+        };
+        assert!(
+            table.contains(&format!("| `{code}` |")),
+            "{code} is not documented"
+        );
+    }
+    let mut seen = std::collections::HashSet::new();
+    assert!(constle_manifest::CODES.iter().all(|(c, _)| seen.insert(c)));
+}
+
+#[test]
+fn minimal_agentfile_gets_defaults() {
+    let v = ok(MIN);
+    assert!(v.warnings.is_empty());
+    let m = v.manifest;
+    assert_eq!(m.sandbox.workdir, m.base_dir);
+    assert!(m.sandbox.env.is_empty());
+    assert_eq!(m.sandbox.network.egress, Egress::Restricted);
+    assert!(m.sandbox.network.allowed_hosts.is_empty());
+    assert!(m.mcp.servers.is_empty());
+    assert!(!m.human_gates.enabled);
+    assert_eq!(m.human_gates.approval_timeout_seconds, 300);
+    assert_eq!(m.human_gates.on_timeout, OnTimeout::Abort);
+    assert!(!m.spending.has_caps());
+    assert!(m.identity.is_none() && m.a2a.is_none());
+}
+
+// ------------------------------------------------------- shape of the YAML
+
+#[test]
+fn unknown_field_is_located_with_did_you_mean() {
+    let src = "name: a\nsandbox:\n  command: [x]\n  network:\n    alowed_hosts: [api.groq.com]\n";
+    let r = rejected(src);
+    assert_eq!(at(&r.errors), [("unknown_field", 5, 5)]);
+    assert_eq!(
+        r.errors[0].to_string(),
+        "agent.yaml:5:5: error[unknown_field]: unknown field `alowed_hosts` in sandbox.network\n  help: did you mean `allowed_hosts`? valid fields: allowed_hosts, egress"
+    );
+}
+
+#[test]
+fn unknown_top_level_field() {
+    let r = rejected(&with("humangates: {}\n"));
+    assert_eq!(at(&r.errors), [("unknown_field", 4, 1)]);
+    assert!(r.errors[0].message.contains("at the top level"));
+    assert!(
+        r.errors[0]
+            .help
+            .as_ref()
+            .unwrap()
+            .contains("did you mean `human_gates`?")
+    );
+}
+
+#[test]
+fn many_errors_in_one_pass() {
+    let src = "\
+name: a/b
+sandbox:
+  command: python agent.py
+  env:
+    HTTPS_PROXY: x
+  network:
+    egress: closed
+    allowed_hosts: [1.1.1.1, API.example.com]
+mcp:
+  servers:
+    - id: acc
+      url: http://mcp.example.com/
+      tools: [a]
+      bogus: 1
+human_gates:
+  enabled: yes
+  approval_timeout_seconds: 0443
+spending:
+  max_per_run_usd: -5
+";
+    assert_eq!(
+        errors(src),
+        [
+            ("invalid_name", 1, 7),
+            ("invalid_type", 3, 12),
+            ("reserved_env_name", 5, 5),
+            ("unknown_variant", 7, 13),
+            ("invalid_hostname", 8, 21),
+            ("invalid_hostname", 8, 30),
+            ("insecure_url", 12, 12),
+            ("unknown_field", 14, 7),
+            ("invalid_bool", 16, 12),
+            ("invalid_integer", 17, 29),
+            ("invalid_amount", 19, 20),
+        ]
+    );
+}
+
+#[test]
+fn duplicate_keys_are_errors() {
+    let r = rejected("name: a\nsandbox:\n  command: [x]\n  command: [y]\nname: b\n");
+    assert_eq!(
+        at(&r.errors),
+        [("duplicate_key", 4, 3), ("duplicate_key", 5, 1)]
+    );
+    assert!(r.errors[0].help.as_ref().unwrap().contains("line 3"));
+    // Quoting does not make a key different.
+    assert_eq!(errors(&with("\"name\": b\n")), [("duplicate_key", 4, 1)]);
+}
+
+#[test]
+fn anchors_aliases_merge_keys_and_tags_are_refused() {
+    assert_eq!(
+        errors("name: &n a\nsandbox:\n  command: [*n]\n"),
+        [("anchor_not_allowed", 1, 7), ("alias_not_allowed", 3, 13)]
+    );
+    assert_eq!(
+        errors("name: a\nsandbox:\n  <<: {command: [x]}\n  command: [x]\n"),
+        [("merge_key_not_allowed", 3, 3)]
+    );
+    assert_eq!(
+        errors("name: !!str a\nsandbox:\n  command: [x]\n"),
+        [("tag_not_allowed", 1, 7)]
+    );
+    assert_eq!(
+        errors("name: a\nsandbox: !foo\n  command: [x]\n"),
+        [("tag_not_allowed", 2, 10)]
+    );
+    assert_eq!(
+        errors(&with("mcp: !!map {}\n")),
+        [("tag_not_allowed", 4, 6)]
+    );
+    assert_eq!(
+        errors("name: a\nsandbox:\n  command: [*nowhere]\n"),
+        [("alias_not_allowed", 3, 13)]
+    );
+    assert_eq!(
+        errors(&format!("%YAML 1.2\n---\n{MIN}")),
+        [("directive_not_allowed", 1, 1)]
+    );
+    assert_eq!(errors(&with("? [a, b]\n: c\n")), [("invalid_key", 4, 3)]);
+}
+
+#[test]
+fn multiple_documents_are_refused() {
+    assert_eq!(
+        errors(&format!("{MIN}---\nname: b\n")),
+        [("multiple_documents", 4, 1)]
+    );
+    assert_eq!(
+        errors(&format!("---\n{MIN}---\n")),
+        [("multiple_documents", 5, 1)]
+    );
+    // One explicit document is fine.
+    ok(&format!("---\n{MIN}...\n"));
+}
+
+#[test]
+fn billion_laughs_fails_fast() {
+    let mut src = String::from(
+        "a0: &a0 [\"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\", \"lol\"]\n",
+    );
+    for i in 1..10 {
+        let p = i - 1;
+        src.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    let start = Instant::now();
+    let r = rejected(&src);
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(codes(&r.errors).contains(&"anchor_not_allowed"));
+    assert!(codes(&r.errors).contains(&"alias_not_allowed"));
+    assert!(r.errors.len() <= 101);
+
+    // A wide alias fan-out is cut off by the error cap.
+    let mut wide = String::from("a: &a x\nb: [");
+    for _ in 0..100_000 {
+        wide.push_str("*a,");
+    }
+    wide.push_str("]\n");
+    let start = Instant::now();
+    let r = rejected(&wide);
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(r.errors.len(), 101);
+    assert_eq!(r.errors.last().unwrap().code, "too_many_errors");
+}
+
+#[test]
+fn size_and_depth_are_bounded() {
+    let big = format!("{MIN}# {}\n", "x".repeat(constle_manifest::MAX_INPUT_BYTES));
+    assert_eq!(errors(&big), [("input_too_large", 1, 1)]);
+
+    let deep = format!("{MIN}mcp: {}{}\n", "{a: ".repeat(40), "}".repeat(40));
+    let r = rejected(&deep);
+    assert_eq!(codes(&r.errors), ["nesting_too_deep"]);
+
+    let many = format!("{MIN}extra: [{}]\n", "1,".repeat(60_000));
+    assert_eq!(codes(&rejected(&many).errors), ["too_many_nodes"]);
+}
+
+#[test]
+fn syntax_errors_are_located() {
+    let r = rejected("name: a\nsandbox:\n  command: [x\n");
+    assert_eq!(codes(&r.errors), ["yaml_syntax"]);
+    assert!(r.errors[0].location.as_ref().unwrap().line >= 3);
+    assert_eq!(errors(""), [("empty_document", 1, 1)]);
+    assert_eq!(errors("# only a comment\n"), [("empty_document", 1, 1)]);
+    assert_eq!(errors("~\n"), [("empty_document", 1, 1)]);
+    assert_eq!(errors("- a\n- b\n"), [("invalid_type", 1, 1)]);
+    assert_eq!(errors("just text\n"), [("invalid_type", 1, 1)]);
+}
+
+#[test]
+fn missing_required_fields() {
+    let r = rejected("identity: {did: x}\n");
+    let got = at(&r.errors);
+    assert!(got.contains(&("missing_field", 1, 1)), "{got:?}");
+    assert_eq!(
+        codes(&r.errors)
+            .iter()
+            .filter(|c| **c == "missing_field")
+            .count(),
+        2
+    );
+    assert!(r.errors.iter().any(|e| e.message.contains("`name`")));
+    assert!(r.errors.iter().any(|e| e.message.contains("`sandbox`")));
+
+    assert_eq!(
+        errors("name: a\nsandbox:\n  workdir: .\n"),
+        [("missing_field", 2, 1)]
+    );
+    assert_eq!(
+        errors(&with("mcp:\n  servers:\n    - id: s\n      tools: [t]\n")),
+        [("missing_field", 6, 7)]
+    );
+}
+
+#[test]
+fn null_is_never_absent() {
+    // A required string given null is an error, not the text "~".
+    assert_eq!(
+        errors("name: ~\nsandbox:\n  command: [x]\n"),
+        [("invalid_type", 1, 7)]
+    );
+    assert_eq!(
+        errors("name:\nsandbox:\n  command: [x]\n"),
+        [("invalid_type", 1, 1)]
+    );
+    let r = rejected("name: null\nsandbox:\n  command: [x]\n");
+    assert!(r.errors[0].help.as_ref().unwrap().contains("\"null\""));
+    // Sections and lists too.
+    assert_eq!(errors(&with("human_gates:\n")), [("invalid_type", 4, 1)]);
+    assert_eq!(
+        errors(&with("mcp:\n  servers: ~\n")),
+        [("invalid_type", 5, 12)]
+    );
+    assert_eq!(
+        errors(&with("spending:\n  max_per_run_usd:\n")),
+        [("invalid_type", 5, 3)]
+    );
+    assert_eq!(
+        errors(&with("  env:\n    LOG: ~\n")),
+        [("invalid_type", 5, 10)]
+    );
+    // Quoted, the same spellings are text.
+    let v = ok("name: a\nsandbox:\n  command: [\"~\", \"null\", \"\"]\n");
+    assert_eq!(v.manifest.sandbox.command, ["~", "null", ""]);
+}
+
+// ------------------------------------------------------ values keep types
+
+#[test]
+fn strings_keep_their_exact_text() {
+    let tricky = [
+        "no", "yes", "on", "off", "0443", "1:30", "0x1F", "1e3", "true", "12.50", "-0", ".inf",
+        "0o17",
+    ];
+    let mut src = String::from(MIN);
+    src.push_str("  env:\n");
+    for (i, t) in tricky.iter().enumerate() {
+        src.push_str(&format!("    V{i}: {t}\n"));
+    }
+    src.push_str("mcp:\n  servers:\n    - id: s\n      url: https://m.example.com\n      tools: [");
+    src.push_str(&tricky.join(", "));
+    src.push_str("]\n");
+    let m = ok(&src).manifest;
+    for (i, t) in tricky.iter().enumerate() {
+        assert_eq!(
+            m.sandbox
+                .env
+                .get(format!("V{i}").as_str())
+                .map(String::as_str),
+            Some(*t)
+        );
+    }
+    let tools: Vec<&str> = m.mcp.servers[0].tools.iter().map(|t| t.as_str()).collect();
+    assert_eq!(tools, tricky);
+    // The name too.
+    assert_eq!(
+        ok("name: 0443\nsandbox:\n  command: [x]\n")
+            .manifest
+            .name
+            .as_str(),
+        "0443"
+    );
+    assert_eq!(
+        ok("name: 1e3\nsandbox:\n  command: [yes, no, 0x1F]\n")
+            .manifest
+            .sandbox
+            .command,
+        ["yes", "no", "0x1F"]
+    );
+}
+
+#[test]
+fn bools_are_true_or_false_only() {
+    for ok_value in ["true", "false"] {
+        let v = ok(&with(&format!("human_gates:\n  enabled: {ok_value}\n")));
+        assert_eq!(v.manifest.human_gates.enabled, ok_value == "true");
+    }
+    for bad in [
+        "yes", "no", "on", "off", "y", "True", "FALSE", "1", "0", "\"true\"", "'false'", "[]",
+    ] {
+        let r = rejected(&with(&format!("human_gates:\n  enabled: {bad}\n")));
+        assert_eq!(at(&r.errors), [("invalid_bool", 5, 12)], "{bad}");
+        assert!(
+            r.errors[0]
+                .help
+                .as_ref()
+                .unwrap()
+                .contains("write true or false"),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn integers_are_plain_decimal() {
+    let v = ok(&with("human_gates:\n  approval_timeout_seconds: 90\n"));
+    assert_eq!(v.manifest.human_gates.approval_timeout_seconds, 90);
+    for (bad, hint) in [
+        ("0443", "write 443"),
+        ("1:30", "would be 90"),
+        ("300.0", "300"),
+        ("\"300\"", "without quotes: 300"),
+        ("'300'", "without quotes"),
+        ("0x12C", "decimal"),
+        ("3e2", "decimal"),
+        ("+300", "decimal"),
+        ("-1", "decimal"),
+        ("five", "decimal"),
+        ("[300]", "whole number"),
+    ] {
+        let r = rejected(&with(&format!(
+            "human_gates:\n  approval_timeout_seconds: {bad}\n"
+        )));
+        assert_eq!(at(&r.errors), [("invalid_integer", 5, 29)], "{bad}");
+        let help = r.errors[0].help.clone().unwrap();
+        assert!(help.contains(hint), "{bad}: {help}");
+    }
+    for bad in ["0", "86401", "99999999999999999999999"] {
+        let r = rejected(&with(&format!(
+            "human_gates:\n  approval_timeout_seconds: {bad}\n"
+        )));
+        assert_eq!(at(&r.errors), [("out_of_range", 5, 29)], "{bad}");
+    }
+    ok(&with("human_gates:\n  approval_timeout_seconds: 86400\n"));
+    ok(&with("human_gates:\n  approval_timeout_seconds: 1\n"));
+}
+
+#[test]
+fn amounts_are_exact_decimals() {
+    let v = ok(&with(
+        "spending:\n  max_per_run_usd: 0.1\n  max_per_day_usd: \"0.2\"\n",
+    ));
+    let s = v.manifest.spending;
+    let sum = s.max_per_run_usd.unwrap() + s.max_per_day_usd.unwrap();
+    assert_eq!(sum, Decimal::new(3, 1));
+    assert_eq!(sum.to_string(), "0.3");
+
+    // Not representable in an f64: 12345678901234567.89 would round.
+    let v = ok(&with(
+        "spending:\n  max_per_day_usd: 12345678901234567.89\n  max_per_run_usd: \"12345678901234567.89\"\n",
+    ));
+    let exact = Decimal::from_i128_with_scale(1_234_567_890_123_456_789, 2);
+    assert_eq!(v.manifest.spending.max_per_day_usd, Some(exact));
+    assert_eq!(v.manifest.spending.max_per_run_usd, Some(exact));
+    assert_eq!(exact.to_string(), "12345678901234567.89");
+    assert_ne!(12345678901234567.89f64.to_string(), "12345678901234567.89");
+
+    assert_eq!(
+        ok(&with("spending:\n  max_per_run_usd: 5.00\n"))
+            .manifest
+            .spending
+            .max_per_run_usd
+            .unwrap()
+            .to_string(),
+        "5.00"
+    );
+    for bad in [
+        "-5",
+        "-0.01",
+        "abc",
+        "1e3",
+        "1E-2",
+        ".inf",
+        "-.inf",
+        ".nan",
+        "\"\"",
+        "''",
+        "$5",
+        "1,000",
+        "05",
+        ".5",
+        "5.",
+        "0x10",
+        "1_000",
+        "1234567890123456789",
+        "0.12345678901",
+        "[5]",
+        "{a: 1}",
+    ] {
+        let r = rejected(&with(&format!("spending:\n  max_per_run_usd: {bad}\n")));
+        let want = if bad.starts_with('[') || bad.starts_with('{') {
+            "invalid_type"
+        } else {
+            "invalid_amount"
+        };
+        assert_eq!(at(&r.errors), [(want, 5, 20)], "{bad}");
+    }
+    // In pricing, too.
+    assert_eq!(
+        errors(&with(
+            "mcp:\n  servers:\n    - id: s\n      url: https://m.example.com\n      tools: [t]\n      pricing:\n        default_usd: 1e-3\n        tools:\n          t: -1\n"
+        )),
+        [("invalid_amount", 10, 22), ("invalid_amount", 12, 14)]
+    );
+}
+
+// ------------------------------------------------------------------ fields
+
+#[test]
+fn agent_names_are_file_name_safe() {
+    ok("name: research-bot.v2_1\nsandbox:\n  command: [x]\n");
+    for bad in [
+        "a/b",
+        "..",
+        "a..b",
+        "\"\"",
+        "\"a\\x01b\"",
+        ".hidden",
+        "-x",
+        &"a".repeat(65),
+        "\"ümlaut\"",
+        "\"a b\"",
+    ] {
+        let r = rejected(&format!("name: {bad}\nsandbox:\n  command: [x]\n"));
+        assert_eq!(at(&r.errors), [("invalid_name", 1, 7)], "{bad}");
+    }
+}
+
+#[test]
+fn command_must_be_a_list() {
+    let r = rejected("name: a\nsandbox:\n  command: python agent.py --fast\n");
+    assert_eq!(at(&r.errors), [("invalid_type", 3, 12)]);
+    assert_eq!(
+        r.errors[0].help.as_deref(),
+        Some(r#"write a list: ["python", "agent.py", "--fast"]"#)
+    );
+    assert_eq!(
+        errors("name: a\nsandbox:\n  command: []\n"),
+        [("invalid_command", 3, 12)]
+    );
+    assert_eq!(
+        errors("name: a\nsandbox:\n  command: [\"\", x]\n"),
+        [("invalid_command", 3, 13)]
+    );
+    assert_eq!(
+        errors("name: a\nsandbox:\n  command: [x, \"a\\0b\"]\n"),
+        [("invalid_command", 3, 16)]
+    );
+    // Block style, with an empty argument after the program.
+    let v = ok("name: a\nsandbox:\n  command:\n    - python\n    - ''\n");
+    assert_eq!(v.manifest.sandbox.command, ["python", ""]);
+}
+
+#[test]
+fn env_names_are_checked_and_reserved_ones_refused() {
+    let src = with(
+        "  env:\n    https_proxy: a\n    No_Proxy: b\n    ALL_PROXY: c\n    HTTP_PROXY: d\n    CONSTLE_HOME: e\n    constle_x: f\n    1BAD: g\n    GOOD_1: h\n    NUL: \"a\\0\"\n",
+    );
+    assert_eq!(
+        errors(&src),
+        [
+            ("reserved_env_name", 5, 5),
+            ("reserved_env_name", 6, 5),
+            ("reserved_env_name", 7, 5),
+            ("reserved_env_name", 8, 5),
+            ("reserved_env_name", 9, 5),
+            ("reserved_env_name", 10, 5),
+            ("invalid_env_name", 11, 5),
+            ("invalid_string", 13, 10),
+        ]
+    );
+    assert_eq!(errors(&with("  env: [A]\n")), [("invalid_type", 4, 8)]);
+    assert_eq!(
+        errors(&with("  env:\n    A: [1]\n")),
+        [("invalid_type", 5, 8)]
+    );
+}
+
+#[test]
+fn paths_resolve_against_the_agentfile_directory() {
+    let v = parse_str(
+        "name: a\nsandbox:\n  command: [x]\n  workdir: data\n  rootfs: /opt/root\n",
+        Path::new("/etc/agents/agent.yaml"),
+        &no_env,
+    )
+    .unwrap();
+    assert_eq!(v.manifest.base_dir, Path::new("/etc/agents"));
+    assert_eq!(v.manifest.sandbox.workdir, Path::new("/etc/agents/data"));
+    assert_eq!(
+        v.manifest.sandbox.rootfs.as_deref(),
+        Some(Path::new("/opt/root"))
+    );
+    let v = parse_str(MIN, Path::new("agent.yaml"), &no_env).unwrap();
+    assert!(v.manifest.base_dir.is_absolute());
+    assert_eq!(
+        errors(&with("  workdir: \"\"\n")),
+        [("invalid_path", 4, 12)]
+    );
+}
+
+#[test]
+fn allowed_hosts_are_plain_lower_case_names() {
+    let v = ok(&with(
+        "  network:\n    allowed_hosts: [api.groq.com, api.openai.com]\n",
+    ));
+    assert_eq!(v.manifest.sandbox.network.allowed_hosts.len(), 2);
+    for bad in [
+        "1.1.1.1",
+        "\"2130706433\"",
+        "0x7f000001",
+        "0x7f.1",
+        "010.0.0.1",
+        "127.1",
+        "\"::1\"",
+        "\"[::1]\"",
+        "\"[2606:4700::1111]\"",
+        "\"api.groq.com:443\"",
+        "https://api.groq.com",
+        "api.groq.com/v1",
+        "\"*.groq.com\"",
+        "api.groq.com.",
+        "\"api .groq.com\"",
+        "API.groq.com",
+        "localhost",
+        "a_b.com",
+        "\"bücher.de\"",
+        "\"\"",
+    ] {
+        let r = rejected(&with(&format!("  network:\n    allowed_hosts: [{bad}]\n")));
+        assert_eq!(at(&r.errors), [("invalid_hostname", 5, 21)], "{bad}");
+    }
+    let r = rejected(&with("  network:\n    allowed_hosts: [1.1.1.1]\n"));
+    assert!(r.errors[0].message.contains("IP address"));
+    let r = rejected(&with("  network:\n    allowed_hosts: [API.Groq.com]\n"));
+    assert_eq!(
+        r.errors[0].help.as_deref(),
+        Some("write it in lower case: `api.groq.com`")
+    );
+    assert_eq!(
+        errors(&with(
+            "  network:\n    allowed_hosts:\n      - a.example.com\n      - a.example.com\n"
+        )),
+        [("duplicate_host", 7, 9)]
+    );
+}
+
+#[test]
+fn egress_modes() {
+    assert_eq!(
+        ok(&with("  network:\n    egress: none\n"))
+            .manifest
+            .sandbox
+            .network
+            .egress,
+        Egress::None
+    );
+    assert_eq!(
+        errors(&with(
+            "  network:\n    egress: none\n    allowed_hosts: [a.example.com]\n"
+        )),
+        [("egress_none_with_hosts", 5, 13)]
+    );
+    let v = ok(&with("  network:\n    egress: open\n"));
+    assert_eq!(v.manifest.sandbox.network.egress, Egress::Open);
+    assert_eq!(at(&v.warnings), [("egress_open", 5, 13)]);
+    let r = rejected(&with("  network:\n    egress: Restricted\n"));
+    assert_eq!(at(&r.errors), [("unknown_variant", 5, 13)]);
+    assert!(
+        r.errors[0]
+            .help
+            .as_ref()
+            .unwrap()
+            .contains("did you mean `restricted`?")
+    );
+}
+
+#[test]
+fn mcp_servers_are_checked() {
+    let src = with(
+        "mcp:
+  servers:
+    - id: my-srv
+      url: https://a.example.com/mcp
+      tools: [a, b, a]
+    - id: my_srv
+      url: http://10.0.0.1/mcp
+      tools: []
+    - id: my-srv
+      url: mcp.example.com
+      tools: [c]
+    - id: Bad
+      url: https://b.example.com
+      tools: [\"x\\ty\", \" z\"]
+      pricing:
+        tools:
+          nope: 1
+",
+    );
+    assert_eq!(
+        errors(&src),
+        [
+            ("duplicate_tool", 8, 21),
+            ("server_id_collision", 9, 11),
+            ("insecure_url", 10, 12),
+            ("empty_tools", 11, 14),
+            ("duplicate_server_id", 12, 11),
+            ("invalid_url", 13, 12),
+            ("invalid_server_id", 15, 11),
+            ("invalid_tool_name", 17, 15),
+            ("invalid_tool_name", 17, 23),
+        ]
+    );
+    let r = rejected(&with(
+        "mcp:\n  servers:\n    - id: s\n      url: https://a.example.com\n      tools: [pay_invoice]\n      pricing:\n        tools:\n          pay_invoce: 1\n",
+    ));
+    assert_eq!(at(&r.errors), [("unknown_priced_tool", 11, 11)]);
+    assert!(
+        r.errors[0]
+            .help
+            .as_ref()
+            .unwrap()
+            .contains("did you mean `pay_invoice`?")
+    );
+    let r = rejected(&with(
+        "mcp:\n  servers:\n    - id: s\n      url: http://a.example.com\n      tools: [t]\n",
+    ));
+    assert_eq!(
+        r.errors[0].help.as_deref(),
+        Some("use https: `https://a.example.com`")
+    );
+    ok(&with(
+        "mcp:\n  servers:\n    - id: s\n      url: http://localhost:8080/mcp\n      tools: [t]\n",
+    ));
+    ok(&with("mcp:\n  servers: []\n"));
+}
+
+// ------------------------------------------------------------ human gates
+
+const SERVER: &str = "mcp:\n  servers:\n    - id: accounting\n      url: https://a.example.com\n      tools: [list_invoices, pay_invoice]\n";
+
+#[test]
+fn gated_calls_need_an_approver() {
+    // Line 9 is `human_gates:`.
+    let src = format!(
+        "{MIN}{SERVER}human_gates:\n  enabled: true\n  require_approval_for: [pay_invoice]\n"
+    );
+    let r = rejected(&src);
+    assert_eq!(at(&r.errors), [("missing_approver_pubkey", 9, 1)]);
+    assert!(
+        r.errors[0]
+            .help
+            .as_ref()
+            .unwrap()
+            .contains("constle webhook-keygen")
+    );
+
+    let bad = format!(
+        "{MIN}{SERVER}human_gates:\n  enabled: true\n  require_approval_for: [pay_invoice]\n  approver_pubkey: did:key:z6MkNOPE\n"
+    );
+    assert_eq!(errors(&bad), [("invalid_did_key", 12, 20)]);
+
+    // Not gated (nothing listed, or not enabled): no approver needed, but an invalid one is still an error.
+    ok(&format!("{MIN}{SERVER}human_gates:\n  enabled: true\n"));
+    ok(&format!(
+        "{MIN}{SERVER}human_gates:\n  require_approval_for: [pay_invoice]\n"
+    ));
+    assert_eq!(
+        errors(&format!(
+            "{MIN}human_gates:\n  approver_pubkey: not-a-did\n"
+        )),
+        [("invalid_did_key", 5, 20)]
+    );
+    assert_eq!(
+        errors(&format!(
+            "{MIN}human_gates:\n  approver_pubkey: {}\n",
+            DID_A.replace("z6Mk", "z6Mm")
+        )),
+        [("invalid_did_key", 5, 20)]
+    );
+
+    let good = format!(
+        "{MIN}{SERVER}human_gates:\n  enabled: true\n  require_approval_for: [pay_invoice]\n  approver_pubkey: {DID_B}\n"
+    );
+    let v = ok(&good);
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    let gates = &v.manifest.human_gates;
+    assert!(gates.is_active());
+    assert_eq!(gates.check("pay_invoice"), GateMatch::Gated);
+    assert_eq!(gates.check("Pay_Invoice"), GateMatch::CaseVariant);
+    assert_eq!(gates.check("list_invoices"), GateMatch::NotGated);
+}
+
+#[test]
+fn gate_warnings() {
+    let src = format!(
+        "{MIN}{SERVER}human_gates:
+  require_approval_for: [pay_invoice, Pay_Invoice, external_transfer]
+  approver_pubkey: {DID_B}
+  on_timeout: proceed
+  notify:
+    - channel: webhook
+      url_secret_ref: HOOK_URL
+"
+    );
+    let v = ok(&src);
+    assert_eq!(
+        at(&v.warnings),
+        [
+            ("gates_disabled", 10, 26),
+            ("gates_disabled", 10, 39),
+            ("gate_matches_no_tool", 10, 39),
+            ("gates_disabled", 10, 52),
+            ("gate_matches_no_tool", 10, 52),
+            ("on_timeout_proceed", 12, 15),
+            ("webhook_url_unset", 15, 23),
+        ]
+    );
+    let near = &v.warnings[2];
+    assert!(near.message.contains("`pay_invoice`"), "{near}");
+    assert!(near.help.as_ref().unwrap().contains("write `pay_invoice`"));
+    assert!(!v.warnings[4].message.contains("declares"));
+    assert!(v.warnings[5].message.contains("delay"));
+    assert!(
+        v.warnings[6]
+            .message
+            .contains("only be decided at the terminal")
+    );
+    assert!(v.warnings.iter().all(|w| w.severity == Severity::Warning));
+    let m = v.manifest;
+    assert!(m.gated_tools().is_empty());
+    assert_eq!(m.human_gates.on_timeout, OnTimeout::Proceed);
+
+    // With the variable set, no webhook warning; with a bad value, a warning that does not echo it.
+    let env_ok = |n: &str| (n == "HOOK_URL").then(|| "https://hooks.example.com/x".to_string());
+    let v = parse_str(&src, Path::new("agent.yaml"), &env_ok).unwrap();
+    assert!(!codes(&v.warnings).contains(&"webhook_url_unset"));
+    let env_bad = |n: &str| (n == "HOOK_URL").then(|| "secret-token-value".to_string());
+    let v = parse_str(&src, Path::new("agent.yaml"), &env_bad).unwrap();
+    let w = v
+        .warnings
+        .iter()
+        .find(|w| w.code == "webhook_url_invalid")
+        .unwrap();
+    assert!(!w.to_string().contains("secret-token-value"));
+
+    // No servers at all.
+    let v = ok(&format!(
+        "{MIN}human_gates:\n  enabled: true\n  require_approval_for: [x]\n  approver_pubkey: {DID_B}\n"
+    ));
+    assert_eq!(at(&v.warnings), [("gate_matches_no_tool", 6, 26)]);
+    assert!(v.warnings[0].message.contains("no MCP server"));
+    // Each name once.
+    assert_eq!(
+        errors(&format!(
+            "{MIN}human_gates:\n  require_approval_for: [a, b, a]\n"
+        )),
+        [("duplicate_entry", 5, 32)]
+    );
+    // Enabled, nothing listed.
+    let v = ok(&format!("{MIN}human_gates:\n  enabled: true\n"));
+    assert_eq!(at(&v.warnings), [("gates_nothing", 5, 12)]);
+}
+
+#[test]
+fn notify_entries_are_checked() {
+    let src = format!(
+        "{MIN}human_gates:\n  notify:\n    - channel: email\n      url_secret_ref: 1X\n    - channel: webhook\n    - {{channel: webhook, url_secret_ref: OK_VAR, extra: 1}}\n"
+    );
+    assert_eq!(
+        errors(&src),
+        [
+            ("unknown_variant", 6, 16),
+            ("invalid_env_name", 7, 23),
+            ("missing_field", 8, 7),
+            ("unknown_field", 9, 50),
+        ]
+    );
+}
+
+#[test]
+fn on_timeout_values() {
+    let r = rejected(&with("human_gates:\n  on_timeout: wait\n"));
+    assert_eq!(at(&r.errors), [("unknown_variant", 5, 15)]);
+    assert!(
+        r.errors[0]
+            .help
+            .as_ref()
+            .unwrap()
+            .contains("abort, proceed")
+    );
+}
+
+// --------------------------------------------------------- spending, a2a
+
+#[test]
+fn spending_warnings() {
+    let v = ok(&with("spending:\n  max_per_month_usd: 100\n"));
+    assert_eq!(
+        at(&v.warnings),
+        [
+            ("spend_caps_unmetered", 4, 1),
+            ("monthly_cap_not_enforced", 5, 3)
+        ]
+    );
+    let v = ok(&format!(
+        "{MIN}{SERVER}      pricing: {{default_usd: 0.5}}\nspending:\n  max_per_run_usd: 1\n"
+    ));
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+}
+
+#[test]
+fn identity_and_a2a() {
+    let v = ok(&format!(
+        "{MIN}identity:\n  did: {DID_A}\na2a:\n  listen: \"[::1]:7400\"\n  peers:\n    - did: {DID_B}\n"
+    ));
+    let a2a = v.manifest.a2a.unwrap();
+    assert_eq!(a2a.listen.unwrap().port(), 7400);
+    assert!(a2a.peers[0].url.is_none());
+
+    assert_eq!(
+        errors(&format!("{MIN}a2a:\n  listen: 127.0.0.1:7400\n")),
+        [("a2a_requires_identity", 4, 1)]
+    );
+    assert_eq!(
+        errors(&format!(
+            "{MIN}identity:\n  did: {DID_A}\na2a:\n  listen: localhost:7400\n  peers:\n    - did: {DID_B}\n      url: http://peer.example.com\n    - did: {DID_B}\n    - url: https://x.example.com\n"
+        )),
+        [
+            ("invalid_socket_addr", 7, 11),
+            ("insecure_url", 10, 12),
+            ("duplicate_peer", 11, 12),
+            ("missing_field", 12, 7),
+        ]
+    );
+    assert_eq!(
+        errors(&format!(
+            "{MIN}a2a:\n  listen: 127.0.0.1:0\nidentity: {{did: {DID_A}}}\n"
+        )),
+        [("invalid_socket_addr", 5, 11)]
+    );
+    assert_eq!(
+        errors(&format!("{MIN}identity: {{did: nope}}\n")),
+        [("invalid_did_key", 4, 17)]
+    );
+    assert_eq!(
+        errors(&format!("{MIN}identity: {{}}\n")),
+        [("missing_field", 4, 1)]
+    );
+}
+
+// ------------------------------------------------------ output and files
+
+#[test]
+fn diagnostics_serialize_and_render() {
+    let r = rejected(&with("bogus: 1\nspending:\n  max_per_run_usd: -1\n"));
+    let json = serde_json::to_value(&r.errors).unwrap();
+    assert_eq!(json[0]["code"], "unknown_field");
+    assert_eq!(json[0]["severity"], "error");
+    assert_eq!(json[0]["location"]["path"], "agent.yaml");
+    assert_eq!(json[0]["location"]["line"], 4);
+    assert_eq!(json[0]["location"]["column"], 1);
+    assert_eq!(json[1]["code"], "invalid_amount");
+    let text = r.to_string();
+    assert!(text.starts_with(
+        "agent.yaml:4:1: error[unknown_field]: unknown field `bogus` at the top level\n  help: "
+    ));
+    assert!(text.contains("\nagent.yaml:6:20: error[invalid_amount]: "));
+    assert!(text.contains("\nagent.yaml:5:1: warning[spend_caps_unmetered]: "));
+}
+
+#[test]
+fn agentfile_text_is_escaped_in_messages() {
+    let r = rejected(&with("\"evil\\e[2J\\u202e\": 1\n"));
+    let text = r.to_string();
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{202e}'),
+        "{text:?}"
+    );
+    assert!(text.contains("\\u{1b}[2J\\u{202e}"));
+}
+
+#[test]
+fn load_file_reads_and_locates() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.yaml");
+    std::fs::write(&path, MIN).unwrap();
+    let v = load_file(&path, &no_env).unwrap();
+    assert_eq!(v.manifest.base_dir, dir.path());
+
+    std::fs::write(&path, b"name: a\nsandbox:\n  command: [\xff]\n").unwrap();
+    let r = load_file(&path, &no_env).unwrap_err();
+    assert_eq!(at(&r.errors), [("invalid_utf8", 3, 13)]);
+    assert_eq!(r.errors[0].location.as_ref().unwrap().path, path);
+
+    std::fs::write(&path, vec![b'#'; constle_manifest::MAX_INPUT_BYTES + 1]).unwrap();
+    let r = load_file(&path, &no_env).unwrap_err();
+    assert_eq!(codes(&r.errors), ["input_too_large"]);
+
+    let r = load_file(&dir.path().join("missing.yaml"), &no_env).unwrap_err();
+    assert_eq!(codes(&r.errors), ["io_error"]);
+    assert!(r.errors[0].message.contains("missing.yaml"));
+    assert!(r.errors[0].location.is_none());
+}
+
+// ------------------------------------------------------------ robustness
+
+#[test]
+fn large_inputs_stay_fast() {
+    // Many declared tools and as many gate entries: no quadratic checks.
+    let n = 15_000;
+    let tools: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+    let src = format!(
+        "{MIN}mcp:\n  servers:\n    - id: s\n      url: https://s.example.com\n      tools: [{}]\n      pricing:\n        tools: {{{}}}\nhuman_gates:\n  enabled: true\n  approver_pubkey: {DID_B}\n  require_approval_for: [{}]\n",
+        tools.join(", "),
+        tools
+            .iter()
+            .take(5_000)
+            .map(|t| format!("{t}: 1"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        tools
+            .iter()
+            .map(|t| format!("T{}", &t[1..]))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    let start = Instant::now();
+    let v = ok(&src);
+    assert_eq!(v.warnings.len(), n);
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
+
+    // Many unknown keys: reporting stops at the cap, without suggestions for the rest.
+    let keys: String = (0..20_000)
+        .map(|i| format!("k{i}_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx: 1\n"))
+        .collect();
+    let start = Instant::now();
+    let r = rejected(&format!("{MIN}{keys}"));
+    assert_eq!(r.errors.len(), 101);
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
+}
+
+/// Every truncation and many small mutations of the full example must give
+/// an answer, never a panic; rejections always carry located errors.
+#[test]
+fn truncations_and_mutations_never_panic() {
+    let example = doc_example();
+    let check = |src: &str| {
+        if let Err(r) = parse(src) {
+            assert!(!r.errors.is_empty());
+            for e in &r.errors {
+                assert!(e.location.is_some(), "{e}");
+                let _ = e.to_string();
+            }
+        }
+    };
+    for (i, _) in example.char_indices() {
+        check(&example[..i]);
+    }
+    let specials = [
+        ":", "-", "[", "]", "{", "}", "&a", "*a", "!", "|", ">", "'", "\"", "#", "%", "@", "\n",
+        "\t", " ", "?", ",", "~", "<<", "\u{0}", "\u{feff}",
+    ];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let boundaries: Vec<usize> = example.char_indices().map(|(i, _)| i).collect();
+    for _ in 0..3_000 {
+        let mut src = example.clone();
+        for _ in 0..1 + next() % 3 {
+            let at = boundaries[(next() as usize) % boundaries.len()].min(src.len());
+            if !src.is_char_boundary(at) {
+                continue;
+            }
+            let s = specials[(next() as usize) % specials.len()];
+            if next() % 2 == 0 {
+                src.insert_str(at, s);
+            } else {
+                let end = src[at..]
+                    .char_indices()
+                    .nth(1)
+                    .map_or(src.len(), |(j, _)| at + j);
+                src.replace_range(at..end, s);
+            }
+        }
+        check(&src);
+    }
+}
