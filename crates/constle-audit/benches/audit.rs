@@ -72,11 +72,17 @@ fn raw(c: &mut Criterion) {
                     .step_by(chunk)
                     .map(|start| {
                         let end = (start + chunk).min(BATCH);
-                        let (refs, signatures, keys) = (&refs[start..end], &signatures[start..end], &keys[start..end]);
+                        let (refs, signatures, keys) = (
+                            &refs[start..end],
+                            &signatures[start..end],
+                            &keys[start..end],
+                        );
                         scope.spawn(move || ed25519_dalek::verify_batch(refs, signatures, keys))
                     })
                     .collect();
-                handles.into_iter().all(|h| h.join().is_ok_and(|r| r.is_ok()))
+                handles
+                    .into_iter()
+                    .all(|h| h.join().is_ok_and(|r| r.is_ok()))
             })
         })
     });

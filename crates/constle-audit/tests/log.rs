@@ -538,3 +538,51 @@ proptest! {
         prop_assert!(matches!(verdict, Verdict::Tampered { .. }), "edit at {} to {:#04x} not caught", at, replacement);
     }
 }
+
+/// Set in the child process of `a_writer_killed_mid_append_leaves_a_verifiable_prefix`.
+const WRITER_DIR: &str = "CONSTLE_TEST_KILLED_WRITER_DIR";
+
+#[test]
+fn a_writer_killed_mid_append_leaves_a_verifiable_prefix() {
+    if let Some(dir) = std::env::var_os(WRITER_DIR) {
+        // The child: append as fast as possible until killed.
+        let log = AuditLog::start(Appender::new(Path::new(&dir), agent(), Some(key(1))).unwrap());
+        loop {
+            let pending: Vec<_> = events(64).into_iter().map(|e| log.submit(e)).collect();
+            pending.into_iter().for_each(|p| drop(p.wait().unwrap()));
+        }
+    }
+    for round in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_writer_killed_mid_append_leaves_a_verifiable_prefix",
+                "--nocapture",
+            ])
+            .env(WRITER_DIR, dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(150 + 37 * round));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let Some(path) = fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        else {
+            continue; // killed before the first write
+        };
+        let before = verified(&path, &TrustAnchors::default()).entries;
+        // The next writer cuts off whatever was never acknowledged and goes on.
+        let appender = Appender::new(dir.path(), agent(), Some(key(1))).unwrap();
+        appender.append(events(1)).unwrap();
+        let after = verified(&path, &pinned(1)).entries;
+        assert!(
+            after >= 1 && after <= before + 2,
+            "round {round}: {before} entries before, {after} after"
+        );
+    }
+}
