@@ -6,6 +6,7 @@
 # Everything goes under target/quickstart/ (its own CONSTLE_HOME), so running
 # it again starts fresh and never touches ~/.constle.
 set -euo pipefail
+command -v cargo >/dev/null 2>&1 || . "$HOME/.cargo/env"
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

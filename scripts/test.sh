@@ -4,6 +4,7 @@
 # the quickstart. Set CONSTLE_E2E=require to make tests that would skip for
 # lack of a system tool fail instead (CI does).
 set -euo pipefail
+command -v cargo >/dev/null 2>&1 || . "$HOME/.cargo/env"
 cd "$(dirname "$0")/.."
 
 section() { printf '\n== %s\n' "$*"; }
