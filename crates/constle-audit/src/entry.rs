@@ -150,7 +150,7 @@ pub(crate) fn seal(header: &Header, event: Event, signer: Option<&SigningIdentit
     let mut object = event.fields;
     object.insert("v".into(), FORMAT_VERSION.into());
     object.insert("seq".into(), header.seq.into());
-    object.insert("ts".into(), format_ts(header.ts).into());
+    object.insert("ts".into(), format_timestamp(header.ts).into());
     object.insert("agent".into(), header.agent.as_str().into());
     object.insert("event".into(), event.name.into());
     object.insert(
@@ -174,7 +174,7 @@ pub(crate) fn canonical(object: &Map<String, Value>) -> Vec<u8> {
 
 /// Timestamps are UTC with microseconds, so that one clock reading has
 /// exactly one spelling.
-pub(crate) fn format_ts(ts: Timestamp) -> String {
+pub fn format_timestamp(ts: Timestamp) -> String {
     ts.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
@@ -311,7 +311,7 @@ fn take<T>(
 
 fn parse_ts(text: &str) -> Option<Timestamp> {
     let ts: Timestamp = text.parse().ok()?;
-    (format_ts(ts) == text).then_some(ts)
+    (format_timestamp(ts) == text).then_some(ts)
 }
 
 /// Reads a standard-base64 Ed25519 signature (64 bytes).

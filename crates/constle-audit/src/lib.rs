@@ -29,7 +29,7 @@ mod strict_json;
 mod verify;
 mod writer;
 
-pub use entry::{Entry, Event, EventError, LineError, LineHash, parse_line};
+pub use entry::{Entry, Event, EventError, LineError, LineHash, format_timestamp, parse_line};
 pub use head::{Head, HeadError, SignedHead};
 pub use layout::{DayFile, day_file_name, head_path};
 pub use verify::{
