@@ -974,11 +974,13 @@ impl V<'_, '_> {
     }
 }
 
-/// `base_dir` joined with `p`; `.` is `base_dir` itself.
+/// `base_dir` joined with `p`, without `.` components (`./work` is
+/// `base_dir/work`). `..` is kept: resolving it lexically could name a
+/// different directory than the file system would through a symlink.
 fn resolve(base_dir: &Path, p: &str) -> PathBuf {
-    if p == "." {
-        base_dir.to_path_buf()
-    } else {
-        base_dir.join(p)
-    }
+    base_dir
+        .join(p)
+        .components()
+        .filter(|c| *c != std::path::Component::CurDir)
+        .collect()
 }
