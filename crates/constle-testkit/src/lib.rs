@@ -1,0 +1,52 @@
+//! Test support for Constle's end-to-end tests. Not part of the product.
+//!
+//! Constle's tests never send traffic anywhere but loopback and network
+//! namespaces they create themselves. This crate gives them the pieces:
+//!
+//! - [`TestHost`]: a simulated outside host. A fresh network namespace joined
+//!   to the host by a veth pair, holding documentation addresses
+//!   (`203.0.113.0/24`, `2001:db8::/32`) and a TCP listener that sends a
+//!   banner and echoes. [`TestHost::trap`] routes any further address (a
+//!   private, CGNAT or metadata one a test maps a name to) into the same
+//!   namespace, so that even a proxy that wrongly let a request through would
+//!   reach the test's own host, never the network. Everything is torn down on
+//!   drop, also when the test panics.
+//! - [`HostsFile`]: builds the hosts file a test gives Squid, so names resolve
+//!   without any DNS query leaving the machine.
+//! - [`DnsServer`]: a DNS server on 127.0.0.1:53 for names with several
+//!   answers (a hosts file gives Squid one address per name), recording
+//!   every query so a test can show a name was never looked up.
+//! - [`require_e2e`], [`require_root`] and [`require_tools`]: decide whether a test that needs
+//!   root and system tools can run here. Outside CI they skip with a printed
+//!   reason; with `CONSTLE_E2E=require` (CI) a missing requirement panics, so
+//!   a skip can never pass for a success.
+//!
+//! ```no_run
+//! use constle_testkit::{HostsFile, TestHost, require_e2e};
+//!
+//! if !require_e2e("a request through the proxy reaches a namespace host") {
+//!     return;
+//! }
+//! let host = TestHost::start().expect("test host");
+//! let hosts = HostsFile::new().with(host.ipv4(), "api.example.test");
+//! // … start the proxy with `hosts`, connect through it to api.example.test:443,
+//! // read `host.banner_for(host.ipv4())` back, check `host.connections()`.
+//! ```
+//!
+//! Requirements: root (namespaces, veth pairs, routes), `ip` from iproute2.
+//! Namespaces are named `cnst-<slot>`; a slot is held with a lock file under
+//! `/run/constle-testkit/`, so concurrent test processes never share one, and
+//! leftovers of a test process that was killed are removed by the next one
+//! that takes the slot.
+
+#![forbid(unsafe_code)]
+
+mod dns;
+mod hosts;
+mod netns;
+mod require;
+
+pub use dns::DnsServer;
+pub use hosts::HostsFile;
+pub use netns::{TestHost, TestHostBuilder};
+pub use require::{E2E_ENV, find_tool, require_e2e, require_root, require_tools};
