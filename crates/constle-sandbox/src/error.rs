@@ -1,0 +1,145 @@
+//! [`SandboxError`]: why a sandbox cannot be built.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why [`bwrap_command`](crate::bwrap_command) refused a [`SandboxSpec`](crate::SandboxSpec).
+///
+/// Every refusal happens before anything is started: a spec that would give
+/// the agent more than it declares is an error, never a silent adjustment.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// `command` is empty.
+    #[error("the sandbox command is empty: give the program to run and its arguments")]
+    EmptyCommand,
+
+    /// A command argument, environment name or value holds a NUL byte.
+    #[error("{what} contains a NUL byte, which cannot be passed to a program")]
+    NulByte {
+        /// Which value: "command argument 2", "value of FOO", ….
+        what: String,
+    },
+
+    /// An environment variable name is empty or contains `=`.
+    #[error(
+        "environment variable name {name:?} is not valid: it must be non-empty and contain no '='"
+    )]
+    InvalidEnvName {
+        /// The name as given.
+        name: String,
+    },
+
+    /// `workdir` is not an absolute path.
+    #[error("workdir {path:?} is not an absolute path")]
+    WorkdirNotAbsolute {
+        /// The path as given.
+        path: PathBuf,
+    },
+
+    /// `workdir` cannot be resolved (usually: it does not exist).
+    #[error("workdir {path:?} cannot be used: {source}; create it first")]
+    Workdir {
+        /// The path as given.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+
+    /// `workdir` exists but is not a directory.
+    #[error("workdir {path:?} is not a directory")]
+    WorkdirNotDir {
+        /// The resolved path.
+        path: PathBuf,
+    },
+
+    /// `workdir` would make more than a work directory writable, or hide a
+    /// part of the sandbox the agent needs.
+    #[error("workdir {path:?} cannot be the sandbox's writable directory: {reason}")]
+    WorkdirForbidden {
+        /// The resolved path.
+        path: PathBuf,
+        /// Why not.
+        reason: &'static str,
+    },
+
+    /// With a `rootfs`, the workdir's mount point is missing inside it.
+    #[error(
+        "workdir {path:?} lies under {top:?}, which comes from the rootfs, but {missing:?} \
+         does not exist: create that directory in the rootfs"
+    )]
+    WorkdirMissingInRootfs {
+        /// The resolved workdir.
+        path: PathBuf,
+        /// The top-level directory taken from the rootfs.
+        top: PathBuf,
+        /// The directory that must exist in the rootfs.
+        missing: PathBuf,
+    },
+
+    /// `rootfs` cannot be used as the sandbox's `/`.
+    #[error("rootfs {path:?} cannot be used: {reason}")]
+    Rootfs {
+        /// The path as given.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+
+    /// A relay name is not 1 to 32 of `a-z`, `0-9`, `-`, starting with a
+    /// letter or digit.
+    #[error(
+        "relay name {name:?} is not valid: use 1 to 32 of a-z, 0-9 and '-', starting with a letter or digit"
+    )]
+    InvalidRelayName {
+        /// The name as given.
+        name: String,
+    },
+
+    /// Two relays share a name or a listen address.
+    #[error("two relays use the same {what} {value:?}")]
+    DuplicateRelay {
+        /// "name" or "listen address".
+        what: &'static str,
+        /// The shared value.
+        value: String,
+    },
+
+    /// A relay's listen address is not a loopback address with a port of at
+    /// least 1024.
+    #[error("relay {name:?} cannot listen on {listen}: {reason}")]
+    InvalidRelayAddress {
+        /// The relay.
+        name: String,
+        /// The address as given.
+        listen: std::net::SocketAddrV4,
+        /// Why not.
+        reason: &'static str,
+    },
+
+    /// A relay's host socket is missing or is not a Unix socket.
+    #[error(
+        "relay {name:?}: host socket {path:?} cannot be used: {reason}; bind it before building the sandbox"
+    )]
+    HostSocket {
+        /// The relay.
+        name: String,
+        /// The path as given.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+
+    /// `constle_exe` is missing or not a file.
+    #[error("the constle executable {path:?} cannot be bound into the sandbox: {reason}")]
+    ConstleExe {
+        /// The path as given.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+
+    /// No `bwrap` on `PATH` (nor at `/usr/bin/bwrap`).
+    #[error("bubblewrap (bwrap) is not installed: install the `bubblewrap` package")]
+    BwrapNotFound,
+}

@@ -1,0 +1,344 @@
+//! `constle sandbox-init`: the first process inside the sandbox. It binds the
+//! relays, starts the agent, forwards connections, and exits with the agent's
+//! status.
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+use tokio::task::JoinSet;
+
+use crate::layout::INIT_SUBCOMMAND;
+use crate::wire::{self, InitRelay};
+
+/// Exit status when `sandbox-init` itself fails: bad arguments, a relay that
+/// cannot listen, or a relay that stops (the agent is then killed).
+pub const EXIT_SANDBOX_FAILED: i32 = 125;
+/// Exit status when the agent's command exists but cannot be run.
+pub const EXIT_CANNOT_EXECUTE: i32 = 126;
+/// Exit status when the agent's command is not found.
+pub const EXIT_NOT_FOUND: i32 = 127;
+
+/// Buffer per direction per connection.
+const COPY_BUFFER: usize = 64 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+enum InitError {
+    #[error(
+        "{0}\nusage: constle {INIT_SUBCOMMAND} [--relay NAME,ADDRESS,SOCKET]... -- COMMAND [ARG]...\n\
+         (this subcommand runs inside the sandbox; `constle run` starts it)"
+    )]
+    Usage(String),
+    #[error("cannot close the file descriptors inherited from the host: {0}")]
+    Fds(io::Error),
+    #[error("cannot start the relay runtime: {0}")]
+    Runtime(io::Error),
+    #[error("relay {name}: cannot listen on {listen}: {source}")]
+    Listen {
+        name: String,
+        listen: SocketAddr,
+        source: io::Error,
+    },
+    #[error("cannot run {program:?}: {source}")]
+    Spawn {
+        program: OsString,
+        source: io::Error,
+    },
+    #[error("relay {name} stopped: {source}; the agent was killed")]
+    RelayFailed { name: String, source: io::Error },
+    #[error("cannot wait for the agent: {0}")]
+    Wait(io::Error),
+}
+
+impl InitError {
+    fn exit_code(&self) -> i32 {
+        match self {
+            InitError::Spawn { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+                EXIT_NOT_FOUND
+            }
+            InitError::Spawn { .. } => EXIT_CANNOT_EXECUTE,
+            _ => EXIT_SANDBOX_FAILED,
+        }
+    }
+}
+
+/// Runs `constle sandbox-init ARGS`; `args` are the arguments after the
+/// subcommand. Returns the process's exit status; the binary exits with it.
+///
+/// In order:
+/// 1. closes every file descriptor above 2 that the host let through
+///    (any descriptor without close-on-exec: Rust never creates one, so each
+///    came from outside and may reach host files, such as a directory);
+/// 2. makes itself non-dumpable, so the agent (same user) cannot trace the
+///    relay or open its `/proc/PID/fd`;
+/// 3. binds every relay's TCP address (so the agent can connect at once);
+/// 4. starts the agent with stdin `/dev/null`, stdout and stderr inherited,
+///    and the sandbox's environment;
+/// 5. forwards each accepted connection to its relay's Unix socket, both
+///    ways, passing half-closes on; a connection whose socket cannot be
+///    reached is closed (the first such failure per relay is reported on
+///    stderr);
+/// 6. exits with the agent's status: its exit code, or 128 + the signal that
+///    killed it.
+///
+/// Failures of its own exit with [`EXIT_SANDBOX_FAILED`] (125) after a
+/// message on stderr; if a relay's listener fails while the agent runs, the
+/// agent is killed first. A command that is not found gives
+/// [`EXIT_NOT_FOUND`] (127), one that cannot be executed
+/// [`EXIT_CANNOT_EXECUTE`] (126). The agent may exit with these codes too.
+pub fn init_main(args: Vec<OsString>) -> i32 {
+    match init(args) {
+        Ok(code) => code,
+        Err(err) => {
+            let _ = writeln!(io::stderr().lock(), "constle {INIT_SUBCOMMAND}: {err}");
+            err.exit_code()
+        }
+    }
+}
+
+fn init(args: Vec<OsString>) -> Result<i32, InitError> {
+    let (relays, command) = parse_args(args)?;
+    close_inherited_fds().map_err(InitError::Fds)?;
+    // Best effort: without it the relay is only as exposed as the agent.
+    let _ = nix::sys::prctl::set_dumpable(false);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(InitError::Runtime)?;
+    runtime.block_on(run(relays, command))
+}
+
+fn parse_args(args: Vec<OsString>) -> Result<(Vec<InitRelay>, Vec<OsString>), InitError> {
+    let mut args = args.into_iter();
+    let mut relays = Vec::new();
+    loop {
+        match args.next() {
+            None => return Err(InitError::Usage("missing `--` before the command".into())),
+            Some(arg) if arg == "--" => break,
+            Some(arg) if arg == wire::RELAY_FLAG => {
+                let value = args
+                    .next()
+                    .ok_or_else(|| InitError::Usage("`--relay` needs a value".into()))?;
+                let relay = wire::decode_relay(value.clone()).ok_or_else(|| {
+                    InitError::Usage(format!("relay {value:?} is not NAME,ADDRESS,SOCKET"))
+                })?;
+                relays.push(relay);
+            }
+            Some(arg) => return Err(InitError::Usage(format!("unexpected argument {arg:?}"))),
+        }
+    }
+    let command: Vec<OsString> = args.collect();
+    if command.first().is_none_or(|c| c.is_empty()) {
+        return Err(InitError::Usage("no command after `--`".into()));
+    }
+    Ok((relays, command))
+}
+
+/// Closes every descriptor above 2 without close-on-exec.
+///
+/// Sound without `unsafe` in this crate: Rust's standard library and tokio
+/// open every descriptor with close-on-exec, so one without it is owned by
+/// no object of this process and closing it cannot invalidate one.
+fn close_inherited_fds() -> io::Result<()> {
+    let cloexec = i64::from(nix::fcntl::OFlag::O_CLOEXEC.bits());
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // The listing's own descriptor is gone by now: skip what vanished.
+        let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")) else {
+            continue;
+        };
+        let flags = info
+            .lines()
+            .find_map(|line| line.strip_prefix("flags:"))
+            .and_then(|v| i64::from_str_radix(v.trim(), 8).ok())
+            .ok_or_else(|| io::Error::other(format!("no flags in /proc/self/fdinfo/{fd}")))?;
+        if flags & cloexec == 0 {
+            nix::unistd::close(fd).map_err(io::Error::from)?;
+        }
+    }
+    Ok(())
+}
+
+async fn run(relays: Vec<InitRelay>, command: Vec<OsString>) -> Result<i32, InitError> {
+    let mut listeners = Vec::with_capacity(relays.len());
+    for relay in relays {
+        let listen = SocketAddr::V4(relay.listen);
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| InitError::Listen {
+                name: relay.name.clone(),
+                listen,
+                source,
+            })?;
+        listeners.push((listener, relay));
+    }
+
+    let mut child = tokio::process::Command::new(&command[0])
+        .args(&command[1..])
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| InitError::Spawn {
+            program: command[0].clone(),
+            source,
+        })?;
+
+    let mut relays = JoinSet::new();
+    for (listener, relay) in listeners {
+        relays.spawn(accept_loop(listener, relay));
+    }
+
+    tokio::select! {
+        status = child.wait() => Ok(exit_code(status.map_err(InitError::Wait)?)),
+        Some(stopped) = relays.join_next() => {
+            let err = match stopped {
+                Ok(err) => err,
+                Err(join) => InitError::RelayFailed {
+                    name: "?".into(),
+                    source: io::Error::other(join.to_string()),
+                },
+            };
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            Err(err)
+        }
+    }
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .or_else(|| status.signal().map(|signal| 128 + signal))
+        .unwrap_or(EXIT_SANDBOX_FAILED)
+}
+
+/// Accepts until the listener fails for good; returns why.
+async fn accept_loop(listener: TcpListener, relay: InitRelay) -> InitError {
+    let socket: Arc<PathBuf> = Arc::new(relay.socket);
+    let name: Arc<str> = relay.name.into();
+    let reported = Arc::new(AtomicBool::new(false));
+    loop {
+        match listener.accept().await {
+            Ok((tcp, _)) => {
+                tokio::spawn(forward(
+                    tcp,
+                    Arc::clone(&socket),
+                    Arc::clone(&name),
+                    Arc::clone(&reported),
+                ));
+            }
+            Err(err) if is_transient(&err) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(source) => {
+                return InitError::RelayFailed {
+                    name: name.to_string(),
+                    source,
+                };
+            }
+        }
+    }
+}
+
+/// Errors after which a listener still works: an aborted connection, or
+/// running out of descriptors or memory for a moment.
+fn is_transient(err: &io::Error) -> bool {
+    use nix::errno::Errno;
+    matches!(
+        err.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    ) || err.raw_os_error().is_some_and(|code| {
+        [
+            Errno::EMFILE,
+            Errno::ENFILE,
+            Errno::ENOBUFS,
+            Errno::ENOMEM,
+            Errno::EPROTO,
+            Errno::EPERM,
+        ]
+        .iter()
+        .any(|e| *e as i32 == code)
+    })
+}
+
+async fn forward(
+    mut tcp: TcpStream,
+    socket: Arc<PathBuf>,
+    name: Arc<str>,
+    reported: Arc<AtomicBool>,
+) {
+    let _ = tcp.set_nodelay(true);
+    let mut upstream = match UnixStream::connect(socket.as_path()).await {
+        Ok(upstream) => upstream,
+        Err(err) => {
+            // Fail closed: the agent's connection is dropped. Say so once.
+            if !reported.swap(true, Ordering::Relaxed) {
+                let _ = writeln!(
+                    io::stderr().lock(),
+                    "constle {INIT_SUBCOMMAND}: relay {name}: cannot reach the host ({err}); \
+                     connections through it are closed"
+                );
+            }
+            return;
+        }
+    };
+    let _ =
+        tokio::io::copy_bidirectional_with_sizes(&mut tcp, &mut upstream, COPY_BUFFER, COPY_BUFFER)
+            .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn parses_arguments() {
+        let (relays, command) = parse_args(os(&[
+            "--relay",
+            "proxy,127.0.0.1:3128,/run/constle/proxy.sock",
+            "--",
+            "sh",
+            "-c",
+            "--relay",
+        ]))
+        .unwrap();
+        assert_eq!(relays.len(), 1);
+        assert_eq!(relays[0].name, "proxy");
+        assert_eq!(command, os(&["sh", "-c", "--relay"]));
+
+        for bad in [
+            &[][..],
+            &["sh"],
+            &["--"],
+            &["--", ""],
+            &["--relay"],
+            &["--relay", "x", "--", "sh"],
+            &["--bogus", "--", "sh"],
+        ] {
+            let err = parse_args(os(bad)).unwrap_err();
+            assert_eq!(err.exit_code(), EXIT_SANDBOX_FAILED, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn usage_errors_exit_125() {
+        assert_eq!(init_main(os(&["--", ""])), EXIT_SANDBOX_FAILED);
+    }
+}
