@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
 # The main job, end to end on the example agent: make its keys, validate its
-# Agentfile, write a signed audit log of a simulated run, verify it, show it,
-# and show what verification says after one byte of it is changed.
+# Agentfile, run it in the sandbox against a simulated outside world, verify
+# the signed audit log of the run, show it, and show what verification says
+# after one byte of it is changed.
 #
-# Everything goes under target/quickstart/ (its own CONSTLE_HOME), so running
-# it again starts fresh and never touches ~/.constle.
+# The "outside world" is a network namespace holding a documentation address
+# (203.0.113.0/24) with a listener on port 443; the proxy resolves the
+# agent's allowed host to it through --hosts-file, so nothing leaves this
+# machine. Making the namespace needs root: it runs under sudo unless you are
+# root. Everything else goes under target/quickstart/, with its own
+# CONSTLE_HOME, so running it again starts fresh and never touches
+# ~/.constle.
 set -euo pipefail
 command -v cargo >/dev/null 2>&1 || . "$HOME/.cargo/env"
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-cargo build --release --locked --quiet -p constle --bin constle --example simulated_run
-constle=target/release/constle
-simulated_run=target/release/examples/simulated_run
+cargo build --release --locked --quiet -p constle --bin constle
+cargo build --release --locked --quiet -p constle-testkit --example simulated_host
+constle=$root/target/release/constle
+sudo=()
+[ "$(id -u)" -eq 0 ] || sudo=(sudo)
 
 work=$root/target/quickstart
 rm -rf "$work"
 mkdir -p "$work"
 export CONSTLE_HOME=$work/home
 cp -r examples/invoice-processor "$work/"
-agentfile=$work/invoice-processor/agent.yaml
+agentdir=$work/invoice-processor
+agentfile=$agentdir/agent.yaml
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 
@@ -30,15 +39,28 @@ step constle webhook-keygen approver
 approver_did=$($constle webhook-keygen approver)
 echo "$approver_did"
 sed -e "s|@AGENT_DID@|$agent_did|" -e "s|@APPROVER_DID@|$approver_did|" \
-  "$work/invoice-processor/agent.template.yaml" > "$agentfile"
+  "$agentdir/agent.template.yaml" > "$agentfile"
 
 step constle validate agent.yaml
 $constle validate "$agentfile"
 
-step "simulated run (constle run is not built yet): writes a signed audit log"
-log=$($simulated_run "$agentfile")
-echo "$log"
+# The simulated api.groq.com: up until we close its stdin.
+coproc SIMULATED { "${sudo[@]}" "$root/target/release/examples/simulated_host"; }
+read -r address <&"${SIMULATED[0]}"
+printf '%s api.groq.com\n127.0.0.1 localtest.me\n' "$address" > "$work/hosts"
+sed -i "s|ALLOWED_ADDRESS: \".*\"|ALLOWED_ADDRESS: \"$address\"|" "$agentfile"
 
+step constle run --hosts-file hosts agent.yaml
+status=0
+$constle run --hosts-file "$work/hosts" "$agentfile" || status=$?
+exec {SIMULATED[1]}>&-
+wait "$SIMULATED_PID" || true
+if [ "$status" -ne 0 ]; then
+  echo "quickstart: constle run exited with $status" >&2
+  exit 1
+fi
+
+log=$CONSTLE_HOME/logs/invoice-processor-$(date -u +%F).jsonl
 step constle audit verify --agentfile=agent.yaml "$(basename "$log")"
 $constle audit verify --agentfile="$agentfile" "$log"
 
@@ -49,7 +71,7 @@ step "change one byte of a copy, then verify the copy"
 tampered=$work/tampered
 mkdir -p "$tampered"
 cp "$CONSTLE_HOME"/logs/* "$tampered/"
-sed -i '2s/evil.example.com\|api.groq.com/api.gr0q.com/' "$tampered/$(basename "$log")"
+sed -i '0,/"host":"api.groq.com"/s//"host":"api.gr0q.com"/' "$tampered/$(basename "$log")"
 if $constle audit verify --agentfile="$agentfile" "$tampered/$(basename "$log")"; then
   echo "quickstart: the edited log verified; that is a bug" >&2
   exit 1

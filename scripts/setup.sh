@@ -5,11 +5,17 @@
 set -euo pipefail
 
 packages=(
+  bubblewrap        # the sandbox (0.8 or newer)
   build-essential   # cc and c++: libFuzzer for the fuzz targets
   ca-certificates
   curl
   git
+  iproute2          # tests and the quickstart simulate outside hosts in network namespaces
   openssl           # tests check that key files are readable by OpenSSL
+  procps            # pgrep, in tests that check no process outlives a run
+  python3           # the example agent
+  squid             # the egress proxy (5.7 or newer)
+  util-linux        # setpriv: Squid dies with constle
 )
 
 sudo=()

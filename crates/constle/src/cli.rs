@@ -26,6 +26,9 @@ pub enum ColorChoice {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the agent an Agentfile describes, in its sandbox; exits with the
+    /// agent's exit status.
+    Run(RunArgs),
     /// Check an Agentfile (agent.yaml): errors, warnings, what will be enforced.
     Validate(ValidateArgs),
     /// Create an agent identity key; prints its did:key for `identity.did`.
@@ -36,6 +39,17 @@ pub enum Command {
     /// Check and read audit logs.
     #[command(subcommand)]
     Audit(AuditCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The Agentfile.
+    pub file: PathBuf,
+    /// Make the proxy resolve host names from this file only (hosts(5)
+    /// format); no DNS query leaves the machine. For tests and air-gapped
+    /// sites.
+    #[arg(long, value_name = "FILE")]
+    pub hosts_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,9 @@
 //! - 0: success (warnings allowed);
 //! - 1: a policy finding: an invalid Agentfile, a tampered log;
 //! - 2: a usage error or an operational failure (unreadable file, missing key).
+//!
+//! `constle run` exits with the agent's exit status instead (128 + n when a
+//! signal ended it), or 125 when the run itself failed.
 
 #![forbid(unsafe_code)]
 
@@ -23,13 +26,26 @@ use clap::Parser as _;
 enum Outcome {
     Success,
     PolicyFailure,
+    /// `constle run`: the agent's own exit status.
+    Exited(u8),
 }
 
 fn main() -> ExitCode {
+    // Inside a sandbox `constle` is the relay, not the command line; clap
+    // never sees those arguments, so they reach the relay exactly as written.
+    let mut args = std::env::args_os().skip(1);
+    if args
+        .next()
+        .is_some_and(|first| first == constle_sandbox::INIT_SUBCOMMAND)
+    {
+        let code = constle_sandbox::init_main(args.collect());
+        return ExitCode::from(u8::try_from(code).unwrap_or(125));
+    }
     let cli = cli::Cli::parse();
     match commands::run(cli) {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::PolicyFailure) => ExitCode::from(1),
+        Ok(Outcome::Exited(code)) => ExitCode::from(code),
         Err(err) => {
             terminal::error(&format!("{err:#}"));
             ExitCode::from(2)

@@ -51,7 +51,33 @@ impl Paint {
 
 /// `text` in `paint` if stdout is coloured. `text` must already be safe.
 pub fn paint(paint: Paint, text: &str) -> String {
-    paint_if(*COLOR_STDOUT.get().unwrap_or(&false), paint, text)
+    Stream::Out.paint(paint, text)
+}
+
+/// Standard output or standard error, each with its own colour decision.
+#[derive(Clone, Copy)]
+pub enum Stream {
+    Out,
+    Err,
+}
+
+impl Stream {
+    /// `text` in `paint` if this stream is coloured. `text` must already be safe.
+    pub fn paint(self, paint: Paint, text: &str) -> String {
+        let colored = match self {
+            Stream::Out => COLOR_STDOUT.get(),
+            Stream::Err => COLOR_STDERR.get(),
+        };
+        paint_if(*colored.unwrap_or(&false), paint, text)
+    }
+
+    /// Prints one line on this stream.
+    pub fn line(self, line: &str) {
+        match self {
+            Stream::Out => out(line),
+            Stream::Err => err_line(line),
+        }
+    }
 }
 
 fn paint_if(colored: bool, paint: Paint, text: &str) -> String {

@@ -2,6 +2,7 @@
 
 mod audit;
 mod keygen;
+mod run;
 mod validate;
 
 use crate::Outcome;
@@ -11,6 +12,7 @@ use crate::cli::{AuditCommand, Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
     crate::terminal::init(cli.color);
     match cli.command {
+        Command::Run(args) => run::run(&args),
         Command::Validate(args) => validate::run(&args),
         Command::Keygen(args) => keygen::run(constle_identity::KeyKind::Agent, &args),
         Command::WebhookKeygen(args) => keygen::run(constle_identity::KeyKind::Approver, &args),

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::Outcome;
 use crate::cli::{Format, ValidateArgs};
-use crate::terminal::{self, Paint, escape, paint};
+use crate::terminal::{self, Paint, Stream, escape, paint};
 
 /// The last line of `--format json` output.
 #[derive(Serialize)]
@@ -67,18 +67,7 @@ fn print_json(
 }
 
 fn print_human(args: &ValidateArgs, errors: &[Diagnostic], warnings: &[Diagnostic]) {
-    for diagnostic in errors.iter().chain(warnings) {
-        let color = match diagnostic.severity {
-            Severity::Error => Paint::Red,
-            Severity::Warning => Paint::Yellow,
-        };
-        let text = diagnostic.to_string();
-        let mut lines = text.lines().map(escape);
-        if let Some(first) = lines.next() {
-            terminal::out(&paint(color, &first));
-        }
-        lines.for_each(|line| terminal::out(&line));
-    }
+    print_diagnostics(errors.iter().chain(warnings), Stream::Out);
     let file = escape(&args.file.display().to_string());
     let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     let summary = match errors.is_empty() {
@@ -96,4 +85,21 @@ fn print_human(args: &ValidateArgs, errors: &[Diagnostic], warnings: &[Diagnosti
         ),
     };
     terminal::out(&summary);
+}
+
+/// Prints diagnostics, each headed by its coloured first line, escaped: the
+/// text may quote the Agentfile.
+pub fn print_diagnostics<'a>(diagnostics: impl Iterator<Item = &'a Diagnostic>, stream: Stream) {
+    for diagnostic in diagnostics {
+        let color = match diagnostic.severity {
+            Severity::Error => Paint::Red,
+            Severity::Warning => Paint::Yellow,
+        };
+        let text = diagnostic.to_string();
+        let mut lines = text.lines().map(escape);
+        if let Some(first) = lines.next() {
+            stream.line(&stream.paint(color, &first));
+        }
+        lines.for_each(|line| stream.line(&line));
+    }
 }

@@ -1,0 +1,33 @@
+//! The host end of a sandbox exit: a Unix socket, mounted into the sandbox,
+//! whose every connection is forwarded to a TCP service on host loopback
+//! (Squid, later the MCP gate).
+//!
+//! The sandbox has no network, so a Unix socket is the only thing both sides
+//! can reach; the in-sandbox relay carries the agent's TCP connections to it.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::task::JoinHandle;
+
+/// Binds `socket` and forwards each connection to `target` until the
+/// returned task is aborted.
+pub fn forward(socket: &Path, target: SocketAddr) -> io::Result<JoinHandle<()>> {
+    let listener = UnixListener::bind(socket)?;
+    Ok(tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            tokio::spawn(splice(client, target));
+        }
+    }))
+}
+
+async fn splice(mut client: UnixStream, target: SocketAddr) {
+    // A refused or broken connection is the proxy's answer to give; the
+    // agent sees its connection close, and Squid logs what it decided.
+    if let Ok(mut upstream) = TcpStream::connect(target).await {
+        let _ = upstream.set_nodelay(true);
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    }
+}

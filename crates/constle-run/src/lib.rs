@@ -1,0 +1,13 @@
+//! One supervised run of an agent: the Agentfile's policy turned into a
+//! sandbox whose only way out is the egress proxy, with every decision in
+//! the audit log, started together and torn down together.
+
+#![forbid(unsafe_code)]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+mod bridge;
+mod plan;
+mod run;
+
+pub use plan::{Item, plan};
+pub use run::{RunError, RunOptions, RunReport, run};

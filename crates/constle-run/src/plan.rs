@@ -1,0 +1,115 @@
+//! What a run will enforce and what it will not, worked out from the
+//! Agentfile before anything starts, so the run summary can say it.
+
+use constle_manifest::{Egress, Manifest};
+
+/// One line of the run summary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// A protection this run applies.
+    Enforced {
+        /// Which part of Constle.
+        part: &'static str,
+        /// What exactly it does in this run.
+        detail: String,
+    },
+    /// Something the Agentfile asks for, or a user may assume, that this run
+    /// does not enforce, and why.
+    NotEnforced {
+        /// Which part of Constle.
+        part: &'static str,
+        /// Why not, and what that means.
+        why: String,
+    },
+}
+
+/// The run summary's contents, in order.
+pub fn plan(manifest: &Manifest) -> Vec<Item> {
+    let mut items = vec![sandbox(manifest), egress(manifest), audit(manifest)];
+    items.extend(mcp(manifest));
+    items.extend(spending(manifest));
+    items
+}
+
+fn enforced(part: &'static str, detail: String) -> Item {
+    Item::Enforced { part, detail }
+}
+
+fn not_enforced(part: &'static str, why: String) -> Item {
+    Item::NotEnforced { part, why }
+}
+
+fn sandbox(manifest: &Manifest) -> Item {
+    let root = match &manifest.sandbox.rootfs {
+        Some(rootfs) => format!("root {} (read-only)", rootfs.display()),
+        None => "system directories read-only".to_owned(),
+    };
+    enforced(
+        "sandbox",
+        format!(
+            "bubblewrap: own network, pid, ipc, uts and mount namespaces; {root}; writable: {} and a private /tmp",
+            manifest.sandbox.workdir.display()
+        ),
+    )
+}
+
+fn egress(manifest: &Manifest) -> Item {
+    let hosts: Vec<String> = manifest
+        .sandbox
+        .network
+        .allowed_hosts
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    match manifest.sandbox.network.egress {
+        Egress::None => enforced("egress", "none: no proxy is started, the agent has no network at all".into()),
+        Egress::Restricted if hosts.is_empty() => {
+            enforced("egress", "restricted, with no allowed hosts: every connection is refused".into())
+        }
+        Egress::Restricted => enforced(
+            "egress",
+            format!(
+                "restricted: HTTPS (CONNECT to port 443) only to {}; raw IPs, other ports and names resolving to internal addresses refused",
+                hosts.join(", ")
+            ),
+        ),
+        Egress::Open => enforced(
+            "egress",
+            "OPEN: any public host on port 443; only raw IPs, other ports and internal addresses are refused".into(),
+        ),
+    }
+}
+
+fn audit(manifest: &Manifest) -> Item {
+    match &manifest.identity {
+        Some(identity) => enforced("audit log", format!("every entry signed by {} and hash-chained", identity.did)),
+        None => not_enforced(
+            "audit log",
+            "unsigned: no identity.did, so entries are hash-chained but anyone who can write the log could rewrite it".into(),
+        ),
+    }
+}
+
+fn mcp(manifest: &Manifest) -> Option<Item> {
+    let servers: Vec<&str> = manifest.mcp.servers.iter().map(|s| s.id.as_str()).collect();
+    (!servers.is_empty()).then(|| {
+        not_enforced(
+            "mcp gate",
+            format!(
+                "not built yet: the declared servers ({}) are unreachable from the sandbox, so no tool call and no human gate happens in this run",
+                servers.join(", ")
+            ),
+        )
+    })
+}
+
+fn spending(manifest: &Manifest) -> Option<Item> {
+    let network = &manifest.sandbox.network;
+    let reaches_hosts = network.egress == Egress::Open || !network.allowed_hosts.is_empty();
+    reaches_hosts.then(|| {
+        not_enforced(
+            "spend",
+            "traffic to allowed hosts (direct LLM API calls included) is never metered: Constle does not intercept TLS, so spend over allowed_hosts has no cap".into(),
+        )
+    })
+}

@@ -1,0 +1,409 @@
+//! The run itself: start the audit log, the egress proxy and the sandbox in
+//! that order, record every network decision while the agent runs, and tear
+//! everything down in reverse, whatever ends the run.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use constle_audit::{Appender, AuditError, AuditLog, Event};
+use constle_egress::{EgressPolicy, NetworkEvent, Squid};
+use constle_identity::{KeyKind, KeyStore};
+use constle_manifest::{Egress, Manifest};
+use constle_sandbox::{Relay, SandboxSpec};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::bridge;
+
+/// Where the agent finds the proxy inside the sandbox.
+const PROXY_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
+
+/// What the caller decides about a run beyond the Agentfile.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// `$CONSTLE_HOME`: keys and logs.
+    pub home: PathBuf,
+    /// Resolve names for the proxy from this file only (`--hosts-file`).
+    pub hosts_file: Option<PathBuf>,
+    /// The `constle` binary, run inside the sandbox as its relay.
+    pub constle_exe: PathBuf,
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunReport {
+    /// The agent's exit code, or 128 + the signal that ended the run.
+    pub exit_code: i32,
+    /// From start to finish.
+    pub duration: Duration,
+}
+
+/// Why a run could not start or was stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// `identity.did` is declared but no key on this machine matches it.
+    #[error("identity.did is {did}, but no agent key here matches it: {source}")]
+    KeyMissing {
+        /// The declared DID.
+        did: String,
+        /// What the key store said.
+        #[source]
+        source: constle_identity::KeyStoreError,
+    },
+    /// The audit log could not be written; nothing runs without it.
+    #[error(transparent)]
+    Audit(#[from] AuditError),
+    /// The egress proxy could not start.
+    #[error("the egress proxy could not start: {0}")]
+    Egress(#[from] constle_egress::EgressError),
+    /// The sandbox could not be set up or started.
+    #[error("the sandbox could not start: {0}")]
+    Sandbox(String),
+    /// The proxy exited while the agent ran; the agent was stopped.
+    #[error(
+        "the egress proxy exited during the run ({0}); the agent was stopped, it had no network from then on"
+    )]
+    EgressDied(String),
+    /// A filesystem operation for the run's private files failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+    let what = what.into();
+    move |source| RunError::Io { what, source }
+}
+
+/// Runs the agent the Agentfile describes and returns when it has exited
+/// and everything the run started has been stopped.
+///
+/// Must be called from a current-thread runtime: the proxy and the sandbox
+/// are tied to the thread that spawns them (PDEATHSIG), which must live as
+/// long as the run.
+pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport, RunError> {
+    let started = Instant::now();
+    let signer = match &manifest.identity {
+        Some(identity) => {
+            let store = KeyStore::open(&options.home).map_err(|source| RunError::KeyMissing {
+                did: identity.did.to_string(),
+                source,
+            })?;
+            Some(
+                store
+                    .find(KeyKind::Agent, &identity.did)
+                    .map_err(|source| RunError::KeyMissing {
+                        did: identity.did.to_string(),
+                        source,
+                    })?,
+            )
+        }
+        None => None,
+    };
+    let log = Arc::new(AuditLog::start(Appender::new(
+        &options.home.join("logs"),
+        manifest.name.clone(),
+        signer,
+    )?));
+    record(&log, run_started(manifest)).await?;
+    let outcome = supervise(manifest, options, &log).await;
+    let exit_code = match &outcome {
+        Ok(code) => *code,
+        Err(_) => 125,
+    };
+    let mut finished = event("run_finished")
+        .with("exit_status", exit_code)
+        .and_then(|e| e.with("duration_ms", started.elapsed().as_millis() as i64));
+    if let Err(err) = &outcome {
+        finished = finished.and_then(|e| e.with("error", err.to_string()));
+    }
+    if let Ok(finished) = finished {
+        record(&log, finished).await?;
+    }
+    if let Ok(log) = Arc::try_unwrap(log) {
+        log.close();
+    }
+    outcome.map(|exit_code| RunReport {
+        exit_code,
+        duration: started.elapsed(),
+    })
+}
+
+fn event(name: &str) -> Event {
+    // Every name used here is a literal snake_case word.
+    Event::new(name).unwrap_or_else(|_| unreachable!("event names in this module are valid"))
+}
+
+async fn record(log: &AuditLog, event: Event) -> Result<(), AuditError> {
+    log.submit(event).written().await.map(|_| ())
+}
+
+fn run_started(manifest: &Manifest) -> Event {
+    let network = &manifest.sandbox.network;
+    let egress = match network.egress {
+        Egress::None => "none",
+        Egress::Restricted => "restricted",
+        Egress::Open => "open",
+    };
+    let hosts: Vec<String> = network
+        .allowed_hosts
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let started = event("run_started")
+        .with("command", manifest.sandbox.command.clone())
+        .and_then(|e| e.with("workdir", manifest.sandbox.workdir.display().to_string()))
+        .and_then(|e| e.with("egress", egress))
+        .and_then(|e| e.with("allowed_hosts", hosts))
+        .and_then(|e| e.with("constle_version", env!("CARGO_PKG_VERSION")));
+    started.unwrap_or_else(|_| event("run_started"))
+}
+
+/// Starts the proxy and the sandbox, waits for the agent, and stops both.
+async fn supervise(
+    manifest: &Manifest,
+    options: &RunOptions,
+    log: &Arc<AuditLog>,
+) -> Result<i32, RunError> {
+    let sockets = private_dir("constle-sockets-")?;
+    let mut proxy = match EgressPolicy::from_network(&manifest.sandbox.network) {
+        Some(policy) => Some(Proxy::start(&policy, options, sockets.path(), log).await?),
+        None => None,
+    };
+    let spec = SandboxSpec {
+        command: manifest.sandbox.command.clone(),
+        workdir: manifest.sandbox.workdir.clone(),
+        env: agent_env(manifest, proxy.is_some()),
+        rootfs: manifest.sandbox.rootfs.clone(),
+        relays: proxy.iter().map(|p| p.relay.clone()).collect(),
+        constle_exe: options.constle_exe.clone(),
+    };
+    if spec.exposes(&options.home) {
+        return Err(RunError::Sandbox(format!(
+            "the sandbox would see {} (CONSTLE_HOME: keys and logs); choose a workdir and rootfs that do not contain it",
+            options.home.display()
+        )));
+    }
+    let mut command =
+        constle_sandbox::bwrap_command(&spec).map_err(|e| RunError::Sandbox(e.to_string()))?;
+    command.stdin(Stdio::null()).process_group(0);
+    let mut agent = tokio::process::Command::from(command)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| RunError::Sandbox(format!("cannot start bwrap: {e}")))?;
+    let result = watch(&mut agent, proxy.as_mut(), log).await;
+    // The agent goes first: Squid logs a tunnel when it closes, so every
+    // tunnel must be closed before the proxy stops.
+    let _ = agent.start_kill();
+    let _ = agent.wait().await;
+    let recorded = match proxy {
+        Some(proxy) => proxy.stop().await,
+        None => Ok(()),
+    };
+    let code = result?;
+    recorded?;
+    Ok(code)
+}
+
+/// The egress proxy of one run: Squid, the Unix socket bridged to it, and
+/// the task writing its decisions to the audit log.
+struct Proxy {
+    squid: Squid,
+    relay: Relay,
+    bridge: tokio::task::JoinHandle<()>,
+    /// `None` once it has finished and its result was taken.
+    recorder: Option<tokio::task::JoinHandle<Result<(), AuditError>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Proxy {
+    async fn start(
+        policy: &EgressPolicy,
+        options: &RunOptions,
+        sockets: &Path,
+        log: &Arc<AuditLog>,
+    ) -> Result<Proxy, RunError> {
+        let dir = private_dir("constle-squid-")?;
+        let mut squid = Squid::start(dir.path(), policy, options.hosts_file.as_deref()).await?;
+        let socket = sockets.join("proxy.sock");
+        let bridge = bridge::forward(&socket, squid.addr())
+            .map_err(io(format!("cannot bind {}", socket.display())))?;
+        let mut events = squid
+            .take_events()
+            .ok_or_else(|| RunError::Sandbox("the proxy's events were already taken".into()))?;
+        let log = Arc::clone(log);
+        let recorder = tokio::spawn(async move {
+            while let Some(decision) = events.recv().await {
+                record(&log, network_event(&decision)).await?;
+            }
+            Ok(())
+        });
+        let relay = Relay {
+            name: "proxy".into(),
+            listen: PROXY_LISTEN,
+            host_socket: socket,
+        };
+        Ok(Proxy {
+            squid,
+            relay,
+            bridge,
+            recorder: Some(recorder),
+            _dir: dir,
+        })
+    }
+
+    /// Stops Squid and waits until every decision it logged is recorded.
+    async fn stop(self) -> Result<(), RunError> {
+        self.bridge.abort();
+        self.squid.stop().await;
+        match self.recorder {
+            Some(recorder) => recorded(recorder.await),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The agent's whole environment: what the Agentfile declares, and the
+/// proxy variables pointing at the relay.
+fn agent_env(manifest: &Manifest, proxied: bool) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = manifest
+        .sandbox
+        .env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    if proxied {
+        let url = format!("http://{PROXY_LISTEN}");
+        for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+            env.insert(name.into(), url.clone());
+        }
+    }
+    env
+}
+
+/// Waits for the agent to exit. A signal to constle, the proxy dying or the
+/// audit log failing ends the run early.
+async fn watch(
+    agent: &mut tokio::process::Child,
+    mut proxy: Option<&mut Proxy>,
+    log: &AuditLog,
+) -> Result<i32, RunError> {
+    let mut interrupt = signal_stream(SignalKind::interrupt())?;
+    let mut terminate = signal_stream(SignalKind::terminate())?;
+    let mut hangup = signal_stream(SignalKind::hangup())?;
+    let trouble = async {
+        let Some(proxy) = proxy.as_deref_mut() else {
+            return std::future::pending().await;
+        };
+        let Some(recorder) = proxy.recorder.as_mut() else {
+            return ProxyTrouble::Died(exit_description(proxy.squid.exited().await));
+        };
+        tokio::select! {
+            status = proxy.squid.exited() => ProxyTrouble::Died(exit_description(status)),
+            result = recorder => {
+                // The recorder only ends early when the audit log fails or
+                // Squid's log closed because Squid is going away.
+                proxy.recorder = None;
+                match recorded(result) {
+                    Err(err) => ProxyTrouble::NotRecorded(err.to_string()),
+                    Ok(()) => ProxyTrouble::Died(exit_description(proxy.squid.exited().await)),
+                }
+            }
+        }
+    };
+    tokio::select! {
+        status = agent.wait() => Ok(exit_code(status.map_err(io("waiting for the agent"))?)),
+        trouble = trouble => {
+            let _ = agent.start_kill();
+            let reason = match trouble {
+                ProxyTrouble::Died(status) => format!("the proxy exited: {status}"),
+                ProxyTrouble::NotRecorded(error) => format!("the proxy's decisions could not be recorded: {error}"),
+            };
+            if let Ok(failed) = event("egress_failed").with("reason", reason.clone()) {
+                record(log, failed).await?;
+            }
+            Err(RunError::EgressDied(reason))
+        }
+        _ = interrupt.recv() => Ok(stopped_by(log, "SIGINT", 2).await?),
+        _ = terminate.recv() => Ok(stopped_by(log, "SIGTERM", 15).await?),
+        _ = hangup.recv() => Ok(stopped_by(log, "SIGHUP", 1).await?),
+    }
+}
+
+fn exit_description(status: std::io::Result<ExitStatus>) -> String {
+    status.map_or_else(|e| e.to_string(), |s| s.to_string())
+}
+
+fn recorded(
+    result: Result<Result<(), AuditError>, tokio::task::JoinError>,
+) -> Result<(), RunError> {
+    match result {
+        Ok(recorded) => Ok(recorded?),
+        Err(err) => Err(RunError::Sandbox(format!(
+            "the proxy's audit recorder failed: {err}"
+        ))),
+    }
+}
+
+enum ProxyTrouble {
+    Died(String),
+    NotRecorded(String),
+}
+
+fn signal_stream(kind: SignalKind) -> Result<tokio::signal::unix::Signal, RunError> {
+    signal(kind).map_err(io("cannot handle signals"))
+}
+
+async fn stopped_by(log: &AuditLog, name: &str, number: i32) -> Result<i32, AuditError> {
+    if let Ok(stopped) = event("run_interrupted").with("signal", name) {
+        record(log, stopped).await?;
+    }
+    Ok(128 + number)
+}
+
+fn network_event(decision: &NetworkEvent) -> Event {
+    let name = decision.audit_event_name();
+    let built = event(name)
+        .with("host", decision.host.clone())
+        .and_then(|e| e.with("port", i64::from(decision.port)))
+        .and_then(|e| e.with("squid", decision.squid_result.clone()))
+        .and_then(|e| e.with("address", decision.resolved.map(|a| a.to_string())))
+        .and_then(|e| e.with("reason", decision.reason.clone()))
+        .and_then(|e| {
+            e.with(
+                "requested_at",
+                constle_audit::format_timestamp(decision.started),
+            )
+        });
+    built.unwrap_or_else(|_| event(name))
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt as _;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(125)
+}
+
+/// A fresh directory only the current user can enter.
+fn private_dir(prefix: &str) -> Result<tempfile::TempDir, RunError> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .map_err(io("cannot create a private run directory"))?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+        .map_err(io(format!("cannot restrict {}", dir.path().display())))?;
+    Ok(dir)
+}

@@ -1,0 +1,424 @@
+//! `constle run` end to end: the real binary, bubblewrap and Squid, with a
+//! simulated outside host in a network namespace the test creates. Nothing
+//! here sends traffic anywhere but loopback and that namespace.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use constle_testkit::{HostsFile, TestHost, require_e2e, require_root};
+
+const EXAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/invoice-processor/work/agent.py"
+);
+
+struct Case {
+    dir: tempfile::TempDir,
+}
+
+impl Case {
+    fn new() -> Case {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("work")).unwrap();
+        Case { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn home(&self) -> PathBuf {
+        self.path("home")
+    }
+
+    fn agentfile(&self, body: &str) -> PathBuf {
+        let path = self.path("agent.yaml");
+        fs::write(&path, format!("name: test-agent\n{body}")).unwrap();
+        path
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_constle"));
+        command
+            .args(args)
+            .env("CONSTLE_HOME", self.home())
+            .current_dir(self.dir.path());
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    /// The audit log's lines for today, as JSON.
+    fn log(&self) -> Vec<serde_json::Value> {
+        let logs = self.home().join("logs");
+        let file = fs::read_dir(&logs)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .unwrap();
+        fs::read_to_string(file)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn events(&self, name: &str) -> Vec<serde_json::Value> {
+        self.log()
+            .into_iter()
+            .filter(|e| e["event"] == name)
+            .collect()
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn sandbox_ready(test: &str) -> bool {
+    require_root(test, &["bwrap"])
+}
+
+fn sh(script: &str) -> String {
+    format!(
+        "sandbox:\n  command: [\"sh\", \"-c\", {}]\n  workdir: ./work\n  network:\n    egress: none\n",
+        serde_json::to_string(script).unwrap()
+    )
+}
+
+#[test]
+fn the_agents_exit_status_is_constles_and_the_run_is_logged() {
+    if !sandbox_ready("exit status") {
+        return;
+    }
+    let case = Case::new();
+    let file = case.agentfile(&sh("echo out; echo err >&2; exit 7"));
+    let out = case.run(&["run", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "out\n");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("err\n"), "{stderr}");
+    assert!(stderr.contains("egress     none"), "{stderr}");
+    let log = case.log();
+    assert_eq!(log.first().unwrap()["event"], "run_started");
+    assert_eq!(log.last().unwrap()["event"], "run_finished");
+    assert_eq!(log.last().unwrap()["exit_status"], 7);
+}
+
+#[test]
+fn stdin_is_not_the_hosts() {
+    if !sandbox_ready("stdin") {
+        return;
+    }
+    let case = Case::new();
+    let file = case.agentfile(&sh(
+        "if read line; then echo read: $line; else echo eof; fi",
+    ));
+    let out = case
+        .command(&["run", file.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stdout), "eof\n", "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_declared_identity_without_its_key_refuses_to_start() {
+    let case = Case::new();
+    let did = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";
+    let marker = case.path("work/started");
+    let file = case.agentfile(&format!(
+        "identity:\n  did: {did}\n{}",
+        sh(&format!("touch {}", marker.display()))
+    ));
+    let out = case.run(&["run", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(125));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(did) && stderr.contains("constle keygen"),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "the agent ran");
+}
+
+#[test]
+fn an_invalid_agentfile_starts_nothing() {
+    let case = Case::new();
+    let file = case.agentfile("sandbox:\n  command: [\"true\"]\n  netwrok: {}\n");
+    let out = case.run(&["run", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("unknown_field"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!case.home().join("logs").exists());
+}
+
+#[test]
+fn the_sandbox_sees_no_host_secrets() {
+    if !sandbox_ready("secrets") {
+        return;
+    }
+    let case = Case::new();
+    let key = case.run(&["keygen", "test-agent"]);
+    let did = text(&key.stdout).trim().to_owned();
+    let approver = text(&case.run(&["webhook-keygen", "approver"]).stdout)
+        .trim()
+        .to_owned();
+    let probe = format!(
+        "env; test -e {home} && echo HOME_VISIBLE; ls /proc | grep -c '^[0-9]' ; id -u",
+        home = case.home().display()
+    );
+    let file = case.agentfile(&format!(
+        "identity:\n  did: {did}\nsandbox:\n  command: [\"sh\", \"-c\", {probe}]\n  workdir: ./work\n  env:\n    DECLARED: \"yes\"\n  network:\n    egress: none\nhuman_gates:\n  enabled: true\n  require_approval_for: [x]\n  approver_pubkey: {approver}\n  notify:\n    - channel: webhook\n      url_secret_ref: TEST_WEBHOOK_SECRET\n",
+        probe = serde_json::to_string(&probe).unwrap()
+    ));
+    let out = case
+        .command(&["run", file.to_str().unwrap()])
+        .env(
+            "TEST_WEBHOOK_SECRET",
+            "https://hooks.example.test/s3cr3t-token",
+        )
+        .env("HOST_ONLY_VARIABLE", "leaked")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let seen = text(&out.stdout);
+    assert!(seen.contains("DECLARED=yes"), "{seen}");
+    for secret in [
+        "s3cr3t-token",
+        "HOST_ONLY_VARIABLE",
+        "CONSTLE_HOME",
+        "HOME_VISIBLE",
+        "TEST_WEBHOOK_SECRET",
+    ] {
+        assert!(
+            !seen.contains(secret),
+            "{secret} reached the sandbox:\n{seen}"
+        );
+    }
+}
+
+/// The example agent, run against a simulated outside world: its allowed
+/// host is a namespace holding a documentation address.
+#[test]
+fn the_example_agent_reaches_only_its_allowed_host() {
+    if !sandbox_ready("example agent") || !require_e2e("example agent") {
+        return;
+    }
+    let host = TestHost::start().unwrap();
+    let case = Case::new();
+    fs::copy(EXAMPLE, case.path("work/agent.py")).unwrap();
+    let hosts = case.path("hosts");
+    HostsFile::new()
+        .with(host.ipv4(), "api.groq.com")
+        .with(std::net::Ipv4Addr::LOCALHOST, "localtest.me")
+        .write(&hosts)
+        .unwrap();
+    let file = case.agentfile(&format!(
+        "sandbox:\n  command: [\"python3\", \"agent.py\"]\n  workdir: ./work\n  env:\n    ALLOWED_ADDRESS: \"{}\"\n  network:\n    allowed_hosts: [api.groq.com, localtest.me]\n",
+        host.ipv4()
+    ));
+    let out = case.run(&[
+        "run",
+        "--hosts-file",
+        hosts.to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{said}\n{}", text(&out.stderr));
+    let line = |start: &str| {
+        said.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line {start:?} in\n{said}"))
+            .to_owned()
+    };
+    assert!(
+        line("agent: CONNECT api.groq.com:443")
+            .contains(host.banner_for(host.ipv4().into()).trim()),
+        "{said}"
+    );
+    for refused in [
+        "agent: CONNECT evil.example.com:443",
+        &format!("agent: CONNECT {}:443", host.ipv4()),
+        "agent: CONNECT api.groq.com:22",
+        "agent: CONNECT localtest.me:443",
+    ] {
+        assert!(line(refused).contains("refused by the proxy"), "{said}");
+    }
+    assert!(
+        line(&format!("agent: direct connection to {}", host.ipv4()))
+            .contains("Network is unreachable"),
+        "{said}"
+    );
+    assert!(
+        line("agent: direct connection to 2001:db8::10").contains("Network is unreachable"),
+        "{said}"
+    );
+    assert_eq!(
+        host.connections(),
+        1,
+        "only the allowed request may reach the host"
+    );
+
+    let allowed = case.events("network_allowed");
+    assert_eq!(allowed.len(), 1, "{allowed:?}");
+    assert_eq!(allowed[0]["host"], "api.groq.com");
+    assert_eq!(allowed[0]["squid"], "TCP_TUNNEL/200");
+    assert_eq!(allowed[0]["address"], host.ipv4().to_string());
+    let blocked = case.events("network_blocked");
+    let reasons: Vec<(String, String)> = blocked
+        .iter()
+        .map(|e| {
+            (
+                e["host"].as_str().unwrap().to_owned(),
+                e["reason"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(blocked.len(), 4, "{reasons:?}");
+    assert!(
+        reasons.contains(&("evil.example.com".into(), "not_allowed".into())),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&("localtest.me".into(), "internal_destination".into())),
+        "{reasons:?}"
+    );
+    assert!(
+        blocked.iter().all(|e| e["squid"] == "TCP_DENIED/403"),
+        "{blocked:?}"
+    );
+}
+
+/// A process whose command line holds `marker`, if any is still running.
+fn survivors(marker: &str) -> String {
+    let out = Command::new("pgrep")
+        .args(["-af", marker])
+        .output()
+        .unwrap();
+    text(&out.stdout)
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_stops_the_agent_and_the_proxy_and_still_logs_the_end() {
+    if !sandbox_ready("sigterm") || !require_e2e("sigterm") {
+        return;
+    }
+    let case = Case::new();
+    let marker = format!("constle-test-marker-{}", std::process::id());
+    let file = case.agentfile(&format!(
+        "sandbox:\n  command: [\"sh\", \"-c\", \"touch started; sleep 1000\", \"{marker}\"]\n  workdir: ./work\n  network:\n    allowed_hosts: [api.groq.com]\n"
+    ));
+    let mut child = case
+        .command(&["run", file.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the agent to start", || case.path("work/started").exists());
+    let squid = format!("constle{}x", child.id());
+    let found = survivors(&squid);
+    assert!(
+        found.contains("squid"),
+        "no squid of this run found: {found:?} / {:?}",
+        survivors("squid")
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    wait_for("every process of the run to end", || {
+        survivors(&marker).is_empty() && survivors(&squid).is_empty()
+    });
+    let log = case.log();
+    assert_eq!(log.last().unwrap()["event"], "run_finished");
+    assert!(
+        log.iter()
+            .any(|e| e["event"] == "run_interrupted" && e["signal"] == "SIGTERM")
+    );
+}
+
+#[test]
+fn when_the_proxy_dies_the_run_fails_closed() {
+    if !sandbox_ready("proxy death") || !require_e2e("proxy death") {
+        return;
+    }
+    let case = Case::new();
+    let file = case.agentfile(
+        "sandbox:\n  command: [\"sh\", \"-c\", \"touch started; exec sleep 1000\"]\n  workdir: ./work\n  network:\n    allowed_hosts: [api.groq.com]\n",
+    );
+    let child = case
+        .command(&["run", file.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the agent to start", || case.path("work/started").exists());
+    let squid = format!("constle{}x", child.id());
+    Command::new("pkill")
+        .args(["-KILL", "-f", &squid])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        text(&out.stderr).contains("egress proxy exited"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(case.events("egress_failed").len(), 1);
+    assert_eq!(case.log().last().unwrap()["event"], "run_finished");
+}
+
+#[test]
+fn open_egress_is_announced() {
+    if !sandbox_ready("open egress") || !require_e2e("open egress") {
+        return;
+    }
+    let case = Case::new();
+    let file = case.agentfile(
+        "sandbox:\n  command: [\"true\"]\n  workdir: ./work\n  network:\n    egress: open\n",
+    );
+    let out = case.run(&["run", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("OPEN: any public host"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_workdir_holding_constle_home_is_refused() {
+    let case = Case::new();
+    let file = case
+        .agentfile("sandbox:\n  command: [\"true\"]\n  workdir: .\n  network:\n    egress: none\n");
+    let out = case.run(&["run", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("CONSTLE_HOME"),
+        "{}",
+        text(&out.stderr)
+    );
+}
