@@ -119,14 +119,15 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     record(&log, run_started(manifest)).await?;
     let outcome = supervise(manifest, options, &log).await;
     let exit_code = match &outcome {
-        Ok(code) => *code,
+        Ok((code, _)) => *code,
         Err(_) => 125,
     };
     let mut finished = event("run_finished")
         .with("exit_status", exit_code)
         .and_then(|e| e.with("duration_ms", started.elapsed().as_millis() as i64));
-    if let Err(err) = &outcome {
-        finished = finished.and_then(|e| e.with("error", err.to_string()));
+    match &outcome {
+        Ok((_, phases)) => finished = finished.and_then(|e| e.with("phases_us", phases.to_json())),
+        Err(err) => finished = finished.and_then(|e| e.with("error", err.to_string())),
     }
     if let Ok(finished) = finished {
         record(&log, finished).await?;
@@ -134,7 +135,7 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     if let Ok(log) = Arc::try_unwrap(log) {
         log.close();
     }
-    outcome.map(|exit_code| RunReport {
+    outcome.map(|(exit_code, _)| RunReport {
         exit_code,
         duration: started.elapsed(),
     })
@@ -175,7 +176,12 @@ async fn supervise(
     manifest: &Manifest,
     options: &RunOptions,
     log: &Arc<AuditLog>,
-) -> Result<i32, RunError> {
+) -> Result<(i32, Phases), RunError> {
+    let mut clock = Instant::now();
+    let mut lap = move || {
+        let now = Instant::now();
+        std::mem::replace(&mut clock, now).elapsed()
+    };
     let sockets = private_dir("constle-sockets-")?;
     let mut proxy = match EgressPolicy::from_network(&manifest.sandbox.network) {
         Some(policy) => Some(Proxy::start(&policy, options, sockets.path(), log).await?),
@@ -195,6 +201,7 @@ async fn supervise(
             options.home.display()
         )));
     }
+    let proxy_start = lap();
     let mut command =
         constle_sandbox::bwrap_command(&spec).map_err(|e| RunError::Sandbox(e.to_string()))?;
     command.stdin(Stdio::null()).process_group(0);
@@ -203,6 +210,7 @@ async fn supervise(
         .spawn()
         .map_err(|e| RunError::Sandbox(format!("cannot start bwrap: {e}")))?;
     let result = watch(&mut agent, proxy.as_mut(), log).await;
+    let sandbox = lap();
     // The agent goes first: Squid logs a tunnel when it closes, so every
     // tunnel must be closed before the proxy stops.
     let _ = agent.start_kill();
@@ -211,9 +219,35 @@ async fn supervise(
         Some(proxy) => proxy.stop().await,
         None => Ok(()),
     };
+    let phases = Phases {
+        proxy_start,
+        sandbox,
+        teardown: lap(),
+    };
     let code = result?;
     recorded?;
-    Ok(code)
+    Ok((code, phases))
+}
+
+/// Where a run's time went, for `run_finished` and the run benchmark.
+struct Phases {
+    /// Squid started and the bridge bound (zero without egress).
+    proxy_start: Duration,
+    /// bwrap spawned until the agent exited: sandbox start plus the agent.
+    sandbox: Duration,
+    /// Stopping the agent and the proxy, recording the last decisions.
+    teardown: Duration,
+}
+
+impl Phases {
+    fn to_json(&self) -> serde_json::Value {
+        let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+        serde_json::json!({
+            "proxy_start": micros(self.proxy_start),
+            "sandbox": micros(self.sandbox),
+            "teardown": micros(self.teardown),
+        })
+    }
 }
 
 /// The egress proxy of one run: Squid, the Unix socket bridged to it, and
