@@ -316,13 +316,12 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn sigterm_stops_the_agent_and_the_proxy_and_still_logs_the_end() {
-    if !sandbox_ready("sigterm") || !require_e2e("sigterm") {
-        return;
-    }
+/// Starts a run of a long-sleeping agent, waits until the agent and its
+/// Squid are up, hands constle `signal`, and checks that nothing of the run
+/// survives. Returns constle's exit status.
+fn stop_a_run_with(signal: &str) -> (Case, std::process::ExitStatus) {
     let case = Case::new();
-    let marker = format!("constle-test-marker-{}", std::process::id());
+    let marker = format!("constle-test-marker-{}-{signal}", std::process::id());
     let file = case.agentfile(&format!(
         "sandbox:\n  command: [\"sh\", \"-c\", \"touch started; sleep 1000\", \"{marker}\"]\n  workdir: ./work\n  network:\n    allowed_hosts: [api.groq.com]\n"
     ));
@@ -338,24 +337,62 @@ fn sigterm_stops_the_agent_and_the_proxy_and_still_logs_the_end() {
     let found = survivors(&squid);
     assert!(
         found.contains("squid"),
-        "no squid of this run found: {found:?} / {:?}",
-        survivors("squid")
+        "no squid of this run found: {found:?}"
     );
+    assert!(!survivors(&marker).is_empty(), "the agent is not running");
     Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([&format!("-{signal}"), &child.id().to_string()])
         .status()
         .unwrap();
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(143));
     wait_for("every process of the run to end", || {
         survivors(&marker).is_empty() && survivors(&squid).is_empty()
     });
+    (case, status)
+}
+
+#[test]
+fn sigterm_and_sigint_stop_the_agent_and_the_proxy_and_still_log_the_end() {
+    if !sandbox_ready("sigterm") || !require_e2e("sigterm") {
+        return;
+    }
+    for (signal, code) in [("TERM", 143), ("INT", 130)] {
+        let (case, status) = stop_a_run_with(signal);
+        assert_eq!(status.code(), Some(code), "SIG{signal}");
+        let log = case.log();
+        assert_eq!(log.last().unwrap()["event"], "run_finished");
+        assert!(
+            log.iter()
+                .any(|e| e["event"] == "run_interrupted" && e["signal"] == format!("SIG{signal}"))
+        );
+    }
+}
+
+#[test]
+fn nothing_of_the_run_outlives_a_killed_constle() {
+    if !sandbox_ready("sigkill") || !require_e2e("sigkill") {
+        return;
+    }
+    let (case, status) = stop_a_run_with("KILL");
+    assert_eq!(status.code(), None, "constle was killed");
+    // The log ends at its last acknowledged entry and still verifies.
     let log = case.log();
-    assert_eq!(log.last().unwrap()["event"], "run_finished");
-    assert!(
-        log.iter()
-            .any(|e| e["event"] == "run_interrupted" && e["signal"] == "SIGTERM")
-    );
+    assert_eq!(log.first().unwrap()["event"], "run_started");
+    let out = case.run(&[
+        "audit",
+        "verify",
+        case.home()
+            .join("logs")
+            .read_dir()
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .unwrap()
+            .to_str()
+            .unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
 
 #[test]
@@ -421,4 +458,106 @@ fn a_workdir_holding_constle_home_is_refused() {
         "{}",
         text(&out.stderr)
     );
+}
+
+const PROBE: &str = include_str!("fixtures/probe.py");
+
+/// Every row of the spec's network tables and the list, asked from
+/// inside a real sandbox through the real proxy. Internal addresses a name
+/// resolves to are trapped into the test's own namespace, so even a proxy
+/// that wrongly allowed one could not reach past this machine.
+#[test]
+fn every_network_rule_holds_from_inside_the_sandbox() {
+    if !sandbox_ready("network rules") || !require_e2e("network rules") {
+        return;
+    }
+    let host = TestHost::start().unwrap();
+    let (v4, v6) = (host.ipv4(), host.ipv6());
+    let internal: [(&str, std::net::IpAddr); 8] = [
+        ("localtest.me", "127.0.0.1".parse().unwrap()),
+        ("metadata.example.com", "169.254.169.254".parse().unwrap()),
+        ("ten.example.com", "10.1.2.3".parse().unwrap()),
+        ("private172.example.com", "172.16.5.4".parse().unwrap()),
+        ("private192.example.com", "192.168.1.1".parse().unwrap()),
+        ("cgnat.example.com", "100.64.0.1".parse().unwrap()),
+        ("ula.example.com", "fd00::1".parse().unwrap()),
+        ("linklocal.example.com", "fe80::1".parse().unwrap()),
+    ];
+    let case = Case::new();
+    fs::write(case.path("work/probe.py"), PROBE).unwrap();
+    let mut hosts = HostsFile::new()
+        .with(v4, "api.groq.com")
+        .with(v6, "v6.groq.com");
+    for (name, addr) in internal {
+        hosts.add(addr, name);
+        if !addr.is_loopback() {
+            host.trap(addr).unwrap();
+        }
+    }
+    hosts.write(&case.path("hosts")).unwrap();
+    let allowed: Vec<&str> = ["api.groq.com", "v6.groq.com"]
+        .into_iter()
+        .chain(internal.iter().map(|(n, _)| *n))
+        .collect();
+    let [a, b, c, d] = v4.octets();
+    let expectations: Vec<(String, &str)> = [
+        ("api.groq.com:443".to_owned(), "200"),
+        ("API.GROQ.COM:443".to_owned(), "200"),
+        ("api.groq.com.:443".to_owned(), "200"),
+        ("v6.groq.com:443".to_owned(), "200"),
+        (format!("{v4}:443"), "403"),
+        (format!("{}:443", host.spare_ipv4()), "403"),
+        ("evil.example.com:443".to_owned(), "403"),
+        ("api.groq.com:22".to_owned(), "403"),
+        ("api.groq.com:80".to_owned(), "403"),
+        (format!("[{v6}]:443"), "403"),
+        (format!("[::ffff:{v4}]:443"), "403"),
+        (format!("{}:443", u32::from(v4)), "403"),
+        (
+            format!("{a:#o}.{b:#o}.{c:#o}.{d:#o}:443").replace("0o", "0"),
+            "403",
+        ),
+        (format!("{a:#x}.{b:#x}.{c:#x}.{d:#x}:443"), "403"),
+        ("0.0.0.0:443".to_owned(), "403"),
+    ]
+    .into_iter()
+    .chain(
+        internal
+            .iter()
+            .map(|(name, _)| (format!("{name}:443"), "403")),
+    )
+    .collect();
+    // The probe takes its targets as arguments after its own name.
+    let targets: Vec<String> = expectations
+        .iter()
+        .map(|(t, _)| serde_json::to_string(t).unwrap())
+        .collect();
+    let file = case.agentfile(&format!(
+        "sandbox:\n  command: [\"python3\", \"probe.py\", {}]\n  workdir: ./work\n  network:\n    allowed_hosts: [{}]\n",
+        targets.join(", "),
+        allowed.join(", ")
+    ));
+    let out = case.run(&[
+        "run",
+        "--hosts-file",
+        case.path("hosts").to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{said}\n{}", text(&out.stderr));
+    for (target, expected) in &expectations {
+        let line = said
+            .lines()
+            .find(|l| l.starts_with(&format!("{target} ")))
+            .unwrap_or_else(|| panic!("no answer for {target}:\n{said}"));
+        let status = line[target.len() + 1..].split(' ').next().unwrap();
+        assert_eq!(status, *expected, "{target}: {line}");
+    }
+    assert_eq!(
+        host.connections(),
+        4,
+        "only the four allowed requests may reach the host"
+    );
+    let events = case.events("network_allowed").len() + case.events("network_blocked").len();
+    assert_eq!(events, expectations.len(), "one audit event per request");
 }
