@@ -460,8 +460,6 @@ fn a_workdir_holding_constle_home_is_refused() {
     );
 }
 
-const PROBE: &str = include_str!("fixtures/probe.py");
-
 /// Every row of the spec's network tables and the list, asked from
 /// inside a real sandbox through the real proxy. Internal addresses a name
 /// resolves to are trapped into the test's own namespace, so even a proxy
@@ -484,7 +482,7 @@ fn every_network_rule_holds_from_inside_the_sandbox() {
         ("linklocal.example.com", "fe80::1".parse().unwrap()),
     ];
     let case = Case::new();
-    fs::write(case.path("work/probe.py"), PROBE).unwrap();
+    fs::copy(EXAMPLE, case.path("work/agent.py")).unwrap();
     let mut hosts = HostsFile::new()
         .with(v4, "api.groq.com")
         .with(v6, "v6.groq.com");
@@ -527,13 +525,13 @@ fn every_network_rule_holds_from_inside_the_sandbox() {
             .map(|(name, _)| (format!("{name}:443"), "403")),
     )
     .collect();
-    // The probe takes its targets as arguments after its own name.
+    // Given targets, the example agent asks the proxy for each.
     let targets: Vec<String> = expectations
         .iter()
         .map(|(t, _)| serde_json::to_string(t).unwrap())
         .collect();
     let file = case.agentfile(&format!(
-        "sandbox:\n  command: [\"python3\", \"probe.py\", {}]\n  workdir: ./work\n  network:\n    allowed_hosts: [{}]\n",
+        "sandbox:\n  command: [\"python3\", \"agent.py\", {}]\n  workdir: ./work\n  network:\n    allowed_hosts: [{}]\n",
         targets.join(", "),
         allowed.join(", ")
     ));
