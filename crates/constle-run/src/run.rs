@@ -94,6 +94,7 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
 /// long as the run.
 pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport, RunError> {
     let started = Instant::now();
+    let mut stop = StopSignals::take_over()?;
     let signer = match &manifest.identity {
         Some(identity) => {
             let store = KeyStore::open(&options.home).map_err(|source| RunError::KeyMissing {
@@ -117,7 +118,7 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
         signer,
     )?));
     record(&log, run_started(manifest)).await?;
-    let outcome = supervise(manifest, options, &log).await;
+    let outcome = supervise(manifest, options, &mut stop, &log).await;
     let exit_code = match &outcome {
         Ok((code, _)) => *code,
         Err(_) => 125,
@@ -175,6 +176,7 @@ fn run_started(manifest: &Manifest) -> Event {
 async fn supervise(
     manifest: &Manifest,
     options: &RunOptions,
+    stop: &mut StopSignals,
     log: &Arc<AuditLog>,
 ) -> Result<(i32, Phases), RunError> {
     let mut clock = Instant::now();
@@ -209,7 +211,7 @@ async fn supervise(
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| RunError::Sandbox(format!("cannot start bwrap: {e}")))?;
-    let result = watch(&mut agent, proxy.as_mut(), log).await;
+    let result = watch(&mut agent, proxy.as_mut(), stop, log).await;
     let sandbox = lap();
     // The agent goes first: Squid logs a tunnel when it closes, so every
     // tunnel must be closed before the proxy stops.
@@ -331,11 +333,9 @@ fn agent_env(manifest: &Manifest, proxied: bool) -> BTreeMap<String, String> {
 async fn watch(
     agent: &mut tokio::process::Child,
     mut proxy: Option<&mut Proxy>,
+    stop: &mut StopSignals,
     log: &AuditLog,
 ) -> Result<i32, RunError> {
-    let mut interrupt = signal_stream(SignalKind::interrupt())?;
-    let mut terminate = signal_stream(SignalKind::terminate())?;
-    let mut hangup = signal_stream(SignalKind::hangup())?;
     let trouble = async {
         let Some(proxy) = proxy.as_deref_mut() else {
             return std::future::pending().await;
@@ -369,9 +369,41 @@ async fn watch(
             }
             Err(RunError::EgressDied(reason))
         }
-        _ = interrupt.recv() => Ok(stopped_by(log, "SIGINT", 2).await?),
-        _ = terminate.recv() => Ok(stopped_by(log, "SIGTERM", 15).await?),
-        _ = hangup.recv() => Ok(stopped_by(log, "SIGHUP", 1).await?),
+        (name, number) = stop.recv() => {
+            if let Ok(stopped) = event("run_interrupted").with("signal", name) {
+                record(log, stopped).await?;
+            }
+            Ok(128 + number)
+        }
+    }
+}
+
+/// The signals that end a run. Taken over before anything of the run
+/// starts, so that a signal during start-up ends the run through the same
+/// teardown instead of killing constle between two child processes.
+struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn take_over() -> Result<StopSignals, RunError> {
+        let stream = |kind| signal(kind).map_err(io("cannot handle signals"));
+        Ok(StopSignals {
+            interrupt: stream(SignalKind::interrupt())?,
+            terminate: stream(SignalKind::terminate())?,
+            hangup: stream(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next stop signal's name and number.
+    async fn recv(&mut self) -> (&'static str, i32) {
+        tokio::select! {
+            _ = self.interrupt.recv() => ("SIGINT", 2),
+            _ = self.terminate.recv() => ("SIGTERM", 15),
+            _ = self.hangup.recv() => ("SIGHUP", 1),
+        }
     }
 }
 
@@ -393,17 +425,6 @@ fn recorded(
 enum ProxyTrouble {
     Died(String),
     NotRecorded(String),
-}
-
-fn signal_stream(kind: SignalKind) -> Result<tokio::signal::unix::Signal, RunError> {
-    signal(kind).map_err(io("cannot handle signals"))
-}
-
-async fn stopped_by(log: &AuditLog, name: &str, number: i32) -> Result<i32, AuditError> {
-    if let Ok(stopped) = event("run_interrupted").with("signal", name) {
-        record(log, stopped).await?;
-    }
-    Ok(128 + number)
 }
 
 fn network_event(decision: &NetworkEvent) -> Event {

@@ -559,3 +559,41 @@ fn every_network_rule_holds_from_inside_the_sandbox() {
     let events = case.events("network_allowed").len() + case.events("network_blocked").len();
     assert_eq!(events, expectations.len(), "one audit event per request");
 }
+
+/// A signal at any moment of start-up, even while Squid is starting, ends
+/// the run without leaving a process behind.
+#[test]
+fn a_signal_during_start_up_leaves_nothing_behind() {
+    if !sandbox_ready("early signal") || !require_e2e("early signal") {
+        return;
+    }
+    let case = Case::new();
+    let file = case.agentfile("sandbox:\n  command: [\"sleep\", \"1000\"]\n  workdir: ./work\n  network:\n    allowed_hosts: [api.groq.com]\n");
+    for delay_ms in [0, 5, 10, 15, 20, 25, 30, 40] {
+        let child = case
+            .command(&["run", file.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let squid = format!("constle{}x", child.id());
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let mut child = child;
+        child.wait().unwrap();
+        wait_for("every process of the run to end", || {
+            survivors(&squid).is_empty()
+        });
+    }
+    let log = case.log();
+    let started = log.iter().filter(|e| e["event"] == "run_started").count();
+    let finished = log.iter().filter(|e| e["event"] == "run_finished").count();
+    assert_eq!(
+        started, finished,
+        "every run that started also finished in the log"
+    );
+}
