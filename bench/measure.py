@@ -1,0 +1,474 @@
+"""The measurements of bench/run.sh, and the table it prints.
+
+run.sh builds the binaries, makes the temp directory and starts the
+simulated host; this program does the rest, given their paths and the
+host's address. Progress goes to stderr, the table to stdout. Any failure
+ends it with a message saying what failed and exit status 1.
+
+Every figure is a median (or a percentile) of repeated runs, printed beside
+a baseline measured in the same run, interleaved with it where it can be:
+the machine is small and shared, so absolute numbers mean little.
+"""
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HOST_NAME = "api.groq.com"
+WARMUP_RUNS = 2
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# A bare bwrap with the namespaces constle's sandbox has (network, pid, ipc,
+# uts, cgroup, mount, user), the same agent command, and a minimal root.
+BARE_BWRAP = [
+    "bwrap", "--unshare-all", "--die-with-parent",
+    "--ro-bind", "/usr", "/usr",
+    "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+    "--proc", "/proc", "--dev", "/dev",
+    "true",
+]
+
+
+class Failed(Exception):
+    pass
+
+
+class Interrupted(BaseException):
+    """A signal asked us to stop: whatever is running is stopped on the way out."""
+
+
+def on_signal(signum, _frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def progress(message):
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values, p):
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def tail(text, lines=15):
+    return "\n".join(("    " + l) for l in text.strip().splitlines()[-lines:])
+
+
+def result_line(stdout, what):
+    for line in stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise Failed(f"{what}: the client printed no RESULT line; its stdout was:\n{tail(stdout)}")
+
+
+# --- CPU accounting from /proc ------------------------------------------------
+
+def read_stat(pid):
+    """(ppid, comm, utime + stime in ticks) of a process, or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    comm = text[text.index("(") + 1:text.rindex(")")]
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[1]), comm, int(fields[11]) + int(fields[12])
+
+
+def classify(comm, is_root):
+    if comm == "constle" and is_root:
+        return "bridge + audit (constle run)"
+    if comm == "constle":
+        return "relay (sandbox-init, in the sandbox)"
+    if comm.startswith("squid"):
+        return "squid"
+    if comm.startswith("python"):
+        return "client (python3)"
+    return comm
+
+
+class TreeSampler:
+    """Polls the process tree under `root`, keeping the last CPU time seen per
+    process. The client lingers a moment after its measurement, so the last
+    sample is taken after the transfer."""
+
+    def __init__(self, root, interval=0.05):
+        self.root = root
+        self.interval = interval
+        self.last = {}  # pid -> (class, ticks)
+
+    def sample(self):
+        table = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                stat = read_stat(int(name))
+                if stat:
+                    table[int(name)] = stat
+        children = {}
+        for pid, (ppid, _, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = [self.root]
+        while todo:
+            pid = todo.pop()
+            if pid in table:
+                _, comm, ticks = table[pid]
+                self.last[pid] = (classify(comm, pid == self.root), ticks)
+            todo.extend(children.get(pid, []))
+
+    def by_class(self):
+        totals = {}
+        for cls, ticks in self.last.values():
+            totals[cls] = totals.get(cls, 0) + ticks / CLK_TCK
+        return totals
+
+
+def run_sampled(cmd, env, cwd, timeout, what):
+    """Runs `cmd`, sampling the CPU time of every process under it. Returns
+    (stdout, CPU seconds by component)."""
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = [], []
+    readers = [threading.Thread(target=lambda s=s, b=b: b.append(s.read()), daemon=True)
+               for s, b in ((proc.stdout, out), (proc.stderr, err))]
+    for r in readers:
+        r.start()
+    sampler = TreeSampler(proc.pid)
+    deadline = time.monotonic() + timeout
+    try:
+        while proc.poll() is None:
+            sampler.sample()
+            if time.monotonic() > deadline:
+                raise Failed(f"{what}: no result after {timeout:.0f} s; stopped it")
+            time.sleep(sampler.interval)
+    except BaseException:
+        stop(proc)
+        raise
+    for r in readers:
+        r.join(10)
+    stdout, stderr = "".join(out), "".join(err)
+    if proc.returncode != 0:
+        raise Failed(f"{what}: exited with status {proc.returncode}; stderr:\n{tail(stderr)}"
+                     + (f"\n  stdout:\n{tail(stdout)}" if stdout.strip() else ""))
+    return stdout, sampler.by_class()
+
+
+def stop(proc):
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)  # constle stops the agent and Squid on SIGTERM
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # Squid and the sandbox die with it (PDEATHSIG)
+        proc.wait()
+
+
+def run_plain(cmd, env, cwd, timeout, what):
+    """Runs `cmd` to completion; returns (stdout, wall seconds). Stopped with
+    SIGTERM, not SIGKILL, on a timeout or a signal to us: a killed
+    `constle run` cannot remove its temp directories."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop(proc)
+        raise Failed(f"{what}: did not finish within {timeout:.0f} s; stopped it") from None
+    except BaseException:
+        stop(proc)
+        raise
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise Failed(f"{what}: exited with status {proc.returncode}; stderr:\n{tail(stderr)}")
+    return stdout, wall
+
+
+def process_ticks(pid):
+    stat = read_stat(pid)
+    if stat is None:
+        raise Failed(f"the simulated host (pid {pid}) is gone")
+    return stat[2] / CLK_TCK
+
+
+# --- the benchmark ------------------------------------------------------------
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.dir = pathlib.Path(args.dir)
+        self.home = self.dir / "home"
+        self.work = self.dir / "work"
+        self.work.mkdir()
+        shutil.copy(args.client, self.work / "tunnel_client.py")
+        self.client_on_host = str(self.work / "tunnel_client.py")
+        self.hosts = self.dir / "hosts"
+        self.hosts.write_text(f"{args.address} {HOST_NAME}\n")
+        self.env = dict(os.environ, CONSTLE_HOME=str(self.home), NO_COLOR="1")
+        for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"):
+            self.env.pop(name, None)  # the direct client must not use any
+
+    def agentfile(self, name, command, restricted):
+        network = (f"    egress: restricted\n    allowed_hosts: [{HOST_NAME}]\n" if restricted
+                   else "    egress: none\n")
+        path = self.dir / f"{name}.yaml"
+        path.write_text(
+            f"name: {name}\nsandbox:\n  command: {json.dumps(command)}\n  workdir: ./work\n"
+            f"  network:\n{network}"
+        )
+        return path
+
+    def constle_cmd(self, agentfile, restricted):
+        hosts = ["--hosts-file", str(self.hosts)] if restricted else []
+        return [self.args.constle, "run", *hosts, str(agentfile)]
+
+    def client_agent(self, name, *client_args, linger=0.0):
+        command = ["python3", "tunnel_client.py", "--via-proxy", "--host", HOST_NAME]
+        if linger:
+            command += ["--linger", str(linger)]
+        return self.constle_cmd(self.agentfile(name, command + list(client_args), True), True)
+
+    def client_direct(self, *client_args, linger=0.0):
+        command = [sys.executable, self.client_on_host, "--direct", self.args.address]
+        if linger:
+            command += ["--linger", str(linger)]
+        return command + list(client_args)
+
+    def run_finished(self, agent):
+        events = []
+        for path in sorted((self.home / "logs").glob(f"{agent}-*.jsonl")):
+            for line in path.read_text().splitlines():
+                entry = json.loads(line)
+                if entry.get("event") == "run_finished":
+                    events.append(entry)
+        return events
+
+    # 0. Does the path work at all?
+    def preflight(self):
+        progress(f"preflight: one connection directly and one through the proxy to {HOST_NAME}")
+        out, _ = run_plain(self.client_direct("probe"), self.env, self.dir, 30, "direct probe")
+        direct = result_line(out, "direct probe")["banner"]
+        out, _ = run_plain(self.client_agent("bench-probe", "probe"), self.env, self.dir, 60,
+                           "constle run of the probe agent")
+        proxied = result_line(out, "proxied probe")["banner"]
+        if direct != proxied:
+            raise Failed(f"the proxy reached {proxied!r}, the direct path {direct!r}: not the same host")
+
+    # 1. Run overhead
+    def overhead(self):
+        n = self.args.runs
+        variants = {
+            "bwrap": BARE_BWRAP,
+            "none": self.constle_cmd(self.agentfile("bench-none", ["true"], False), False),
+            "restricted": self.constle_cmd(self.agentfile("bench-restricted", ["true"], True), True),
+        }
+        names = list(variants)
+        walls = {name: [] for name in names}
+        for i in range(WARMUP_RUNS + n):
+            if i == WARMUP_RUNS or (i > WARMUP_RUNS and (i - WARMUP_RUNS) % 5 == 0):
+                progress(f"run overhead: {i - WARMUP_RUNS}/{n}")
+            # rotate the order so that no variant always runs right after another
+            for name in names[i % 3:] + names[:i % 3]:
+                _, wall = run_plain(variants[name], self.env, self.dir, 30, f"run overhead, {name}")
+                if i >= WARMUP_RUNS:
+                    walls[name].append(wall)
+        phases = {}
+        for name, agent in (("none", "bench-none"), ("restricted", "bench-restricted")):
+            finished = self.run_finished(agent)
+            if len(finished) != WARMUP_RUNS + n:
+                raise Failed(f"expected {WARMUP_RUNS + n} run_finished events for {agent}, found {len(finished)}")
+            finished = finished[WARMUP_RUNS:]
+            bad = [e for e in finished if e.get("exit_status") != 0 or "phases_us" not in e]
+            if bad:
+                raise Failed(f"{agent}: a run_finished without phases or with a failure: {bad[0]}")
+            phases[name] = finished
+        return walls, phases
+
+    # 2. Tunnel throughput
+    def throughput(self):
+        mib, rounds = self.args.mib, self.args.rounds
+        timeout = 60 + mib / 5
+        rates = {"direct": [], "proxy": []}
+        seconds = {"direct": 0.0, "proxy": 0.0}
+        cpu = {"direct": {}, "proxy": {}}
+        machine = {"direct": {}, "proxy": {}}
+
+        def once(kind):
+            echo_before = process_ticks(self.args.host_pid)
+            if kind == "direct":
+                out, used = run_sampled(self.client_direct("throughput", str(mib), linger=0.3),
+                                        self.env, self.dir, timeout, "direct throughput")
+            else:
+                out, used = run_sampled(self.client_agent("bench-tunnel", "throughput", str(mib), linger=0.3),
+                                        self.env, self.dir, timeout, "constle run of the throughput agent")
+            used["echo host (simulated_host)"] = process_ticks(self.args.host_pid) - echo_before
+            result = result_line(out, f"{kind} throughput")
+            rates[kind].append(result["mib_per_s"])
+            for field, ticks in (result.get("machine_cpu_ticks") or {}).items():
+                machine[kind][field] = machine[kind].get(field, 0) + ticks
+            seconds[kind] += result["seconds"]
+            for cls, s in used.items():
+                cpu[kind][cls] = cpu[kind].get(cls, 0.0) + s
+
+        for r in range(rounds):
+            order = ["direct", "proxy"] if r % 2 == 0 else ["proxy", "direct"]
+            for kind in order:
+                progress(f"throughput round {r + 1}/{rounds}: {mib} MiB {kind}")
+                once(kind)
+        return rates, seconds, cpu, machine
+
+    # 3. CONNECT setup latency
+    def latency(self):
+        k = str(self.args.connects)
+        timeout = 60 + self.args.connects * 0.5
+        progress(f"CONNECT latency: {k} connections directly")
+        out, _ = run_plain(self.client_direct("latency", k), self.env, self.dir, timeout, "direct latency")
+        direct = result_line(out, "direct latency")["samples_us"]
+        progress(f"CONNECT latency: {k} CONNECTs through the proxy")
+        out, _ = run_plain(self.client_agent("bench-connect", "latency", k), self.env, self.dir, timeout,
+                           "constle run of the latency agent")
+        proxy = result_line(out, "proxied latency")["samples_us"]
+        allowed = sum(1 for line in self.home.glob("logs/bench-connect-*.jsonl")
+                      for l in line.read_text().splitlines() if '"network_allowed"' in l)
+        return direct, proxy, allowed
+
+
+# --- the table ------------------------------------------------------------------
+
+def ms(seconds, digits=1):
+    return f"{seconds * 1000:7.{digits}f} ms"
+
+
+def print_table(args, walls, phases, rates, seconds, cpu, machine, direct_lat, proxy_lat, allowed):
+    p = print
+    p()
+    p(f"Constle benchmarks: {os.cpu_count()} CPUs, shared. Medians and percentiles of repeated runs;")
+    p("ratios are against baselines measured in this same run.")
+    p()
+    p(f"1. Run overhead: agent `true`, wall time from start to exit "
+      f"({args.runs} runs each, interleaved, after {WARMUP_RUNS} warm-ups)")
+    base = statistics.median(walls["bwrap"])
+    p(f"   {'':44} {'median':>10} {'p90':>10}   vs bare bwrap (median)")
+    rows = [("bare bwrap, same namespaces (baseline)", "bwrap"),
+            ("constle run, egress none", "none"),
+            ("constle run, egress restricted (1 host)", "restricted")]
+    for label, key in rows:
+        med, p90 = statistics.median(walls[key]), percentile(walls[key], 90)
+        extra = ""
+        if key != "bwrap":
+            extra = f"   {med / base:5.1f}x, +{(med - base) * 1000:.1f} ms"
+            extra += f"   aim < 100 ms: {'met' if med < 0.1 else 'NOT MET'}"
+        p(f"   {label:<44} {ms(med)} {ms(p90)}{extra}")
+    p()
+    p("   Where constle's time goes, medians: the three phases of run_finished.phases_us (audit log);")
+    p("   log+setup = duration_ms - phases (audit log start, the run_started record); process = wall -")
+    p("   duration_ms (exec, Agentfile, summary, the run_finished record, exit). duration_ms is in whole")
+    p("   ms, so these two are good to about 1 ms.")
+    p(f"   {'':44} {'proxy_start':>11} {'sandbox':>10} {'teardown':>10} {'log+setup':>10} {'process':>10}")
+    phase_names = ("proxy_start", "sandbox", "teardown")
+    for label, key in rows[1:]:
+        events = phases[key]
+        med = {ph: statistics.median(e["phases_us"][ph] for e in events) / 1e6 for ph in phase_names}
+        in_run = statistics.median(
+            e["duration_ms"] / 1e3 - sum(e["phases_us"][ph] for ph in phase_names) / 1e6 for e in events)
+        process = statistics.median(w - e["duration_ms"] / 1e3 for w, e in zip(walls[key], events))
+        p(f"   {label:<44} {ms(med['proxy_start']):>11} {ms(med['sandbox'])} "
+          f"{ms(med['teardown'])} {ms(in_run)} {ms(process)}")
+    p()
+    p(f"2. Tunnel throughput: {args.mib} MiB sent up and echoed back over one connection, "
+      f"median of {args.rounds} rounds (alternating).")
+    p("   MiB/s = MiB of payload / seconds from the first byte sent to the last echoed byte read;")
+    p("   each payload byte crosses the path twice (up and back), so the path carries 2x that.")
+    d, x = statistics.median(rates["direct"]), statistics.median(rates["proxy"])
+    fmt = lambda vs: ", ".join(f"{v:.0f}" for v in vs)
+    p(f"   {'direct: host -> namespace listener (baseline)':<52} {d:7.0f} MiB/s   rounds: {fmt(rates['direct'])}")
+    p(f"   {'proxied: sandbox -> relay -> bridge -> Squid -> host':<52} {x:7.0f} MiB/s   rounds: {fmt(rates['proxy'])}")
+    p(f"   {'proxied / direct':<52} {x / d * 100:7.0f} %       aim >= 80 %: {'met' if x / d >= 0.8 else 'NOT MET'}")
+    p()
+    gib = args.mib * args.rounds / 1024
+    p(f"   CPU seconds per GiB of payload, by process (from /proc, 10 ms ticks; % = of one core")
+    p("   during the transfers; kernel time is charged to whichever process was running):")
+    classes = ["client (python3)", "relay (sandbox-init, in the sandbox)", "bridge + audit (constle run)",
+               "squid", "echo host (simulated_host)"]
+    classes += sorted((set(cpu["direct"]) | set(cpu["proxy"])) - set(classes))
+    p(f"   {'':44} {'direct':>16} {'proxied':>16}")
+    for cls in classes + ["total"]:
+        cells = []
+        for kind in ("direct", "proxy"):
+            used = sum(cpu[kind].values()) if cls == "total" else cpu[kind].get(cls)
+            if used is None:
+                cells.append(f"{'-':>16}")
+            else:
+                cells.append(f"{used / gib:6.2f} s {used / seconds[kind] * 100:5.0f}%")
+        p(f"   {cls:<44} {cells[0]:>16} {cells[1]:>16}")
+    if machine["direct"] and machine["proxy"]:
+        p()
+        p(f"   The whole machine during the transfers (/proc/stat), share of all {os.cpu_count()} CPUs:")
+        groups = (("user", ("user", "nice")), ("system", ("system",)), ("irq+softirq", ("irq", "softirq")),
+                  ("steal", ("steal",)), ("idle", ("idle", "iowait")))
+        p("   " + " " * 44 + "".join(f"{g:>12}" for g, _ in groups) + "  not ours")
+        for label, kind in (("direct", "direct"), ("proxied", "proxy")):
+            total = sum(machine[kind].values()) or 1
+            cells = "".join(f"{sum(machine[kind][f] for f in fields) / total * 100:11.0f}%"
+                            for _, fields in groups)
+            # user + system time beyond what the processes above used: other
+            # load on the machine (and this driver's sampling, about 1%).
+            process_ticks_all = (machine[kind]["user"] + machine[kind]["nice"] + machine[kind]["system"])
+            others = max(0.0, process_ticks_all / CLK_TCK - sum(cpu[kind].values()))
+            p(f"   {label:<44}{cells}{others * CLK_TCK / total * 100:9.0f}%")
+        p("   (not ours: user+system time no process of the benchmark used; if it is more than a few %,")
+        p("   something else was running and the absolute figures above are low, the ratios less so.)")
+    p()
+    p(f"3. CONNECT setup latency: {args.connects} sequential connections after one warm-up, from starting "
+      f"the TCP connect")
+    p("   to the banner line read (through the proxy: CONNECT and its 200 reply included)")
+    p(f"   {'':44} {'p50':>10} {'p99':>10}   vs direct (p50, p99)")
+    dp50, dp99 = percentile(direct_lat, 50) / 1e6, percentile(direct_lat, 99) / 1e6
+    xp50, xp99 = percentile(proxy_lat, 50) / 1e6, percentile(proxy_lat, 99) / 1e6
+    p(f"   {'direct TCP connect + banner (baseline)':<44} {ms(dp50, 3)} {ms(dp99, 3)}")
+    p(f"   {'CONNECT through the proxy, from the sandbox':<44} {ms(xp50, 3)} {ms(xp99, 3)}"
+      f"   {xp50 / dp50:5.1f}x, {xp99 / dp99:5.1f}x  (+{(xp50 - dp50) * 1000:.2f} ms at p50)")
+    p(f"   audit log: {allowed} network_allowed events for {args.connects + 1} CONNECTs")
+
+
+def main():
+    parser = argparse.ArgumentParser(description="the measurements of bench/run.sh")
+    parser.add_argument("--constle", required=True)
+    parser.add_argument("--client", required=True)
+    parser.add_argument("--address", required=True, help="the simulated host's IPv4 address")
+    parser.add_argument("--host-pid", type=int, required=True, help="the simulated host's pid")
+    parser.add_argument("--dir", required=True, help="an empty temp directory to work in")
+    parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--mib", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connects", type=int, default=200)
+    args = parser.parse_args()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, on_signal)
+    bench = Bench(args)
+    try:
+        bench.preflight()
+        walls, phases = bench.overhead()
+        direct_lat, proxy_lat, allowed = bench.latency()
+        rates, seconds, cpu, machine = bench.throughput()
+    except Failed as err:
+        print(f"bench: FAILED: {err}", file=sys.stderr)
+        return 1
+    except Interrupted as signame:
+        print(f"bench: stopped by {signame}", file=sys.stderr)
+        return 130
+    print_table(args, walls, phases, rates, seconds, cpu, machine, direct_lat, proxy_lat, allowed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
