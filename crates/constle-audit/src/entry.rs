@@ -19,7 +19,7 @@ use jiff::Timestamp;
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 
-use crate::strict_json;
+use constle_json as strict_json;
 
 /// The format version written in every entry's `v`.
 pub const FORMAT_VERSION: u64 = 1;

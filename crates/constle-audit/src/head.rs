@@ -19,7 +19,7 @@ use ed25519_dalek::Signature;
 use serde_json::{Map, Value};
 
 use crate::entry::{FORMAT_VERSION, LineHash, canonical, parse_signature};
-use crate::strict_json;
+use constle_json as strict_json;
 
 /// Where an agent's chain ends.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -25,7 +25,6 @@ mod batch;
 mod entry;
 mod head;
 mod layout;
-mod strict_json;
 mod verify;
 mod writer;
 

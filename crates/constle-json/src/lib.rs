@@ -1,10 +1,18 @@
 //! JSON parsing that refuses what a lenient parser would quietly accept.
 //!
-//! `serde_json` keeps the last of two equal keys. A log line with
-//! `{"event":"a","event":"b"}` would then mean one thing to us and possibly
-//! another to a different reader, so duplicate keys are an error here. Lone
-//! surrogates, trailing commas, comments and other extensions are already
-//! refused by `serde_json` itself.
+//! Two readers of one message must never disagree about what it says: the
+//! audit log is read back by other tools, and the MCP gate decides on a body
+//! that a server then parses again. `serde_json` keeps the last of two equal
+//! keys, so `{"event":"a","event":"b"}` could mean one thing to us and another
+//! to a reader that keeps the first; duplicate keys are therefore an error
+//! here, at any depth. Lone surrogates (`"\ud800"`), `NaN`, trailing commas,
+//! comments, single quotes, a byte-order mark and trailing data are refused by
+//! `serde_json` itself; the tests pin that.
+//!
+//! Nesting is bounded by [`MAX_DEPTH`], and [`parse_limited`] also bounds the
+//! input size.
+
+#![forbid(unsafe_code)]
 
 use std::fmt;
 
@@ -13,15 +21,62 @@ use serde_json::{Map, Number, Value};
 
 /// How deep arrays and objects may nest; `serde_json` stops at 128 itself,
 /// this keeps our own recursion well inside that.
-const MAX_DEPTH: usize = 64;
+pub const MAX_DEPTH: usize = 64;
 
 /// Parses exactly one JSON value from `bytes`, refusing duplicate object keys
-/// and nesting deeper than [`MAX_DEPTH`].
+/// and more than [`MAX_DEPTH`] levels of nested arrays and objects.
 pub fn parse(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = StrictValue { depth: 0 }.deserialize(&mut deserializer)?;
     deserializer.end()?;
     Ok(value)
+}
+
+/// Why [`parse_limited`] refused its input.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LimitedError {
+    /// The input is longer than the limit; it was not parsed.
+    TooLarge {
+        /// The input's length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The input is not strict JSON (see [`parse`]).
+    Json(serde_json::Error),
+}
+
+impl fmt::Display for LimitedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LimitedError::TooLarge { len, max } => {
+                write!(f, "{len} bytes of JSON, more than the limit of {max}")
+            }
+            LimitedError::Json(err) => err.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for LimitedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LimitedError::TooLarge { .. } => None,
+            LimitedError::Json(err) => Some(err),
+        }
+    }
+}
+
+/// Like [`parse`], but refuses without parsing any input longer than
+/// `max_bytes`.
+pub fn parse_limited(bytes: &[u8], max_bytes: usize) -> Result<Value, LimitedError> {
+    if bytes.len() > max_bytes {
+        return Err(LimitedError::TooLarge {
+            len: bytes.len(),
+            max: max_bytes,
+        });
+    }
+    parse(bytes).map_err(LimitedError::Json)
 }
 
 struct StrictValue {
@@ -109,7 +164,7 @@ impl<'de> Visitor<'de> for StrictValue {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{LimitedError, MAX_DEPTH, parse, parse_limited};
 
     #[test]
     fn accepts_plain_json() {
@@ -143,6 +198,20 @@ mod tests {
             "NaN",
             "1 2",
             "'a'",
+            "\u{feff}1",
+            "Infinity",
+            "-Infinity",
+            "1e400",
+            "[1,2,]",
+            "/* c */ {}",
+            "{\"a\":1} // c",
+            "{a:1}",
+            "0x10",
+            "+1",
+            "01",
+            "\"\\ud800\\u0041\"",
+            "\"\t\"",
+            "",
         ] {
             assert!(parse(input.as_bytes()).is_err(), "accepted {input}");
         }
@@ -154,5 +223,37 @@ mod tests {
         assert!(parse(deep.as_bytes()).is_err());
         let fine = "[".repeat(60) + &"]".repeat(60);
         assert!(parse(fine.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn accepts_surrogate_pairs_and_escapes() {
+        let value = parse(br#""\ud83d\ude00\u0041""#).unwrap();
+        assert_eq!(value, "\u{1f600}A");
+    }
+
+    #[test]
+    fn depth_limit_is_exact() {
+        // MAX_DEPTH levels of arrays and objects are fine, one more is not.
+        let ok = "[".repeat(MAX_DEPTH) + "1" + &"]".repeat(MAX_DEPTH);
+        assert!(parse(ok.as_bytes()).is_ok());
+        let deep = "[".repeat(MAX_DEPTH + 1) + "1" + &"]".repeat(MAX_DEPTH + 1);
+        let err = parse(deep.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("nesting deeper"), "{err}");
+        let objects = |n: usize| r#"{"a":"#.repeat(n) + "1" + &"}".repeat(n);
+        assert!(parse(objects(MAX_DEPTH).as_bytes()).is_ok());
+        assert!(parse(objects(MAX_DEPTH + 1).as_bytes()).is_err());
+    }
+
+    #[test]
+    fn size_limit_refuses_before_parsing() {
+        assert!(parse_limited(b"[1]", 3).is_ok());
+        match parse_limited(b"[1] ", 3) {
+            Err(LimitedError::TooLarge { len: 4, max: 3 }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse_limited(b"[1,]", 10),
+            Err(LimitedError::Json(_))
+        ));
     }
 }

@@ -1,0 +1,158 @@
+//! Server to agent: `tools/list` results filtered to the declared tools, and
+//! server-to-client requests the policy does not allow kept from the agent.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::inspect::MAX_BODY_BYTES;
+use crate::policy::ServerPolicy;
+use crate::rpc::{METHOD_NOT_FOUND, Reason, RequestId, error_response, to_bytes};
+
+/// Why a server's message could not be filtered. The gate must then not
+/// relay it: it answers the agent with an error instead (fail closed).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum FilterError {
+    /// Not strict JSON, or larger than [`MAX_BODY_BYTES`].
+    NotJson(constle_json::LimitedError),
+    /// A `tools/list` response whose `result.tools` is not an array, or a
+    /// message that is not a JSON-RPC object.
+    Malformed(&'static str),
+}
+
+impl fmt::Display for FilterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FilterError::NotJson(err) => write!(f, "server sent invalid JSON: {err}"),
+            FilterError::Malformed(what) => write!(f, "server sent a malformed message: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for FilterError {}
+
+/// Filters the JSON body of the response to one `tools/list` request: every
+/// tool whose `name` is not a declared tool of the server is removed. Every
+/// other member (`nextCursor` included, so each page is filtered in turn) is
+/// kept. An error response is returned unchanged.
+pub fn filter_tools_list(
+    policy: &ServerPolicy,
+    response_body: &[u8],
+) -> Result<Vec<u8>, FilterError> {
+    let value = parse(response_body)?;
+    let Value::Object(mut response) = value else {
+        return Err(FilterError::Malformed(
+            "a tools/list response must be an object",
+        ));
+    };
+    filter_tools_list_response(policy, &mut response)?;
+    Ok(to_bytes(&Value::Object(response)))
+}
+
+fn filter_tools_list_response(
+    policy: &ServerPolicy,
+    response: &mut Map<String, Value>,
+) -> Result<(), FilterError> {
+    let Some(result) = response.get_mut("result") else {
+        return if response.contains_key("error") {
+            Ok(())
+        } else {
+            Err(FilterError::Malformed("a response needs result or error"))
+        };
+    };
+    let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) else {
+        return Err(FilterError::Malformed("result.tools must be an array"));
+    };
+    tools.retain(|tool| {
+        tool.get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|name| policy.declares(name))
+    });
+    Ok(())
+}
+
+/// What to do with one message from the server (a JSON response body, or
+/// the `data` of one SSE event).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[must_use]
+pub struct ServerMessage {
+    /// Relay this to the agent; `None`: relay nothing.
+    pub to_agent: Option<Vec<u8>>,
+    /// POST this to the server: errors answering the requests the agent
+    /// never saw.
+    pub to_server: Option<Vec<u8>>,
+}
+
+/// Filters one message from the server (or a batch of them):
+///
+/// - responses whose id `is_tools_list` are filtered as by
+///   [`filter_tools_list`]; other responses and all notifications pass;
+/// - requests other than `ping` and the methods the policy allows
+///   (`sampling/createMessage`, `elicitation/create`, `roots/list`, …) are
+///   not relayed, and the gate answers them to the server with
+///   `-32601`.
+pub fn filter_server_message(
+    policy: &ServerPolicy,
+    message: &[u8],
+    is_tools_list: impl Fn(&RequestId) -> bool,
+) -> Result<ServerMessage, FilterError> {
+    let value = parse(message)?;
+    let (items, batch) = match value {
+        Value::Array(items) => (items, true),
+        single => (vec![single], false),
+    };
+    let mut to_agent = Vec::new();
+    let mut to_server = Vec::new();
+    for item in items {
+        let Value::Object(mut object) = item else {
+            return Err(FilterError::Malformed(
+                "a JSON-RPC message must be an object",
+            ));
+        };
+        let id = object.get("id").and_then(RequestId::from_json);
+        match object.get("method").map(Value::as_str) {
+            Some(Some(method)) => {
+                if let Some(id) = id
+                    .as_ref()
+                    .filter(|_| !policy.allows_server_request(method))
+                {
+                    let message = format!(
+                        "the Constle gate does not let server {:?} send {method:?} to the agent",
+                        policy.server().as_str()
+                    );
+                    to_server.push(error_response(
+                        Some(id),
+                        METHOD_NOT_FOUND,
+                        &message,
+                        Reason::MethodNotAllowed,
+                    ));
+                    continue;
+                }
+                if id.is_none() && object.contains_key("id") {
+                    return Err(FilterError::Malformed("id must be a string or an integer"));
+                }
+            }
+            Some(None) => return Err(FilterError::Malformed("method must be a string")),
+            None => {
+                if id.as_ref().is_some_and(&is_tools_list) {
+                    filter_tools_list_response(policy, &mut object)?;
+                }
+            }
+        }
+        to_agent.push(Value::Object(object));
+    }
+    let pack = |mut values: Vec<Value>| match values.len() {
+        0 => None,
+        1 if !batch => values.pop().map(|v| to_bytes(&v)),
+        _ => Some(to_bytes(&Value::Array(values))),
+    };
+    Ok(ServerMessage {
+        to_agent: pack(to_agent),
+        to_server: pack(to_server),
+    })
+}
+
+fn parse(bytes: &[u8]) -> Result<Value, FilterError> {
+    constle_json::parse_limited(bytes, MAX_BODY_BYTES).map_err(FilterError::NotJson)
+}

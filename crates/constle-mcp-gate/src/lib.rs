@@ -1,0 +1,93 @@
+//! The MCP gate's policy core: what an agent may send to a declared MCP
+//! server, and what it may see back. Pure functions, no I/O; the HTTP
+//! server (Streamable HTTP, sessions, SSE relay) and the human gates build on
+//! it.
+//!
+//! The agent is assumed compromised. The gate is the only path from the
+//! sandbox to a declared server, so every rule below is checked on the
+//! parsed body of every message, and nothing the agent sends in headers
+//! changes a decision.
+//!
+//! # Agent to server: [`inspect`]
+//!
+//! [`inspect`] takes one POST body and returns [`Inspection::Forward`] (the
+//! very bytes inspected, with a [`Decision`] per message) or
+//! [`Inspection::Refuse`] (an HTTP status and a JSON-RPC error body for the
+//! agent; nothing reaches the server). In order:
+//!
+//! | Rule | Code | [`Reason`] | HTTP |
+//! |---|---|---|---|
+//! | `Content-Type` is `application/json` (any case; a `charset` must be `utf-8`) | -32600 | `mcp_content_type` | 415 |
+//! | at most [`MAX_BODY_BYTES`], checked before parsing | -32600 | `mcp_body_too_large` | 413 |
+//! | strict JSON ([`constle_json`]): no duplicate keys at any depth, no lone surrogates, no `NaN`, comments, trailing commas or BOM, at most [`MAX_DEPTH`] levels | -32700 | `mcp_not_json` | 400 |
+//! | an object with only `jsonrpc`, `id`, `method`, `params`, `result`, `error`; `jsonrpc` is `"2.0"`; `id` a string or integer; `method` a string; `params` an object | -32600 (-32602 for `params`) | `mcp_invalid_message` | |
+//! | methods: `initialize`, `ping`, `tools/list`, `tools/call` as requests; `notifications/initialized`, `cancelled`, `progress`, `roots/list_changed` as notifications; others only if [`ServerPolicy::allow_method`] | -32601 | `mcp_method_not_allowed` | |
+//! | a `notifications/…` method has no id; any other method has one | -32600 | `mcp_invalid_message` | |
+//! | `tools/call` has an id | -32600 | `mcp_call_as_notification` | |
+//! | `params.name` a string, `params.arguments` absent or an object | -32602 | `mcp_invalid_params` | |
+//! | `params.name` declared for this server, byte for byte | -32602 | `mcp_tool_not_declared` | |
+//! | not a case variant of a gated name ([`constle_manifest::HumanGates::check`]) | -32602 | `mcp_tool_case_variant` | |
+//! | a gated name: [`Decision::Gated`], forwarded only after a human approves | | | |
+//! | a message without `method` is the agent's response to a server request: an id and exactly one of `result` (object) and `error` | -32600 | `mcp_invalid_message` | |
+//!
+//! The HTTP status is 200 when the error body answers a request by its id,
+//! else the one in the table, or 400. Every error carries
+//! `error.data.reason`, the stable [`Reason`] code. -32602 for undeclared
+//! tools is what MCP specifies for unknown tools, so clients treat it as one.
+//!
+//! ## Batches
+//!
+//! MCP 2025-03-26 lets clients send JSON-RPC batches and requires servers to
+//! accept them; 2025-06-18 removed batching. The gate serves 2025-03-26
+//! through 2026-07-28, so it cannot refuse batches outright without breaking
+//! 2025-03-26 clients. It polices every element with the same rules as a
+//! single message and refuses the whole batch if any element is refused:
+//! every identified element is answered (the refused ones with their reason,
+//! the others with `mcp_batch_refused`), and nothing is forwarded. An empty
+//! batch is refused (`mcp_empty_batch`). On top of that:
+//!
+//! - a gated `tools/call` is refused inside a batch (`mcp_gated_call_in_batch`):
+//!   a human decision then always covers a body holding exactly one call, so
+//!   "what is forwarded is what was approved" needs no splitting of bodies;
+//! - two requests with one id are refused (`mcp_duplicate_id`), so responses
+//!   cannot be answered in each other's place;
+//! - `initialize` inside a batch is refused, as 2025-03-26 requires.
+//!
+//! The HTTP layer, knowing the negotiated revision, may refuse batches for
+//! sessions at 2025-06-18 or later.
+//!
+//! ## What is forwarded
+//!
+//! [`Forward::bytes`] is the inspected body, unchanged: the gate never
+//! re-serialises a request, so the server parses the bytes the gate parsed,
+//! and strict parsing leaves only one way to read them. The subject of a
+//! gated call is the [`ToolCall`] (server id from the policy, tool name,
+//! arguments, request id) parsed from those bytes; its digest is defined by
+//! the human-gate code.
+//!
+//! # Server to agent: [`filter_tools_list`], [`filter_server_message`]
+//!
+//! Every `tools/list` result, page by page, is cut down to the declared
+//! tools; `nextCursor` is kept so the agent can ask for the next page, which
+//! is filtered in turn. Server-to-client requests other than `ping`
+//! (`sampling/createMessage`, `elicitation/create`, `roots/list`, …) are not
+//! relayed unless the policy allows them; the gate answers them to the
+//! server with -32601. A server message that cannot be parsed or filtered is
+//! an error: the gate must not relay it.
+
+#![forbid(unsafe_code)]
+
+mod filter;
+mod inspect;
+mod policy;
+mod rpc;
+
+pub use filter::{FilterError, ServerMessage, filter_server_message, filter_tools_list};
+pub use inspect::{
+    Decision, Forward, Inspection, MAX_BODY_BYTES, MAX_DEPTH, Refusal, ToolCall, inspect,
+};
+pub use policy::{BASE_NOTIFICATIONS, BASE_REQUESTS, BASE_SERVER_REQUESTS, ServerPolicy};
+pub use rpc::{INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, Reason, RequestId};
+
+#[cfg(test)]
+mod tests;
