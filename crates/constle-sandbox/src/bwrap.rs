@@ -322,9 +322,14 @@ mod tests {
     fn rootfs_needs_workdir_mount_point() {
         let rootfs = tempfile::tempdir().unwrap();
         // Outside /tmp (which a rootfs never provides), so the workdir's
-        // top-level directory is one the rootfs could hold.
-        let exe_dir = std::env::current_exe().unwrap();
-        let host = tempfile::tempdir_in(exe_dir.parent().unwrap()).unwrap();
+        // top-level directory is one the rootfs could hold. The build
+        // itself may live under /tmp (a CI clone), hence the fallback.
+        let exe = std::env::current_exe().unwrap();
+        let outside_tmp = [exe.parent().unwrap(), Path::new("/var/tmp")]
+            .into_iter()
+            .find(|dir| dir.canonicalize().is_ok_and(|d| !d.starts_with("/tmp")))
+            .expect("a writable directory outside /tmp");
+        let host = tempfile::tempdir_in(outside_tmp).unwrap();
         let exe = host.path().join("exe");
         std::fs::write(&exe, b"").unwrap();
         let work = host.path().join("work");
