@@ -732,6 +732,21 @@ fn workdir_under_tmp() -> TestResult {
     )
 }
 
+/// The directory bwrap must create in the private `/tmp` to mount a work
+/// directory that lives under the host's `/tmp` (a build in a /tmp clone),
+/// or an empty string.
+fn tmp_mount_point(workdir: &Path) -> String {
+    let workdir = workdir.canonicalize().unwrap();
+    match workdir.strip_prefix("/tmp") {
+        Ok(rest) => rest
+            .components()
+            .next()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
 fn tmp_is_private() -> TestResult {
     let fx = Fixture::new();
     let host_file = std::env::temp_dir().join(unique("constle-test-host"));
@@ -741,12 +756,17 @@ fn tmp_is_private() -> TestResult {
         r#"
 import os, sys
 print("host_visible=" + str(os.path.exists(sys.argv[1])))
-print("tmp_entries=" + str(len(os.listdir("/tmp"))))
+mount_points = set(sys.argv[3:])
+print("tmp_entries=" + str(len(set(os.listdir("/tmp")) - mount_points)))
 with open("/tmp/" + sys.argv[2], "w") as f:
     f.write("inside")
 print("written=" + str(os.path.exists("/tmp/" + sys.argv[2])))
 "#,
-        &[host_file.to_str().unwrap(), &inside_name],
+        &[
+            host_file.to_str().unwrap(),
+            &inside_name,
+            &tmp_mount_point(&fx.workdir),
+        ],
     ));
     let _ = std::fs::remove_file(&host_file);
     run.assert_success();
