@@ -1,4 +1,5 @@
-//! Human gates for Constle: the signed webhook channel.
+//! Human gates for Constle: the signed webhook channel and the terminal
+//! prompt.
 //!
 //! A gated MCP `tools/call` waits at the gate until a person decides. This
 //! crate holds the parts of that wait that can be checked byte for byte, as
@@ -19,6 +20,12 @@
 //!   `GET <url>/<request_id>/decision` until a decision or the deadline.
 //!   Unreachable endpoints, unexpected statuses and malformed or oversized
 //!   bodies are [`WebhookOutcome::NoDecision`]; `on_timeout` decides then.
+//! - [`render_prompt`] and [`ask_terminal`]: the terminal channel. The prompt
+//!   escapes everything the agent controls; an answer there is an unsigned
+//!   local action ([`TerminalOutcome::Approved`] is recorded with
+//!   `decided_by: terminal`), and arguments too large to show can be denied
+//!   there but never approved. [`open_host_tty`] opens the host's
+//!   `/dev/tty`, never the agent's standard input.
 //!
 //! ```
 //! use constle_human_gate::{PendingRequest, Verdict, signed_message, verify_decision};
@@ -43,9 +50,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! What this crate does not do: match tool names, prompt at the terminal,
-//! race the two channels or write the audit log. It prints nothing, and it
-//! never puts the webhook URL (which often carries a secret) in a message.
+//! What this crate does not do: match tool names, race the two channels or
+//! write the audit log. It prints nothing except the prompt on the terminal
+//! it is handed, and it never puts the webhook URL (which often carries a
+//! secret) in a message.
 
 #![forbid(unsafe_code)]
 
@@ -53,6 +61,7 @@ mod client;
 mod decision;
 mod request;
 mod subject;
+mod terminal;
 #[cfg(test)]
 mod vectors;
 
@@ -65,3 +74,9 @@ pub use decision::{
 };
 pub use request::{PendingRequest, REQUEST_ID_PREFIX, RequestError, RequestId};
 pub use subject::{SubjectDigest, SubjectError, canonical_subject, subject_digest};
+#[cfg(unix)]
+pub use terminal::{HostTty, open_host_tty};
+pub use terminal::{
+    MAX_ATTEMPTS, MAX_SHOWN_BYTES, MAX_SHOWN_LINES, NO_TERMINAL_MESSAGE, PromptRequest,
+    TerminalOutcome, TimeoutAction, ask_terminal, escape, render_prompt,
+};
