@@ -1,7 +1,8 @@
-//! The MCP gate's policy core: what an agent may send to a declared MCP
-//! server, and what it may see back. Pure functions, no I/O; the HTTP
-//! server (Streamable HTTP, sessions, SSE relay) and the human gates build on
-//! it.
+//! The MCP gate: what an agent may send to a declared MCP server, and what
+//! it may see back. The policy core ([`inspect`], [`filter_tools_list`],
+//! [`filter_server_message`]) is pure functions, no I/O; [`Gate`] is the
+//! HTTP side built on it (Streamable HTTP, sessions, SSE relay), with gated
+//! calls put to a pluggable [`Approver`] where the human gates plug in.
 //!
 //! The agent is assumed compromised. The gate is the only path from the
 //! sandbox to a declared server, so every rule below is checked on the
@@ -78,16 +79,25 @@
 #![forbid(unsafe_code)]
 
 mod filter;
+mod http;
 mod inspect;
 mod policy;
 mod rpc;
+mod sse;
 
 pub use filter::{FilterError, ServerMessage, filter_server_message, filter_tools_list};
+pub use http::{
+    Approval, ApprovalFuture, Approver, FORWARDED_REQUEST_HEADERS, Gate, GateError,
+    RELAYED_RESPONSE_HEADERS, RefuseGated,
+};
 pub use inspect::{
     Decision, Forward, Inspection, MAX_BODY_BYTES, MAX_DEPTH, Refusal, ToolCall, inspect,
 };
 pub use policy::{BASE_NOTIFICATIONS, BASE_REQUESTS, BASE_SERVER_REQUESTS, ServerPolicy};
-pub use rpc::{INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, Reason, RequestId};
+pub use rpc::{
+    GATE_REFUSED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+    Reason, RequestId,
+};
 
 #[cfg(test)]
 mod tests;

@@ -63,6 +63,12 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 /// JSON-RPC 2.0: invalid method parameters (MCP also uses it for unknown tools).
 pub const INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC 2.0: internal error. The gate sends it when the server cannot
+/// be reached or answers with something the gate cannot relay.
+pub const INTERNAL_ERROR: i64 = -32603;
+/// The gate's own code (in JSON-RPC's implementation-defined range): a
+/// gated `tools/call` was not approved.
+pub const GATE_REFUSED: i64 = -32001;
 
 /// Why the gate refused a message. [`Reason::as_str`] is a stable code,
 /// also sent to the agent as `error.data.reason`.
@@ -96,6 +102,13 @@ pub enum Reason {
     ToolNotDeclared,
     /// A `tools/call` whose name equals a gated name except for case.
     ToolCaseVariant,
+    /// A gated `tools/call` that the [`crate::Approver`] did not approve.
+    GateRefused,
+    /// The server could not be reached; HTTP 502.
+    UpstreamUnreachable,
+    /// The server answered with something the gate cannot check, so it is
+    /// not relayed (fail closed); HTTP 502.
+    UpstreamMalformed,
 }
 
 impl Reason {
@@ -115,6 +128,8 @@ impl Reason {
             Reason::InvalidParams | Reason::ToolNotDeclared | Reason::ToolCaseVariant => {
                 INVALID_PARAMS
             }
+            Reason::GateRefused => GATE_REFUSED,
+            Reason::UpstreamUnreachable | Reason::UpstreamMalformed => INTERNAL_ERROR,
         }
     }
 
@@ -134,6 +149,9 @@ impl Reason {
             Reason::InvalidParams => "mcp_invalid_params",
             Reason::ToolNotDeclared => "mcp_tool_not_declared",
             Reason::ToolCaseVariant => "mcp_tool_case_variant",
+            Reason::GateRefused => "mcp_gate_refused",
+            Reason::UpstreamUnreachable => "mcp_upstream_unreachable",
+            Reason::UpstreamMalformed => "mcp_upstream_malformed",
         }
     }
 }

@@ -1,0 +1,472 @@
+//! The HTTP gate against a small fake MCP server on 127.0.0.1 that records
+//! everything it receives.
+
+#![allow(clippy::unwrap_used, reason = "test helpers panic on setup failure")]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use constle_manifest::{HttpUrl, HumanGates, McpServer, Pricing, ServerId, ToolName};
+use constle_mcp_gate::{Approval, ApprovalFuture, Approver, Gate, ServerPolicy, ToolCall};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+#[derive(Clone, Debug)]
+struct Received {
+    method: Method,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+type Log = Arc<Mutex<Vec<Received>>>;
+
+async fn fake(State(log): State<Log>, method: Method, headers: HeaderMap, body: Bytes) -> Response {
+    log.lock().unwrap().push(Received {
+        method: method.clone(),
+        headers,
+        body: body.to_vec(),
+    });
+    if method == Method::GET {
+        let events = concat!(
+            ": keep-alive\n\n",
+            "id: g1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"hi\"}}\n\n",
+            "id: g2\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"r1\",\"method\":\"roots/list\"}\n\n",
+            "id: g3\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"p1\",\"method\":\"ping\"}\n\n",
+        );
+        return ([("content-type", "text/event-stream")], events).into_response();
+    }
+    if method == Method::DELETE {
+        return StatusCode::OK.into_response();
+    }
+    let message: Value = serde_json::from_slice(&body).unwrap();
+    let id = message["id"].clone();
+    let Some(rpc_method) = message["method"].as_str() else {
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let result = match rpc_method {
+        "initialize" => {
+            let body = json!({"jsonrpc":"2.0","id":id,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"fake","version":"1"}}});
+            return (
+                [
+                    ("content-type", "application/json"),
+                    ("mcp-session-id", "sess-1"),
+                ],
+                body.to_string(),
+            )
+                .into_response();
+        }
+        "tools/list" => match message["params"]["cursor"].as_str() {
+            None => {
+                json!({"tools":[{"name":"list_invoices"},{"name":"delete_everything"}],"nextCursor":"p2"})
+            }
+            Some("p2") => {
+                json!({"tools":[{"name":"pay_invoice"},{"name":"PAY_INVOICE"},{"name":"hidden"}]})
+            }
+            Some(_) => {
+                let sampling = json!({"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}});
+                let list = json!({"jsonrpc":"2.0","id":id,"result":{"tools":[{"name":"list_invoices"},{"name":"hidden"}]}});
+                let events = format!(
+                    "id: e1\nevent: message\ndata: {sampling}\n\nid: e2\nevent: message\ndata: {list}\n\n"
+                );
+                return ([("content-type", "text/event-stream")], events).into_response();
+            }
+        },
+        "tools/call" => json!({"content":[{"type":"text","text":"done"}]}),
+        _ if id.is_null() => return StatusCode::ACCEPTED.into_response(),
+        _ => json!({}),
+    };
+    (
+        [("content-type", "application/json")],
+        json!({"jsonrpc":"2.0","id":id,"result":result}).to_string(),
+    )
+        .into_response()
+}
+
+/// Starts the fake server; returns its URL and log.
+async fn fake_server() -> (String, Log) {
+    let log = Log::default();
+    let app = Router::new().fallback(fake).with_state(log.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/mcp"), log)
+}
+
+fn declared(url: &str) -> McpServer {
+    McpServer {
+        id: ServerId::new("accounting").unwrap(),
+        url: HttpUrl::new(url).unwrap(),
+        tools: ["list_invoices", "pay_invoice", "Pay_Invoice"]
+            .iter()
+            .map(|t| ToolName::new(t).unwrap())
+            .collect(),
+        pricing: Pricing::default(),
+    }
+}
+
+fn policy(server: &McpServer) -> ServerPolicy {
+    let gates = HumanGates {
+        enabled: true,
+        require_approval_for: vec![ToolName::new("pay_invoice").unwrap()],
+        ..HumanGates::default()
+    };
+    ServerPolicy::new(server, &gates)
+}
+
+async fn start_gate(gate: Gate) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(gate.serve(listener));
+    format!("http://{addr}/mcp")
+}
+
+/// Fake server plus a gate in front of it: (gate URL, server log).
+async fn setup() -> (String, Log) {
+    let (url, log) = fake_server().await;
+    let server = declared(&url);
+    let gate = Gate::new(&server, policy(&server)).unwrap();
+    (start_gate(gate).await, log)
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+async fn post(gate: &str, body: &str, extra: &[(&str, &str)]) -> reqwest::Response {
+    let mut request = client()
+        .post(gate)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
+async fn post_json(gate: &str, body: &str) -> (StatusCode, Value) {
+    let response = post(gate, body, &[]).await;
+    let status = response.status();
+    (
+        status,
+        serde_json::from_slice(&response.bytes().await.unwrap()).unwrap(),
+    )
+}
+
+fn tool_names(value: &Value) -> Vec<&str> {
+    value["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect()
+}
+
+fn posts(log: &Log) -> Vec<Received> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.method == Method::POST)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn initialize_relays_the_session_both_ways_and_keeps_agent_headers_back() {
+    let (gate, log) = setup().await;
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"agent","version":"1"}}}"#;
+    let response = post(
+        &gate,
+        init,
+        &[("authorization", "Bearer agent-token"), ("cookie", "a=b")],
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["mcp-session-id"], "sess-1");
+    let value: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+    assert_eq!(value["result"]["serverInfo"]["name"], "fake");
+
+    let notification = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let response = post(
+        &gate,
+        notification,
+        &[
+            ("mcp-session-id", "sess-1"),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+
+    let received = posts(&log);
+    assert_eq!(received.len(), 2);
+    assert_eq!(received[0].body, init.as_bytes());
+    let first = &received[0].headers;
+    assert!(first.get("authorization").is_none());
+    assert!(first.get("cookie").is_none());
+    assert_ne!(
+        first["host"],
+        gate.trim_start_matches("http://").trim_end_matches("/mcp")
+    );
+    assert_eq!(first["accept"], "application/json, text/event-stream");
+    assert_eq!(received[1].headers["mcp-session-id"], "sess-1");
+    assert_eq!(received[1].headers["mcp-protocol-version"], "2025-06-18");
+}
+
+#[tokio::test]
+async fn tools_list_is_filtered_on_every_page() {
+    let (gate, _log) = setup().await;
+    let (status, page1) =
+        post_json(&gate, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(tool_names(&page1), ["list_invoices"]);
+    assert_eq!(page1["result"]["nextCursor"], "p2");
+    let (_, page2) = post_json(
+        &gate,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"cursor":"p2"}}"#,
+    )
+    .await;
+    assert_eq!(tool_names(&page2), ["pay_invoice"]);
+    assert!(page2["result"].get("nextCursor").is_none());
+}
+
+#[tokio::test]
+async fn a_declared_call_is_forwarded_byte_for_byte() {
+    let (gate, log) = setup().await;
+    let body = "{\"jsonrpc\":\"2.0\",  \"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"list_invoices\",\"arguments\":{\"z\":1.50, \"a\":\"\\u00e9\"}}}";
+    let (status, value) = post_json(&gate, body).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(value["result"]["content"][0]["text"], "done");
+    let received = posts(&log);
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].body, body.as_bytes());
+}
+
+#[tokio::test]
+async fn undeclared_calls_never_reach_the_server_whatever_the_headers_say() {
+    let (gate, log) = setup().await;
+    let body =
+        r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"delete_everything"}}"#;
+    let response = post(
+        &gate,
+        body,
+        &[("mcp-method", "tools/list"), ("mcp-name", "list_invoices")],
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let value: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+    assert_eq!(value["id"], 8);
+    assert_eq!(value["error"]["code"], -32602);
+    assert_eq!(value["error"]["data"]["reason"], "mcp_tool_not_declared");
+    assert!(posts(&log).is_empty());
+}
+
+#[tokio::test]
+async fn gated_calls_and_their_case_variants_are_refused_by_default() {
+    let (gate, log) = setup().await;
+    // Declared, but a case variant of the gated `pay_invoice`.
+    let variant = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"Pay_Invoice","arguments":{}}}"#;
+    let (_, value) = post_json(&gate, variant).await;
+    assert_eq!(value["error"]["code"], -32602);
+    assert_eq!(value["error"]["data"]["reason"], "mcp_tool_case_variant");
+    let gated = r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"pay_invoice","arguments":{"amount":5}}}"#;
+    let (status, value) = post_json(&gate, gated).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(value["id"], 10);
+    assert_eq!(value["error"]["code"], constle_mcp_gate::GATE_REFUSED);
+    assert_eq!(value["error"]["data"]["reason"], "mcp_gate_refused");
+    assert!(posts(&log).is_empty());
+}
+
+struct ApproveAll(Arc<Mutex<Vec<ToolCall>>>);
+
+impl Approver for ApproveAll {
+    fn decide<'a>(&'a self, call: &'a ToolCall) -> ApprovalFuture<'a> {
+        self.0.lock().unwrap().push(call.clone());
+        Box::pin(async { Approval::Approved })
+    }
+}
+
+#[tokio::test]
+async fn an_approver_can_let_a_gated_call_through_unchanged() {
+    let (url, log) = fake_server().await;
+    let server = declared(&url);
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let gate = Gate::new(&server, policy(&server))
+        .unwrap()
+        .with_approver(ApproveAll(asked.clone()));
+    let gate = start_gate(gate).await;
+    let gated = r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"pay_invoice","arguments":{"amount":5}}}"#;
+    let (_, value) = post_json(&gate, gated).await;
+    assert_eq!(value["result"]["content"][0]["text"], "done");
+    assert_eq!(posts(&log)[0].body, gated.as_bytes());
+    let asked = asked.lock().unwrap();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].tool, "pay_invoice");
+    assert_eq!(asked[0].server, "accounting");
+}
+
+fn data_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn sse_responses_are_filtered_and_server_requests_answered_by_the_gate() {
+    let (gate, log) = setup().await;
+    let response = post(
+        &gate,
+        r#"{"jsonrpc":"2.0","id":"l1","method":"tools/list","params":{"cursor":"sse"}}"#,
+        &[("mcp-session-id", "sess-1")],
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let text = response.text().await.unwrap();
+    let messages = data_lines(&text);
+    assert_eq!(messages.len(), 1, "{text}");
+    assert_eq!(messages[0]["id"], "l1");
+    assert_eq!(tool_names(&messages[0]), ["list_invoices"]);
+    assert!(!text.contains("sampling"), "{text}");
+    assert!(
+        text.contains("id: e1\n"),
+        "the event id still moves on: {text}"
+    );
+
+    // The gate answers the sampling request to the server itself.
+    let mut answer = None;
+    for _ in 0..100 {
+        answer = posts(&log)
+            .into_iter()
+            .map(|r| (r.headers, serde_json::from_slice::<Value>(&r.body).unwrap()))
+            .find(|(_, v)| v["id"] == "s1");
+        if answer.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (headers, answer) = answer.unwrap();
+    assert_eq!(answer["error"]["code"], -32601);
+    assert_eq!(headers["mcp-session-id"], "sess-1");
+}
+
+#[tokio::test]
+async fn the_get_stream_is_filtered_and_delete_relayed() {
+    let (gate, log) = setup().await;
+    let response = client()
+        .get(&gate)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", "sess-1")
+        .header("last-event-id", "g0")
+        .header("authorization", "Bearer agent-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = response.text().await.unwrap();
+    let messages = data_lines(&text);
+    let methods: Vec<&str> = messages
+        .iter()
+        .map(|m| m["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(methods, ["notifications/message", "ping"], "{text}");
+
+    let response = client()
+        .delete(&gate)
+        .header("mcp-session-id", "sess-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+
+    let log = log.lock().unwrap();
+    let get = log.iter().find(|r| r.method == Method::GET).unwrap();
+    assert_eq!(get.headers["last-event-id"], "g0");
+    assert_eq!(get.headers["mcp-session-id"], "sess-1");
+    assert!(get.headers.get("authorization").is_none());
+    let delete = log.iter().find(|r| r.method == Method::DELETE).unwrap();
+    assert_eq!(delete.headers["mcp-session-id"], "sess-1");
+}
+
+#[tokio::test]
+async fn garbage_is_refused_and_the_gate_keeps_serving() {
+    let (gate, log) = setup().await;
+    let (status, value) = post_json(&gate, "{\"jsonrpc\":\"2.0\",\"id\":1,,,").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(value["error"]["code"], -32700);
+
+    let big = format!("[{}]", "1,".repeat(3 * 1024 * 1024));
+    let (status, value) = post_json(&gate, &big).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(value["error"]["data"]["reason"], "mcp_body_too_large");
+
+    let response = client()
+        .post(&gate)
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+
+    let response = client().put(&gate).body("{}").send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+
+    assert!(posts(&log).is_empty());
+    let (status, value) = post_json(&gate, r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(value["id"], 2);
+    assert_eq!(posts(&log).len(), 1);
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_json_rpc_error_with_502() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let server = declared(&format!("http://{addr}/mcp"));
+    let gate = start_gate(Gate::new(&server, policy(&server)).unwrap()).await;
+    let (status, value) = post_json(&gate, r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    assert_eq!(value["id"], 5);
+    assert_eq!(value["error"]["code"], -32603);
+    assert_eq!(value["error"]["data"]["reason"], "mcp_upstream_unreachable");
+    assert!(
+        !value.to_string().contains(&addr.to_string()),
+        "the URL stays on the host"
+    );
+}
+
+#[tokio::test]
+async fn the_gate_serves_on_a_unix_socket() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let (url, log) = fake_server().await;
+    let server = declared(&url);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gate.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    tokio::spawn(Gate::new(&server, policy(&server)).unwrap().serve(listener));
+
+    let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#;
+    let mut stream = tokio::net::UnixStream::connect(&path).await.unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let json = response.split("\r\n\r\n").nth(1).unwrap();
+    let value: Value = serde_json::from_str(json).unwrap();
+    assert_eq!(tool_names(&value), ["list_invoices"]);
+    assert_eq!(posts(&log)[0].body, body.as_bytes());
+}
