@@ -1,7 +1,6 @@
 //! All output goes through here: colour decisions, escaping of bytes that
 //! did not come from us, and a quiet exit when stdout is a closed pipe.
 
-use std::fmt::Write as _;
 use std::io::{self, IsTerminal as _, Write as _};
 use std::sync::OnceLock;
 
@@ -87,22 +86,10 @@ fn paint_if(colored: bool, paint: Paint, text: &str) -> String {
     }
 }
 
-/// Makes text that came from a file or an agent safe to print: control
-/// characters (escape sequences, carriage returns, backspaces) and Unicode
-/// bidirectional overrides are shown as `\u{..}` instead of acting on the
-/// terminal.
-pub fn escape(text: &str) -> String {
-    let mut safe = String::with_capacity(text.len());
-    for c in text.chars() {
-        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}');
-        if c.is_control() || bidi {
-            let _ = write!(safe, "\\u{{{:x}}}", c as u32);
-        } else {
-            safe.push(c);
-        }
-    }
-    safe
-}
+/// Makes text that came from a file or an agent safe to print: the same
+/// escaping the human-gate prompt uses, so there is one definition of what
+/// may reach a terminal.
+pub use constle_human_gate::escape;
 
 /// Prints a line on stdout. A closed pipe (`constle … | head`) ends the
 /// program quietly with success, as other Unix tools do.
