@@ -109,23 +109,8 @@ pub fn err_line(line: &str) {
 
 /// Prints `error: MESSAGE` on stderr.
 pub fn error(message: &str) {
-    let colored = *COLOR_STDERR.get().unwrap_or(&false);
     err_line(&format!(
         "{} {message}",
-        paint_if(colored, Paint::Red, "error:")
+        Stream::Err.paint(Paint::Red, "error:")
     ));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::escape;
-
-    #[test]
-    fn escapes_what_could_drive_a_terminal() {
-        assert_eq!(escape("ok ünïcode"), "ok ünïcode");
-        assert_eq!(escape("a\x1b[2Jb"), "a\\u{1b}[2Jb");
-        assert_eq!(escape("x\ry\u{8}\n"), "x\\u{d}y\\u{8}\\u{a}");
-        assert_eq!(escape("\u{202e}evil"), "\\u{202e}evil");
-        assert_eq!(escape("\u{9b}"), "\\u{9b}");
-    }
 }
