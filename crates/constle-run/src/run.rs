@@ -97,18 +97,12 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     let mut stop = StopSignals::take_over()?;
     let signer = match &manifest.identity {
         Some(identity) => {
-            let store = KeyStore::open(&options.home).map_err(|source| RunError::KeyMissing {
+            let missing = |source| RunError::KeyMissing {
                 did: identity.did.to_string(),
                 source,
-            })?;
-            Some(
-                store
-                    .find(KeyKind::Agent, &identity.did)
-                    .map_err(|source| RunError::KeyMissing {
-                        did: identity.did.to_string(),
-                        source,
-                    })?,
-            )
+            };
+            let store = KeyStore::open(&options.home).map_err(missing)?;
+            Some(store.find(KeyKind::Agent, &identity.did).map_err(missing)?)
         }
         None => None,
     };
