@@ -585,6 +585,18 @@ impl<'de> Deserializer<'de> for KeyNode<'_> {
     }
 }
 
+/// The name of [`Located`]'s field number `step`, as a map key; `None`
+/// after the last.
+fn located_field<'de, K: DeserializeSeed<'de>>(
+    step: usize,
+    seed: K,
+) -> Result<Option<K::Value>, DeError> {
+    match LOCATED_FIELDS.get(step) {
+        Some(name) => seed.deserialize(name.into_deserializer()).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// Feeds [`Located`]'s visitor: four numbers, then the value.
 struct LocatedAccess<'a, 's> {
     de: Option<NodeDe<'a, 's>>,
@@ -598,10 +610,7 @@ impl<'de> MapAccess<'de> for LocatedAccess<'_, '_> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, DeError> {
-        match LOCATED_FIELDS.get(self.step) {
-            Some(name) => seed.deserialize(name.into_deserializer()).map(Some),
-            None => Ok(None),
-        }
+        located_field(self.step, seed)
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DeError> {
@@ -637,10 +646,7 @@ impl<'de> MapAccess<'de> for KeyLocatedAccess<'_> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, DeError> {
-        match LOCATED_FIELDS.get(self.step) {
-            Some(name) => seed.deserialize(name.into_deserializer()).map(Some),
-            None => Ok(None),
-        }
+        located_field(self.step, seed)
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DeError> {
