@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::task::JoinSet;
+use tokio_util::task::TaskTracker;
 
 use crate::layout::INIT_SUBCOMMAND;
 use crate::wire::{self, InitRelay};
@@ -28,6 +29,12 @@ pub const EXIT_NOT_FOUND: i32 = 127;
 
 /// Buffer per direction per connection.
 const COPY_BUFFER: usize = 64 * 1024;
+
+/// How long connections may keep flushing after the agent exits. Bytes the
+/// agent wrote just before exiting are still in the relay; dropping them
+/// would lose what a real socket delivers. A background process that holds
+/// a connection open cannot delay the end of the run by more than this.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 enum InitError {
@@ -193,13 +200,20 @@ async fn run(relays: Vec<InitRelay>, command: Vec<OsString>) -> Result<i32, Init
             source,
         })?;
 
+    let connections = TaskTracker::new();
     let mut relays = JoinSet::new();
     for (listener, relay) in listeners {
-        relays.spawn(accept_loop(listener, relay));
+        relays.spawn(accept_loop(listener, relay, connections.clone()));
     }
 
     tokio::select! {
-        status = child.wait() => Ok(exit_code(status.map_err(InitError::Wait)?)),
+        status = child.wait() => {
+            let code = exit_code(status.map_err(InitError::Wait)?);
+            relays.abort_all();
+            connections.close();
+            let _ = tokio::time::timeout(DRAIN_GRACE, connections.wait()).await;
+            Ok(code)
+        }
         Some(stopped) = relays.join_next() => {
             let err = match stopped {
                 Ok(err) => err,
@@ -223,14 +237,18 @@ fn exit_code(status: ExitStatus) -> i32 {
 }
 
 /// Accepts until the listener fails for good; returns why.
-async fn accept_loop(listener: TcpListener, relay: InitRelay) -> InitError {
+async fn accept_loop(
+    listener: TcpListener,
+    relay: InitRelay,
+    connections: TaskTracker,
+) -> InitError {
     let socket: Arc<PathBuf> = Arc::new(relay.socket);
     let name: Arc<str> = relay.name.into();
     let reported = Arc::new(AtomicBool::new(false));
     loop {
         match listener.accept().await {
             Ok((tcp, _)) => {
-                tokio::spawn(forward(
+                connections.spawn(forward(
                     tcp,
                     Arc::clone(&socket),
                     Arc::clone(&name),
