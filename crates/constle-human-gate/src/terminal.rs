@@ -75,30 +75,31 @@ impl TimeoutAction {
 /// What the terminal prompt shows: one gated call, how long the gate waits
 /// and what it does then.
 #[derive(Debug)]
-pub struct PromptRequest<'a> {
-    agent: &'a str,
-    server: &'a str,
-    tool: &'a str,
-    arguments: &'a Value,
-    subject_digest: &'a SubjectDigest,
+pub struct PromptRequest {
+    agent: String,
+    server: String,
+    tool: String,
+    arguments: Value,
+    subject_digest: SubjectDigest,
     timeout: Duration,
     on_timeout: TimeoutAction,
 }
 
-impl<'a> PromptRequest<'a> {
+impl PromptRequest {
     /// The prompt for `request`, whose gate waits `timeout` in all and then
-    /// does `on_timeout`.
+    /// does `on_timeout`. It keeps its own copy of what it shows, so the
+    /// request itself can go to the webhook at the same time.
     pub fn new(
-        request: &'a PendingRequest,
+        request: &PendingRequest,
         timeout: Duration,
         on_timeout: TimeoutAction,
-    ) -> PromptRequest<'a> {
+    ) -> PromptRequest {
         PromptRequest {
-            agent: request.agent(),
-            server: request.server(),
-            tool: request.tool(),
-            arguments: request.arguments(),
-            subject_digest: request.subject_digest(),
+            agent: request.agent().to_owned(),
+            server: request.server().to_owned(),
+            tool: request.tool().to_owned(),
+            arguments: request.arguments().clone(),
+            subject_digest: request.subject_digest().clone(),
             timeout,
             on_timeout,
         }
@@ -107,7 +108,7 @@ impl<'a> PromptRequest<'a> {
     /// Whether the arguments are too large to show in full. Such a call can
     /// be denied at the terminal, never approved there.
     pub fn too_large_to_show(&self) -> bool {
-        shown_arguments(self.arguments).too_large
+        shown_arguments(&self.arguments).too_large
     }
 }
 
@@ -166,22 +167,22 @@ fn shown_arguments(arguments: &Value) -> Shown {
 /// at 76 columns, the rest continuing on lines that start with `   ↳ `; so
 /// on a terminal 80 or more columns wide, no such line can begin like the
 /// prompt's own first or last line.
-pub fn render_prompt(req: &PromptRequest<'_>) -> String {
-    let shown = shown_arguments(req.arguments);
+pub fn render_prompt(req: &PromptRequest) -> String {
+    let shown = shown_arguments(&req.arguments);
     let mut out = String::new();
     push_wrapped(
         &mut out,
         &format!(
             "⏸  human gate: agent \"{}\" wants to call",
-            escape(req.agent)
+            escape(&req.agent)
         ),
     );
     push_wrapped(
         &mut out,
         &format!(
             "{INDENT}MCP tool \"{}\" on server \"{}\"",
-            escape(req.tool),
-            escape(req.server)
+            escape(&req.tool),
+            escape(&req.server)
         ),
     );
     let _ = writeln!(out, "{INDENT}subject: {}", req.subject_digest);
@@ -276,7 +277,7 @@ pub enum TerminalOutcome {
 /// future decides nothing.
 pub async fn ask_terminal<T>(
     tty: &mut T,
-    req: &PromptRequest<'_>,
+    req: &PromptRequest,
     deadline: Instant,
 ) -> TerminalOutcome
 where
@@ -287,7 +288,7 @@ where
         .unwrap_or(TerminalOutcome::NoAnswer)
 }
 
-async fn converse<T>(tty: &mut T, req: &PromptRequest<'_>) -> TerminalOutcome
+async fn converse<T>(tty: &mut T, req: &PromptRequest) -> TerminalOutcome
 where
     T: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {

@@ -28,7 +28,7 @@ fn pending(
     )?)
 }
 
-fn prompt(request: &PendingRequest) -> PromptRequest<'_> {
+fn prompt(request: &PendingRequest) -> PromptRequest {
     PromptRequest::new(request, Duration::from_secs(300), TimeoutAction::Abort)
 }
 
