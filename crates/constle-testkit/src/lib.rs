@@ -20,6 +20,10 @@
 //!   root and system tools can run here. Outside CI they skip with a printed
 //!   reason; with `CONSTLE_E2E=require` (CI) a missing requirement panics, so
 //!   a skip can never pass for a success.
+//! - [`mcp`]: a real MCP server ([`mcp::TestMcpServer`], with invoice tools,
+//!   recording every call that reaches it) and a real MCP client
+//!   ([`mcp::client_main`], for a test binary to run as a subcommand inside
+//!   the sandbox), both the official Rust SDK over Streamable HTTP.
 //!
 //! ```no_run
 //! use constle_testkit::{HostsFile, TestHost, require_e2e};
@@ -43,10 +47,12 @@
 
 mod dns;
 mod hosts;
+pub mod mcp;
 mod netns;
 mod require;
 
 pub use dns::DnsServer;
 pub use hosts::HostsFile;
+pub use mcp::{McpServerOptions, RecordedCall, TestMcpServer};
 pub use netns::{TestHost, TestHostBuilder};
 pub use require::{E2E_ENV, find_tool, require_e2e, require_root, require_tools};

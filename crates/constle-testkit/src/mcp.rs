@@ -1,0 +1,624 @@
+//! A real MCP server and a real MCP client for end-to-end tests, both built on
+//! the official Rust SDK ([`rmcp`]) and speaking Streamable HTTP.
+//!
+//! - [`TestMcpServer`]: an invoice server on `127.0.0.1:<port>/mcp`, served
+//!   from a thread of its own (with its own runtime), so it works whether the
+//!   test runs a current-thread runtime, a multi-thread one, or none. It
+//!   records every `tools/call` that reaches it ([`TestMcpServer::calls`]),
+//!   so a test can prove that a call the gate refused never got there.
+//! - [`client_main`]: a command-line MCP client (initialize,
+//!   `notifications/initialized`, then `tools/list` or `tools/call`), for a
+//!   test binary to run as a subcommand inside the sandbox. The binary needs
+//!   nothing but the C library, so it can be hard-linked into a sandbox
+//!   directory and run from there.
+//!
+//! # The server's tools
+//!
+//! | Tool | Arguments | Text result |
+//! |---|---|---|
+//! | `list_invoices` | none | `INV-0042,INV-0043` |
+//! | `get_invoice` | `{"invoice_id": string}` | `invoice <id>: 120.00 EUR` |
+//! | `pay_invoice` | `{"invoice_id": string}` | `paid <id>` |
+//! | `Pay_Invoice` | `{"invoice_id": string}` | `paid <id>`: a case variant of `pay_invoice` that really exists here, so a test shows the *gate* refused it, not the server |
+//! | `delete_everything` | none | `deleted everything`: a tool the server has but a manifest would not declare |
+//! | `echo` | `{"text": string}` | the text itself (for benchmarks) |
+//!
+//! Each tool has a JSON Schema for its input. Arguments that do not fit it
+//! (a missing or non-string `invoice_id`) give a tool result with
+//! `isError: true`, as MCP asks of input validation errors. An unknown tool
+//! name is a JSON-RPC error, code -32602 (invalid params), as MCP specifies
+//! for unknown tools; rmcp's own tool router answers the same way.
+//!
+//! # Protocol
+//!
+//! rmcp 3.11 knows revisions 2024-11-05 through 2026-07-28. The last one
+//! has no `initialize` handshake, so an `initialize` naming it is answered
+//! with the newest revision that has one, 2025-11-25. The client here asks
+//! for 2025-11-25 outright, so what it negotiates does not depend on the
+//! server's fallback.
+//!
+//! # Server modes ([`McpServerOptions`])
+//!
+//! - `stateful` (default): rmcp's legacy session mode. `initialize` is
+//!   answered with an `Mcp-Session-Id`, POSTs are answered with an SSE
+//!   stream, and the client opens the standalone GET stream.
+//! - `stateful: false`: no sessions; each POST is served on its own. POSTs are
+//!   answered with SSE, or with plain `application/json` when `json_response`
+//!   is set. rmcp honours `json_response` only without sessions, so asking for
+//!   both is refused by [`TestMcpServer::start`].
+//! - `page_size: Some(n)`: `tools/list` gives `n` tools a page, with a
+//!   `nextCursor` on every page but the last (the cursor is the offset of the
+//!   next page, as a decimal string; any other cursor is a -32602 error).
+//!
+//! The server accepts any `Host` header (rmcp's DNS-rebinding check is off):
+//! it only ever listens on loopback, and a test may reach it by a name it
+//! mapped there.
+
+use std::borrow::Cow;
+use std::io::{self, Write as _};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdTcpListener};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    ContentBlock, Implementation, JsonObject, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceError, ServiceExt as _};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// The path the server answers MCP on.
+pub const MCP_PATH: &str = "/mcp";
+
+/// The server's tools, in the order `tools/list` gives them.
+pub const TOOLS: [&str; 6] = [
+    "list_invoices",
+    "get_invoice",
+    "pay_invoice",
+    "Pay_Invoice",
+    "delete_everything",
+    "echo",
+];
+
+/// The protocol revision [`client_main`] asks for in `initialize`.
+pub const CLIENT_PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// How long [`client_main`] may take, start to finish, before it gives up.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Most `tools/list` pages [`client_main`] follows, so a cursor loop ends.
+pub const CLIENT_MAX_PAGES: usize = 1000;
+
+/// How a [`TestMcpServer`] serves. The default is rmcp's: sessions, SSE
+/// responses, one `tools/list` page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerOptions {
+    /// Answer POSTs with `Content-Type: application/json` instead of an SSE
+    /// stream. rmcp supports this only without sessions: needs `stateful`
+    /// false.
+    pub json_response: bool,
+    /// Sessions: `initialize` is answered with an `Mcp-Session-Id` that every
+    /// later request carries (rmcp's legacy session mode). Without, each
+    /// request is served on its own and no session id is given.
+    pub stateful: bool,
+    /// Paginate `tools/list`: this many tools a page, `nextCursor` on all but
+    /// the last. `None`: one page, no cursor. Must not be `Some(0)`.
+    pub page_size: Option<usize>,
+}
+
+impl Default for McpServerOptions {
+    fn default() -> Self {
+        Self {
+            json_response: false,
+            stateful: true,
+            page_size: None,
+        }
+    }
+}
+
+/// A `tools/call` that reached the server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedCall {
+    /// `params.name`, as received (also for a tool the server does not have).
+    pub tool: String,
+    /// `params.arguments` as received; `Value::Null` when absent.
+    pub arguments: Value,
+}
+
+/// A real MCP server (rmcp, Streamable HTTP) on `127.0.0.1`, with the
+/// invoice tools listed in the [module docs](self). Stopped on drop.
+#[derive(Debug)]
+pub struct TestMcpServer {
+    addr: SocketAddr,
+    calls: Arc<Mutex<Vec<RecordedCall>>>,
+    shutdown: CancellationToken,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TestMcpServer {
+    /// Binds `127.0.0.1:0` and serves MCP at [`MCP_PATH`] from a thread of
+    /// its own with its own multi-thread runtime, so the caller needs no
+    /// runtime.
+    ///
+    /// # Errors
+    ///
+    /// Invalid options (`json_response` with `stateful`, or a page size of
+    /// 0) as [`io::ErrorKind::InvalidInput`]; failing to bind, build the
+    /// runtime or spawn the thread.
+    pub fn start(options: McpServerOptions) -> io::Result<TestMcpServer> {
+        if options.json_response && options.stateful {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "rmcp answers with application/json only without sessions: \
+                 json_response needs stateful: false",
+            ));
+        }
+        if options.page_size == Some(0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "page_size must be at least 1",
+            ));
+        }
+
+        let listener = StdTcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("test-mcp-server")
+            .enable_all()
+            .build()?;
+
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let shared = Arc::new(Shared {
+            tools: tools(),
+            page_size: options.page_size,
+            calls: Arc::clone(&calls),
+        });
+        let shutdown = CancellationToken::new();
+        let config = StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(options.stateful)
+            .with_json_response(options.json_response)
+            .disable_allowed_hosts()
+            .with_cancellation_token(shutdown.child_token());
+        let service = StreamableHttpService::new(
+            move || {
+                Ok(InvoiceServer {
+                    shared: Arc::clone(&shared),
+                })
+            },
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        let router = axum::Router::new().route_service(MCP_PATH, service);
+
+        let stop = shutdown.clone();
+        let thread = std::thread::Builder::new()
+            .name("test-mcp-server".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(listener) => listener,
+                        Err(error) => {
+                            eprintln!("test MCP server: cannot use its listener: {error}");
+                            return;
+                        }
+                    };
+                    tokio::select! {
+                        result = axum::serve(listener, router) => {
+                            if let Err(error) = result {
+                                eprintln!("test MCP server stopped: {error}");
+                            }
+                        }
+                        () = stop.cancelled() => {}
+                    }
+                });
+                // Open connections (an SSE stream, say) are dropped, not
+                // waited for.
+                runtime.shutdown_timeout(Duration::from_secs(1));
+            })?;
+
+        Ok(TestMcpServer {
+            addr,
+            calls,
+            shutdown,
+            thread: Some(thread),
+        })
+    }
+
+    /// The MCP endpoint, `http://127.0.0.1:PORT/mcp`.
+    pub fn url(&self) -> String {
+        format!("http://{}{MCP_PATH}", self.addr)
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every `tools/call` that reached the server so far, in order: those
+    /// for tools it has, whatever their arguments, and those for names it
+    /// does not have.
+    pub fn calls(&self) -> Vec<RecordedCall> {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for TestMcpServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What every session's handler shares.
+#[derive(Debug)]
+struct Shared {
+    tools: Vec<Tool>,
+    page_size: Option<usize>,
+    calls: Arc<Mutex<Vec<RecordedCall>>>,
+}
+
+/// The rmcp handler: one per session (or per request, without sessions).
+#[derive(Debug, Clone)]
+struct InvoiceServer {
+    shared: Arc<Shared>,
+}
+
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+fn no_arguments() -> JsonObject {
+    object(json!({"type": "object", "properties": {}, "additionalProperties": false}))
+}
+
+fn one_string(name: &str, description: &str) -> JsonObject {
+    object(json!({
+        "type": "object",
+        "properties": {name: {"type": "string", "description": description}},
+        "required": [name],
+        "additionalProperties": false,
+    }))
+}
+
+fn tools() -> Vec<Tool> {
+    let invoice_id = || one_string("invoice_id", "The invoice's id, e.g. INV-0042");
+    vec![
+        Tool::new(
+            "list_invoices",
+            "List the open invoices' ids",
+            no_arguments(),
+        ),
+        Tool::new("get_invoice", "Show one invoice", invoice_id()),
+        Tool::new("pay_invoice", "Pay one invoice", invoice_id()),
+        Tool::new(
+            "Pay_Invoice",
+            "Pay one invoice (a case variant of pay_invoice)",
+            invoice_id(),
+        ),
+        Tool::new("delete_everything", "Delete every invoice", no_arguments()),
+        Tool::new(
+            "echo",
+            "Return the text given",
+            one_string("text", "Any text"),
+        ),
+    ]
+}
+
+fn text_result(text: impl Into<String>) -> CallToolResponse {
+    CallToolResult::success(vec![ContentBlock::text(text)]).into()
+}
+
+fn tool_error(text: impl Into<String>) -> CallToolResponse {
+    CallToolResult::error(vec![ContentBlock::text(text)]).into()
+}
+
+/// `arguments[name]` as a string, or the tool error saying it is not one.
+fn string_argument<'a>(arguments: Option<&'a JsonObject>, name: &str) -> Result<&'a str, String> {
+    arguments
+        .and_then(|arguments| arguments.get(name))
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("invalid arguments: {name} must be a string"))
+}
+
+impl InvoiceServer {
+    fn record(&self, request: &CallToolRequestParams) {
+        let arguments = request.arguments.clone().map_or(Value::Null, Value::Object);
+        self.shared
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(RecordedCall {
+                tool: request.name.to_string(),
+                arguments,
+            });
+    }
+}
+
+impl ServerHandler for InvoiceServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
+            Implementation::new("constle-testkit-mcp-server", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = &self.shared.tools;
+        let Some(page_size) = self.shared.page_size else {
+            return Ok(ListToolsResult::with_all_items(tools.clone()));
+        };
+        let start = match request.and_then(|params| params.cursor) {
+            None => 0,
+            Some(cursor) => cursor
+                .parse::<usize>()
+                .ok()
+                .filter(|&start| start > 0 && start < tools.len())
+                .ok_or_else(|| {
+                    ErrorData::invalid_params(format!("invalid cursor: {cursor:?}"), None)
+                })?,
+        };
+        let end = start.saturating_add(page_size).min(tools.len());
+        let mut result = ListToolsResult::with_all_items(tools[start..end].to_vec());
+        if end < tools.len() {
+            result.next_cursor = Some(end.to_string());
+        }
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.record(&request);
+        let arguments = request.arguments.as_ref();
+        let response = match request.name.as_ref() {
+            "list_invoices" => text_result("INV-0042,INV-0043"),
+            "get_invoice" => match string_argument(arguments, "invoice_id") {
+                Ok(id) => text_result(format!("invoice {id}: 120.00 EUR")),
+                Err(message) => tool_error(message),
+            },
+            "pay_invoice" | "Pay_Invoice" => match string_argument(arguments, "invoice_id") {
+                Ok(id) => text_result(format!("paid {id}")),
+                Err(message) => tool_error(message),
+            },
+            "delete_everything" => text_result("deleted everything"),
+            "echo" => match string_argument(arguments, "text") {
+                Ok(text) => text_result(text),
+                Err(message) => tool_error(message),
+            },
+            other => {
+                return Err(ErrorData::invalid_params(
+                    Cow::Owned(format!("unknown tool: {other}")),
+                    None,
+                ));
+            }
+        };
+        Ok(response)
+    }
+}
+
+/// Exit code of [`client_main`]: done (`list`, or a `call` with a result).
+pub const EXIT_OK: i32 = 0;
+/// Exit code of [`client_main`]: transport or other failure (`failed: …` on
+/// stderr).
+pub const EXIT_FAILED: i32 = 1;
+/// Exit code of [`client_main`]: bad command line (usage on stderr).
+pub const EXIT_USAGE: i32 = 2;
+/// Exit code of [`client_main`]: the request got a JSON-RPC error
+/// (`error: <code> <message>`).
+pub const EXIT_RPC_ERROR: i32 = 3;
+/// Exit code of [`client_main`]: the tool result had `isError: true`
+/// (`tool_error: <text>`).
+pub const EXIT_TOOL_ERROR: i32 = 4;
+
+const USAGE: &str = "usage: mcp-client list URL\n       mcp-client call URL TOOL JSON_ARGS";
+
+/// A command for [`client_main`].
+enum Command {
+    List {
+        url: String,
+    },
+    Call {
+        url: String,
+        tool: String,
+        arguments: JsonObject,
+    },
+}
+
+fn parse(args: &[String]) -> Result<Command, String> {
+    match args {
+        [command, url] if command == "list" => Ok(Command::List { url: url.clone() }),
+        [command, url, tool, json] if command == "call" => {
+            let arguments = match serde_json::from_str::<Value>(json) {
+                Ok(Value::Object(arguments)) => arguments,
+                Ok(_) => return Err("JSON_ARGS must be a JSON object".into()),
+                Err(error) => return Err(format!("JSON_ARGS is not JSON: {error}")),
+            };
+            Ok(Command::Call {
+                url: url.clone(),
+                tool: tool.clone(),
+                arguments,
+            })
+        }
+        _ => Err(USAGE.into()),
+    }
+}
+
+/// What a command ended with, short of a failure.
+enum Outcome {
+    /// Lines for stdout, exit 0.
+    Done(Vec<String>),
+    /// A JSON-RPC error: code and message.
+    RpcError(i32, String),
+    /// A tool result with `isError: true`: its first text.
+    ToolError(String),
+}
+
+/// A real MCP client on the command line, for a test binary whose `main`
+/// dispatches `argv[1] == "mcp-client"` here with the arguments after it.
+/// Builds its own current-thread runtime; call it with none running.
+///
+/// - `list URL`: initializes, follows every `tools/list` page (up to
+///   [`CLIENT_MAX_PAGES`]) and prints each tool name on a line of its own.
+/// - `call URL TOOL JSON_ARGS`: initializes and calls `TOOL` with the JSON
+///   object `JSON_ARGS`. Prints `result: <first text content>` (exit
+///   [`EXIT_OK`]); on a JSON-RPC error `error: <code> <message>` (exit
+///   [`EXIT_RPC_ERROR`]); on a result with `isError: true`
+///   `tool_error: <text>` (exit [`EXIT_TOOL_ERROR`]).
+///
+/// Anything else that goes wrong (connecting, HTTP, initialize, more than
+/// [`CLIENT_TIMEOUT`]) prints `failed: <message>` to stderr, exit
+/// [`EXIT_FAILED`]; a bad command line prints the usage, exit
+/// [`EXIT_USAGE`].
+///
+/// The lifecycle is rmcp's: `initialize` (asking for
+/// [`CLIENT_PROTOCOL_VERSION`]), `notifications/initialized`, the request,
+/// then closing the session (`DELETE` when the server gave one). HTTP is
+/// reqwest with its proxies from the environment: `HTTP_PROXY` is used
+/// unless `NO_PROXY` names the host (e.g. `NO_PROXY=127.0.0.1,localhost`).
+/// An expired session is reported, not silently renewed.
+pub fn client_main(args: &[String]) -> i32 {
+    let command = match parse(args) {
+        Ok(command) => command,
+        Err(message) => {
+            eprintln!("{message}");
+            return EXIT_USAGE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("failed: cannot build a runtime: {error}");
+            return EXIT_FAILED;
+        }
+    };
+    let outcome = runtime.block_on(async {
+        tokio::time::timeout(CLIENT_TIMEOUT, run(command))
+            .await
+            .unwrap_or_else(|_| Err(format!("timed out after {CLIENT_TIMEOUT:?}")))
+    });
+    let mut stdout = io::stdout().lock();
+    let code = match outcome {
+        Ok(Outcome::Done(lines)) => {
+            for line in lines {
+                let _ = writeln!(stdout, "{line}");
+            }
+            EXIT_OK
+        }
+        Ok(Outcome::RpcError(code, message)) => {
+            let _ = writeln!(stdout, "error: {code} {message}");
+            EXIT_RPC_ERROR
+        }
+        Ok(Outcome::ToolError(text)) => {
+            let _ = writeln!(stdout, "tool_error: {text}");
+            EXIT_TOOL_ERROR
+        }
+        Err(message) => {
+            eprintln!("failed: {message}");
+            EXIT_FAILED
+        }
+    };
+    let _ = stdout.flush();
+    code
+}
+
+/// A JSON-RPC error as an outcome; any other service error as a failure.
+fn classify(error: ServiceError) -> Result<Outcome, String> {
+    match error {
+        ServiceError::McpError(error) => Ok(Outcome::RpcError(error.code.0, error.message.into())),
+        other => Err(other.to_string()),
+    }
+}
+
+async fn run(command: Command) -> Result<Outcome, String> {
+    let url = match &command {
+        Command::List { url } | Command::Call { url, .. } => url.clone(),
+    };
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).reinit_on_expired_session(false),
+    );
+    let mut config = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("constle-testkit-mcp-client", env!("CARGO_PKG_VERSION")),
+    );
+    config.protocol_version = ProtocolVersion::V_2025_11_25;
+    let client = config
+        .serve(transport)
+        .await
+        .map_err(|error| format!("initialize: {error}"))?;
+
+    let outcome = match command {
+        Command::List { .. } => {
+            let mut names = Vec::new();
+            let mut cursor = None;
+            let mut pages = 0;
+            loop {
+                pages += 1;
+                if pages > CLIENT_MAX_PAGES {
+                    break Err(format!("more than {CLIENT_MAX_PAGES} tools/list pages"));
+                }
+                let params = cursor
+                    .map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
+                match client.list_tools(params).await {
+                    Ok(page) => {
+                        names.extend(page.tools.into_iter().map(|tool| tool.name.into_owned()));
+                        match page.next_cursor {
+                            Some(next) => cursor = Some(next),
+                            None => break Ok(Outcome::Done(names)),
+                        }
+                    }
+                    Err(error) => break classify(error),
+                }
+            }
+        }
+        Command::Call {
+            tool, arguments, ..
+        } => {
+            let params = CallToolRequestParams::new(tool).with_arguments(arguments);
+            match client.call_tool(params).await {
+                Ok(result) => {
+                    let text = result
+                        .content
+                        .iter()
+                        .find_map(|content| content.as_text())
+                        .map(|text| text.text.clone())
+                        .unwrap_or_default();
+                    if result.is_error == Some(true) {
+                        Ok(Outcome::ToolError(text))
+                    } else {
+                        Ok(Outcome::Done(vec![format!("result: {text}")]))
+                    }
+                }
+                Err(error) => classify(error),
+            }
+        }
+    };
+    // Closing ends the session (DELETE); its failure changes nothing above.
+    let _ = client.cancel().await;
+    outcome
+}
