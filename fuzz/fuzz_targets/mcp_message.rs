@@ -21,6 +21,7 @@ fn policy() -> Option<ServerPolicy> {
         url: HttpUrl::new("https://mcp.accounting.internal").ok()?,
         tools,
         pricing: Pricing::default(),
+        allow_methods: Vec::new(),
     };
     let gates = HumanGates {
         enabled: true,

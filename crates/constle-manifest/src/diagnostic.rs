@@ -137,6 +137,8 @@ pub const CODES: &[(&str, Severity)] = &[
     ("invalid_tool_name", Severity::Error),
     ("duplicate_tool", Severity::Error),
     ("unknown_priced_tool", Severity::Error),
+    ("invalid_method_name", Severity::Error),
+    ("duplicate_method", Severity::Error),
     ("duplicate_entry", Severity::Error),
     ("missing_approver_pubkey", Severity::Error),
     ("invalid_socket_addr", Severity::Error),
@@ -154,6 +156,7 @@ pub const CODES: &[(&str, Severity)] = &[
     ("egress_open", Severity::Warning),
     ("monthly_cap_not_enforced", Severity::Warning),
     ("spend_caps_unmetered", Severity::Warning),
+    ("method_always_allowed", Severity::Warning),
 ];
 
 /// A 1-based position inside the file being parsed; turned into a

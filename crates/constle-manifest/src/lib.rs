@@ -46,7 +46,7 @@
 //!    through a float.
 //! 4. **Validation** into [`Manifest`], whose fields are checked types
 //!    ([`Name`](constle_identity::Name), [`DidKey`](constle_identity::DidKey),
-//!    [`Hostname`], [`HttpUrl`], [`ToolName`], `Decimal`, enums), with
+//!    [`Hostname`], [`HttpUrl`], [`ToolName`], [`MethodName`], `Decimal`, enums), with
 //!    warnings for what is valid but probably not what the author meant.
 //!
 //! Every step keeps going after an error where it can, so one run reports as
@@ -70,13 +70,15 @@ use std::path::{Path, PathBuf};
 pub use diagnostic::{CODES, Diagnostic, Location, Severity};
 pub use model::{
     A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, GateMatch, GatedTool, HumanGates,
-    Identity, MAX_APPROVAL_TIMEOUT_SECONDS, Manifest, Mcp, McpServer, Network, Notify,
-    NotifyChannel, OnTimeout, Pricing, Sandbox, Spending,
+    Identity, MAX_APPROVAL_TIMEOUT_SECONDS, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS,
+    MCP_BASE_SERVER_REQUESTS, Manifest, Mcp, McpServer, Network, Notify, NotifyChannel, OnTimeout,
+    Pricing, Sandbox, Spending,
 };
 pub use validate::RESERVED_ENV;
 pub use values::{
     EnvVarName, Hostname, HttpUrl, InvalidValue, MAX_AMOUNT_INTEGER_DIGITS, MAX_AMOUNT_SCALE,
-    MAX_ENV_NAME_LEN, MAX_TOOL_NAME_LEN, Scheme, ServerId, ToolName, UrlHost, parse_amount,
+    MAX_ENV_NAME_LEN, MAX_METHOD_NAME_LEN, MAX_TOOL_NAME_LEN, MethodName, Scheme, ServerId,
+    ToolName, UrlHost, parse_amount,
 };
 pub use yaml::{MAX_DEPTH, MAX_NODES};
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use constle_identity::{DidKey, Name};
 use rust_decimal::Decimal;
 
-use crate::values::{EnvVarName, Hostname, HttpUrl, ServerId, ToolName};
+use crate::values::{EnvVarName, Hostname, HttpUrl, MethodName, ServerId, ToolName};
 
 /// A validated Agentfile.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,7 +121,27 @@ pub struct McpServer {
     pub tools: Vec<ToolName>,
     /// What calls cost; every priced tool is in `tools`.
     pub pricing: Pricing,
+    /// JSON-RPC methods allowed beyond the base sets ([`MCP_BASE_REQUESTS`],
+    /// [`MCP_BASE_NOTIFICATIONS`], [`MCP_BASE_SERVER_REQUESTS`]), in both
+    /// directions; unique. A name starting `notifications/` is a
+    /// notification, any other a request.
+    pub allow_methods: Vec<MethodName>,
 }
+
+/// Requests the MCP gate always lets an agent send: the lifecycle, `ping`
+/// and the tools, whose own rules (declared names, gates) always apply.
+pub const MCP_BASE_REQUESTS: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
+
+/// Notifications the MCP gate always lets an agent send.
+pub const MCP_BASE_NOTIFICATIONS: [&str; 4] = [
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/roots/list_changed",
+];
+
+/// Requests the MCP gate always lets a server send to the agent.
+pub const MCP_BASE_SERVER_REQUESTS: [&str; 1] = ["ping"];
 
 impl McpServer {
     /// The variable through which the agent reaches this server.

@@ -61,6 +61,7 @@ pub(crate) struct RawServer {
     pub url: Field<String>,
     pub tools: Field<Strings>,
     pub pricing: Field<RawPricing>,
+    pub allow_methods: Field<Strings>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -16,15 +16,15 @@ use crate::de::{Field, Located};
 use crate::diagnostic::{Pos, Sink, did_you_mean, show, suggest};
 use crate::model::{
     A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, HumanGates, Identity,
-    MAX_APPROVAL_TIMEOUT_SECONDS, Manifest, Mcp, McpServer, Network, Notify, NotifyChannel,
-    OnTimeout, Pricing, Sandbox, Spending,
+    MAX_APPROVAL_TIMEOUT_SECONDS, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, Manifest, Mcp,
+    McpServer, Network, Notify, NotifyChannel, OnTimeout, Pricing, Sandbox, Spending,
 };
 use crate::raw::{
     RawA2a, RawHumanGates, RawManifest, RawMcp, RawNetwork, RawPricing, RawSandbox, RawServer,
     RawSpending, Strings,
 };
 use crate::values::{
-    EnvVarName, Hostname, HttpUrl, InvalidValue, ServerId, ToolName, parse_amount,
+    EnvVarName, Hostname, HttpUrl, InvalidValue, MethodName, ServerId, ToolName, parse_amount,
 };
 
 /// Environment variables constle sets for the agent, refused in `sandbox.env`
@@ -366,32 +366,17 @@ impl V<'_, '_> {
                     _ => Egress::Restricted,
                 }),
         };
-        let mut hosts = Vec::new();
-        let mut ok = true;
-        if let Some(list) = &n.allowed_hosts.0 {
-            let mut seen: HashMap<&str, Pos> = HashMap::new();
-            for host in &list.value {
-                let Some(h) = self.check(host, "invalid_hostname", Hostname::new) else {
-                    ok = false;
-                    continue;
-                };
-                if let Some(first) = seen.get(host.value.as_str()) {
-                    self.sink.error(
-                        "duplicate_host",
-                        host.pos,
-                        format!("{} is listed twice in allowed_hosts", show(&host.value)),
-                        Some(format!(
-                            "remove it; it is already listed at line {}",
-                            first.line
-                        )),
-                    );
-                    ok = false;
-                    continue;
-                }
-                seen.insert(&host.value, host.pos);
-                hosts.push(h);
-            }
-        }
+        let hosts = match &n.allowed_hosts.0 {
+            Some(list) => self.unique_list(
+                list,
+                "invalid_hostname",
+                Hostname::new,
+                "duplicate_host",
+                "allowed_hosts",
+            ),
+            None => Some(Vec::new()),
+        };
+        let mut ok = hosts.is_some();
         if let (Some(Egress::None), Some(e), Some(list)) = (egress, &n.egress.0, &n.allowed_hosts.0)
             && !list.value.is_empty()
         {
@@ -419,7 +404,7 @@ impl V<'_, '_> {
         }
         Some(Network {
             egress: egress?,
-            allowed_hosts: hosts,
+            allowed_hosts: hosts?,
         })
     }
 
@@ -502,12 +487,54 @@ impl V<'_, '_> {
             None => Some(Pricing::default()),
             Some(p) => self.pricing(p, tools.as_deref()),
         };
+        let allow_methods = match &s.allow_methods.0 {
+            None => Some(Vec::new()),
+            Some(list) => self.allow_methods(list),
+        };
         Some(McpServer {
             id: id?,
             url: url?,
             tools: tools?,
             pricing: pricing?,
+            allow_methods: allow_methods?,
         })
+    }
+
+    /// A list of values, each checked by `parse` (its failures reported as
+    /// `invalid_code`) and listed at most once (`duplicate_code`).
+    fn unique_list<T>(
+        &mut self,
+        list: &Located<Strings>,
+        invalid_code: &'static str,
+        parse: fn(&str) -> Result<T, InvalidValue>,
+        duplicate_code: &'static str,
+        what: &str,
+    ) -> Option<Vec<T>> {
+        let mut out = Vec::new();
+        let mut ok = true;
+        let mut seen: HashMap<&str, Pos> = HashMap::new();
+        for item in &list.value {
+            let Some(value) = self.check(item, invalid_code, parse) else {
+                ok = false;
+                continue;
+            };
+            if let Some(first) = seen.get(item.value.as_str()) {
+                self.sink.error(
+                    duplicate_code,
+                    item.pos,
+                    format!("{} is listed twice in {what}", show(&item.value)),
+                    Some(format!(
+                        "remove it; it is already listed at line {}",
+                        first.line
+                    )),
+                );
+                ok = false;
+                continue;
+            }
+            seen.insert(&item.value, item.pos);
+            out.push(value);
+        }
+        ok.then_some(out)
     }
 
     /// A list of unique tool names.
@@ -517,31 +544,54 @@ impl V<'_, '_> {
         duplicate_code: &'static str,
         what: &str,
     ) -> Option<Vec<ToolName>> {
-        let mut out = Vec::new();
-        let mut ok = true;
-        let mut seen: HashMap<&str, Pos> = HashMap::new();
-        for tool in &list.value {
-            let Some(name) = self.check(tool, "invalid_tool_name", ToolName::new) else {
-                ok = false;
+        self.unique_list(
+            list,
+            "invalid_tool_name",
+            ToolName::new,
+            duplicate_code,
+            what,
+        )
+    }
+
+    /// `allow_methods`: unique method names, with a warning for those the
+    /// gate allows anyway.
+    fn allow_methods(&mut self, list: &Located<Strings>) -> Option<Vec<MethodName>> {
+        let methods = self.unique_list(
+            list,
+            "invalid_method_name",
+            MethodName::new,
+            "duplicate_method",
+            "allow_methods",
+        );
+        for entry in &list.value {
+            let name = entry.value.as_str();
+            let (message, help) = if name == "tools/call" || name == "tools/list" {
+                (
+                    format!(
+                        "{} in allow_methods changes nothing: the gate always lets it through under its own rules (declared tools, human gates, filtered lists)",
+                        show(name)
+                    ),
+                    "remove it; list the tools the agent may call in this server's tools",
+                )
+            } else if MCP_BASE_REQUESTS.contains(&name) || MCP_BASE_NOTIFICATIONS.contains(&name) {
+                (
+                    format!(
+                        "{} in allow_methods changes nothing: the gate always allows it",
+                        show(name)
+                    ),
+                    "remove it",
+                )
+            } else {
                 continue;
             };
-            if let Some(first) = seen.get(tool.value.as_str()) {
-                self.sink.error(
-                    duplicate_code,
-                    tool.pos,
-                    format!("{} is listed twice in {what}", show(&tool.value)),
-                    Some(format!(
-                        "remove it; it is already listed at line {}",
-                        first.line
-                    )),
-                );
-                ok = false;
-                continue;
-            }
-            seen.insert(&tool.value, tool.pos);
-            out.push(name);
+            self.sink.warning(
+                "method_always_allowed",
+                entry.pos,
+                message,
+                Some(help.to_string()),
+            );
         }
-        ok.then_some(out)
+        methods
     }
 
     fn tools(&mut self, list: &Located<Strings>) -> Option<Vec<ToolName>> {

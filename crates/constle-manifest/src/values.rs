@@ -1,6 +1,6 @@
 //! Checked value types of an Agentfile, each created only by a parser that
 //! enforces its rules: [`Hostname`], [`HttpUrl`], [`ServerId`], [`ToolName`],
-//! [`EnvVarName`], and USD amounts ([`parse_amount`]).
+//! [`MethodName`], [`EnvVarName`], and USD amounts ([`parse_amount`]).
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -100,12 +100,22 @@ string_newtype! {
 }
 
 string_newtype! {
+    /// A JSON-RPC method name (`resources/read`, `sampling/createMessage`):
+    /// 1 to 128 bytes of visible ASCII (`!` to `~`, no spaces). Compared
+    /// byte for byte.
+    MethodName
+}
+
+string_newtype! {
     /// An environment variable name: `[A-Za-z_][A-Za-z0-9_]*`, at most 255 bytes.
     EnvVarName
 }
 
 /// Longest tool name accepted, in bytes.
 pub const MAX_TOOL_NAME_LEN: usize = 256;
+
+/// Longest JSON-RPC method name accepted, in bytes.
+pub const MAX_METHOD_NAME_LEN: usize = 128;
 
 /// Longest environment variable name accepted, in bytes.
 pub const MAX_ENV_NAME_LEN: usize = 255;
@@ -362,6 +372,37 @@ impl ToolName {
             ));
         }
         Ok(ToolName(s.to_string()))
+    }
+}
+
+impl MethodName {
+    /// Checks a JSON-RPC method name for `mcp.servers[].allow_methods`.
+    pub fn new(s: &str) -> Result<MethodName, InvalidValue> {
+        let help = "write the exact JSON-RPC method name, e.g. resources/read".to_string();
+        if s.is_empty() {
+            return Err(invalid("empty method name", help));
+        }
+        if s.len() > MAX_METHOD_NAME_LEN {
+            return Err(invalid(
+                format!(
+                    "method name {} is longer than {MAX_METHOD_NAME_LEN} bytes",
+                    show(s)
+                ),
+                help,
+            ));
+        }
+        // MCP's method names are plain ASCII words and slashes; anything
+        // else could only be a look-alike of a real name.
+        if !s.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(invalid(
+                format!(
+                    "method name {} has a character other than visible ASCII (spaces included)",
+                    show(s)
+                ),
+                help,
+            ));
+        }
+        Ok(MethodName(s.to_string()))
     }
 }
 
@@ -884,6 +925,31 @@ mod tests {
         assert!(ToolName::new("ns/tool.v2").is_ok());
         for bad in ["", " x", "x ", "a\u{7}b", "a\nb"] {
             assert!(ToolName::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn method_names() {
+        for ok in [
+            "resources/read",
+            "sampling/createMessage",
+            "x",
+            &"m".repeat(128),
+        ] {
+            assert!(MethodName::new(ok).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            "",
+            " resources/read",
+            "resources/read ",
+            "a b",
+            "a\tb",
+            "a\u{7f}b",
+            "résumé",
+            "tools/\u{200b}call",
+            &"m".repeat(129),
+        ] {
+            assert!(MethodName::new(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -128,10 +128,10 @@ fn docs_full_example_parses_cleanly() {
         accounting.price_of("list_invoices"),
         Some(Decimal::new(1, 2))
     );
-    assert_eq!(
-        m.mcp.server("local-search").unwrap().env_var(),
-        "CONSTLE_MCP_LOCAL_SEARCH_URL"
-    );
+    let local = m.mcp.server("local-search").unwrap();
+    assert_eq!(local.env_var(), "CONSTLE_MCP_LOCAL_SEARCH_URL");
+    assert_eq!(local.allow_methods, ["resources/read"]);
+    assert!(accounting.allow_methods.is_empty());
     let gated: Vec<_> = m
         .gated_tools()
         .iter()
@@ -843,6 +843,102 @@ fn mcp_servers_are_checked() {
         "mcp:\n  servers:\n    - id: s\n      url: http://localhost:8080/mcp\n      tools: [t]\n",
     ));
     ok(&with("mcp:\n  servers: []\n"));
+}
+
+#[test]
+fn allow_methods_are_checked() {
+    let server = |methods: &str| {
+        with(&format!(
+            "mcp:\n  servers:\n    - id: s\n      url: https://a.example.com\n      tools: [t]\n      allow_methods: {methods}\n"
+        ))
+    };
+    // Absent: nothing beyond the base sets.
+    let v = ok(&with(
+        "mcp:\n  servers:\n    - id: s\n      url: https://a.example.com\n      tools: [t]\n",
+    ));
+    assert!(v.manifest.mcp.servers[0].allow_methods.is_empty());
+
+    let v = ok(&server(
+        "[resources/read, sampling/createMessage, notifications/custom]",
+    ));
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    let methods: Vec<&str> = v.manifest.mcp.servers[0]
+        .allow_methods
+        .iter()
+        .map(|m| m.as_str())
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "resources/read",
+            "sampling/createMessage",
+            "notifications/custom"
+        ]
+    );
+    ok(&server("[]"));
+
+    // Each entry: non-empty, at most 128 bytes, visible ASCII, no spaces.
+    let long = "m".repeat(129);
+    let src = server(&format!(
+        "[\"\", \"a b\", \" resources/read\", \"résumé\", \"x\\ty\", {long}]"
+    ));
+    assert_eq!(
+        errors(&src),
+        [
+            ("invalid_method_name", 9, 23),
+            ("invalid_method_name", 9, 27),
+            ("invalid_method_name", 9, 34),
+            ("invalid_method_name", 9, 53),
+            ("invalid_method_name", 9, 63),
+            ("invalid_method_name", 9, 71),
+        ]
+    );
+    ok(&server(&format!("[{}]", "m".repeat(128))));
+
+    // Unique, the duplicate located and pointing at the first.
+    let r = rejected(&server(
+        "\n        - resources/read\n        - prompts/get\n        - resources/read",
+    ));
+    assert_eq!(at(&r.errors), [("duplicate_method", 12, 11)]);
+    assert_eq!(
+        r.errors[0].message,
+        "`resources/read` is listed twice in allow_methods"
+    );
+    assert_eq!(
+        r.errors[0].help.as_deref(),
+        Some("remove it; it is already listed at line 10")
+    );
+    // Case matters: these are two methods.
+    ok(&server("[resources/read, Resources/Read]"));
+
+    // Methods the gate allows anyway: a warning, the file is accepted.
+    let v = ok(&server(
+        "[tools/call, tools/list, initialize, ping, notifications/initialized, notifications/cancelled, notifications/progress, notifications/roots/list_changed, resources/read]",
+    ));
+    assert_eq!(
+        codes(&v.warnings),
+        ["method_always_allowed"; 8],
+        "{:?}",
+        v.warnings
+    );
+    assert!(v.warnings[0].message.contains("under its own rules"));
+    assert!(
+        v.warnings[0]
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("this server's tools")
+    );
+    assert_eq!(
+        v.warnings[2].message,
+        "`initialize` in allow_methods changes nothing: the gate always allows it"
+    );
+    assert_eq!(at(&v.warnings)[3], ("method_always_allowed", 9, 59));
+    assert_eq!(v.manifest.mcp.servers[0].allow_methods.len(), 9);
+
+    // Not a list, or a list of non-strings.
+    assert_eq!(errors(&server("resources/read"))[0].0, "invalid_type");
+    assert_eq!(errors(&server("[[a]]"))[0].0, "invalid_type");
 }
 
 // ------------------------------------------------------------ human gates

@@ -22,7 +22,7 @@
 //! | at most [`MAX_BODY_BYTES`], checked before parsing | -32600 | `mcp_body_too_large` | 413 |
 //! | strict JSON ([`constle_json`]): no duplicate keys at any depth, no lone surrogates, no `NaN`, comments, trailing commas or BOM, at most [`MAX_DEPTH`] levels | -32700 | `mcp_not_json` | 400 |
 //! | an object with only `jsonrpc`, `id`, `method`, `params`, `result`, `error`; `jsonrpc` is `"2.0"`; `id` a string or integer; `method` a string; `params` an object | -32600 (-32602 for `params`) | `mcp_invalid_message` | |
-//! | methods: `initialize`, `ping`, `tools/list`, `tools/call` as requests; `notifications/initialized`, `cancelled`, `progress`, `roots/list_changed` as notifications; others only if [`ServerPolicy::allow_method`] | -32601 | `mcp_method_not_allowed` | |
+//! | methods: `initialize`, `ping`, `tools/list`, `tools/call` as requests; `notifications/initialized`, `cancelled`, `progress`, `roots/list_changed` as notifications; others only if the server's `allow_methods` lists them ([`ServerPolicy::new`]) | -32601 | `mcp_method_not_allowed` | |
 //! | a `notifications/…` method has no id; any other method has one | -32600 | `mcp_invalid_message` | |
 //! | `tools/call` has an id | -32600 | `mcp_call_as_notification` | |
 //! | `params.name` a string, `params.arguments` absent or an object | -32602 | `mcp_invalid_params` | |

@@ -5,18 +5,13 @@ use std::collections::BTreeSet;
 use constle_manifest::{GateMatch, HumanGates, McpServer, ServerId, ToolName};
 
 /// Requests the gate always lets an agent send (when sent as requests).
-pub const BASE_REQUESTS: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
+pub use constle_manifest::MCP_BASE_REQUESTS as BASE_REQUESTS;
 
 /// Notifications the gate always lets an agent send (when sent without an id).
-pub const BASE_NOTIFICATIONS: [&str; 4] = [
-    "notifications/initialized",
-    "notifications/cancelled",
-    "notifications/progress",
-    "notifications/roots/list_changed",
-];
+pub use constle_manifest::MCP_BASE_NOTIFICATIONS as BASE_NOTIFICATIONS;
 
 /// Requests a server may always send to the agent.
-pub const BASE_SERVER_REQUESTS: [&str; 1] = ["ping"];
+pub use constle_manifest::MCP_BASE_SERVER_REQUESTS as BASE_SERVER_REQUESTS;
 
 /// The gate's view of one `mcp.servers` entry: its id, its declared tools,
 /// the gated tool names and any extra methods allowed.
@@ -32,20 +27,26 @@ pub struct ServerPolicy {
 }
 
 impl ServerPolicy {
-    /// The policy for `server` under `gates`, with no extra methods allowed.
+    /// The policy for `server` under `gates`: its declared tools, and the
+    /// base methods plus the server's `allow_methods`.
     pub fn new(server: &McpServer, gates: &HumanGates) -> ServerPolicy {
         ServerPolicy {
             server: server.id.clone(),
             tools: server.tools.iter().cloned().collect(),
             gates: gates.clone(),
-            allowed_methods: BTreeSet::new(),
+            allowed_methods: server
+                .allow_methods
+                .iter()
+                .map(|m| m.as_str().to_string())
+                .collect(),
         }
     }
 
-    /// Also allows `method` (for example `resources/read`, or the
-    /// server-to-client `sampling/createMessage`). A name starting with
-    /// `notifications/` is allowed as a notification only, any other as a
-    /// request only. Allowing `tools/call` or `tools/list` changes nothing:
+    /// Also allows `method`, as an `allow_methods` entry would (for example
+    /// `resources/read`, or the server-to-client `sampling/createMessage`):
+    /// for tests and callers that build a policy by hand. A name starting
+    /// with `notifications/` is allowed as a notification only, any other as
+    /// a request only. Allowing `tools/call` or `tools/list` changes nothing:
     /// their rules always apply.
     #[must_use]
     pub fn allow_method(mut self, method: impl Into<String>) -> ServerPolicy {

@@ -1,6 +1,6 @@
 //! Each rule of the gate, and attempts to get past it.
 
-use constle_manifest::{HttpUrl, HumanGates, McpServer, Pricing, ServerId, ToolName};
+use constle_manifest::{HttpUrl, HumanGates, McpServer, MethodName, Pricing, ServerId, ToolName};
 use serde_json::{Value, json};
 
 use crate::*;
@@ -13,6 +13,7 @@ fn server(tools: &[&str]) -> McpServer {
         url: HttpUrl::new("https://mcp.accounting.internal").unwrap(),
         tools: tools.iter().map(|t| ToolName::new(t).unwrap()).collect(),
         pricing: Pricing::default(),
+        allow_methods: Vec::new(),
     }
 }
 
@@ -574,6 +575,45 @@ fn other_methods_are_refused_unless_allowed() {
         -32602,
         Reason::ToolNotDeclared,
     );
+}
+
+#[test]
+fn the_agentfile_allow_methods_apply_in_both_directions() {
+    let mut declared = server(&["list_invoices"]);
+    declared.allow_methods = ["resources/read", "notifications/custom", "roots/list"]
+        .iter()
+        .map(|m| MethodName::new(m).unwrap())
+        .collect();
+    let p = ServerPolicy::new(&declared, &gates(false, &[]));
+    forward(
+        &p,
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x"}}"#,
+    );
+    forward(&p, r#"{"jsonrpc":"2.0","method":"notifications/custom"}"#);
+    refuse_policy(
+        &p,
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#,
+        -32601,
+        Reason::MethodNotAllowed,
+    );
+    // The server may now ask the agent for its roots, and nothing else new.
+    let roots = br#"{"jsonrpc":"2.0","id":"s1","method":"roots/list"}"#;
+    let out = filter_server_message(&p, roots, |_| false).unwrap();
+    assert!(out.to_agent.is_some() && out.to_server.is_none());
+    let sampling = br#"{"jsonrpc":"2.0","id":"s2","method":"sampling/createMessage"}"#;
+    let out = filter_server_message(&p, sampling, |_| false).unwrap();
+    assert!(out.to_agent.is_none() && out.to_server.is_some());
+    // Without the list, the same server allows none of them.
+    declared.allow_methods.clear();
+    let p = ServerPolicy::new(&declared, &gates(false, &[]));
+    refuse_policy(
+        &p,
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/read"}"#,
+        -32601,
+        Reason::MethodNotAllowed,
+    );
+    let out = filter_server_message(&p, roots, |_| false).unwrap();
+    assert!(out.to_agent.is_none());
 }
 
 #[test]

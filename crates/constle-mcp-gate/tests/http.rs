@@ -106,6 +106,7 @@ fn declared(url: &str) -> McpServer {
             .map(|t| ToolName::new(t).unwrap())
             .collect(),
         pricing: Pricing::default(),
+        allow_methods: Vec::new(),
     }
 }
 
