@@ -17,7 +17,8 @@ command -v cargo >/dev/null 2>&1 || . "$HOME/.cargo/env"
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 cargo build --release --locked --quiet -p constle --bin constle
-cargo build --release --locked --quiet -p constle-testkit --example simulated_host
+cargo build --release --locked --quiet -p constle-testkit \
+  --example simulated_host --example mcp_server --example simulated_approver
 constle=$root/target/release/constle
 sudo=()
 [ "$(id -u)" -eq 0 ] || sudo=(sudo)
@@ -32,29 +33,54 @@ agentfile=$agentdir/agent.yaml
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 
+# serve VAR CMD...: starts CMD in the background and puts the first line it
+# prints in VAR. CMD serves until its stdin closes, which stop_serving does
+# (or the end of this script).
+serving_pids=() serving_fds=()
+serve() {
+  local var=$1 fifo=$work/$1.fifo fd
+  shift
+  mkfifo "$fifo"
+  exec {fd}> >(exec "$@" > "$fifo")
+  serving_pids+=("$!") serving_fds+=("$fd")
+  read -r "${var?}" < "$fifo"
+}
+stop_serving() {
+  local fd
+  for fd in "${serving_fds[@]}"; do exec {fd}>&-; done
+  wait "${serving_pids[@]}" || true
+}
+
 step constle keygen invoice-processor
 agent_did=$($constle keygen invoice-processor)
 echo "$agent_did"
 step constle webhook-keygen approver
 approver_did=$($constle webhook-keygen approver)
 echo "$approver_did"
-sed -e "s|@AGENT_DID@|$agent_did|" -e "s|@APPROVER_DID@|$approver_did|" \
+
+# The accounting MCP server (host side), and the approver's decision
+# endpoint, which signs an approval for every gated call with the key
+# webhook-keygen just made.
+serve mcp_url "$root/target/release/examples/mcp_server"
+serve webhook_url "$root/target/release/examples/simulated_approver" \
+  "$CONSTLE_HOME/keys/approver/approver.pem"
+export HUMAN_GATE_WEBHOOK_URL=$webhook_url
+
+sed -e "s|@AGENT_DID@|$agent_did|" -e "s|@APPROVER_DID@|$approver_did|" -e "s|@MCP_URL@|$mcp_url|" \
   "$agentdir/agent.template.yaml" > "$agentfile"
 
 step constle validate agent.yaml
 $constle validate "$agentfile"
 
-# The simulated api.groq.com: up until we close its stdin.
-coproc SIMULATED { "${sudo[@]}" "$root/target/release/examples/simulated_host"; }
-read -r address <&"${SIMULATED[0]}"
+# The simulated api.groq.com.
+serve address "${sudo[@]}" "$root/target/release/examples/simulated_host"
 printf '%s api.groq.com\n127.0.0.1 localtest.me\n' "$address" > "$work/hosts"
 sed -i "s|ALLOWED_ADDRESS: \".*\"|ALLOWED_ADDRESS: \"$address\"|" "$agentfile"
 
 step constle run --hosts-file hosts agent.yaml
 status=0
 $constle run --hosts-file "$work/hosts" "$agentfile" || status=$?
-exec {SIMULATED[1]}>&-
-wait "$SIMULATED_PID" || true
+stop_serving
 if [ "$status" -ne 0 ]; then
   echo "quickstart: constle run exited with $status" >&2
   exit 1

@@ -6,6 +6,8 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod bridge;
+mod human;
+mod mcp;
 mod plan;
 mod run;
 

@@ -1,7 +1,7 @@
 //! What a run will enforce and what it will not, worked out from the
 //! Agentfile before anything starts, so the run summary can say it.
 
-use constle_manifest::{Egress, Manifest};
+use constle_manifest::{Egress, Manifest, OnTimeout};
 
 /// One line of the run summary.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,17 +90,59 @@ fn audit(manifest: &Manifest) -> Item {
     }
 }
 
-fn mcp(manifest: &Manifest) -> Option<Item> {
-    let servers: Vec<&str> = manifest.mcp.servers.iter().map(|s| s.id.as_str()).collect();
-    (!servers.is_empty()).then(|| {
-        not_enforced(
-            "mcp gate",
+fn mcp(manifest: &Manifest) -> Vec<Item> {
+    let mut items: Vec<Item> = manifest
+        .mcp
+        .servers
+        .iter()
+        .map(|server| {
+            let tools: Vec<&str> = server.tools.iter().map(|t| t.as_str()).collect();
+            enforced(
+                "mcp gate",
+                format!(
+                    "server {} at {}: only {} callable, tools/list filtered to them; other tools and methods refused",
+                    server.id,
+                    server.env_var(),
+                    tools.join(", ")
+                ),
+            )
+        })
+        .collect();
+    items.extend(human_gates(manifest));
+    items
+}
+
+fn human_gates(manifest: &Manifest) -> Option<Item> {
+    let gates = &manifest.human_gates;
+    let names: Vec<&str> = gates
+        .require_approval_for
+        .iter()
+        .map(|t| t.as_str())
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    if !gates.enabled {
+        return Some(not_enforced(
+            "human gates",
             format!(
-                "not built yet: the declared servers ({}) are unreachable from the sandbox, so no tool call and no human gate happens in this run",
-                servers.join(", ")
+                "enabled is not true, so calls to {} are forwarded without asking anyone",
+                names.join(", ")
             ),
-        )
-    })
+        ));
+    }
+    let on_timeout = match gates.on_timeout {
+        OnTimeout::Abort => "refused and the run stopped",
+        OnTimeout::Proceed => "FORWARDED WITHOUT APPROVAL (on_timeout: proceed)",
+    };
+    Some(enforced(
+        "human gates",
+        format!(
+            "calls to {} wait for a decision at this terminal or the signed webhook; without one after {}s: {on_timeout}",
+            names.join(", "),
+            gates.approval_timeout_seconds
+        ),
+    ))
 }
 
 fn spending(manifest: &Manifest) -> Option<Item> {

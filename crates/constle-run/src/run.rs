@@ -19,6 +19,7 @@ use constle_sandbox::{Relay, SandboxSpec};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::bridge;
+use crate::mcp::McpGates;
 
 /// Where the agent finds the proxy inside the sandbox.
 const PROXY_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
@@ -70,6 +71,16 @@ pub enum RunError {
         "the egress proxy exited during the run ({0}); the agent was stopped, it had no network from then on"
     )]
     EgressDied(String),
+    /// A gated call got no decision in time under `on_timeout: abort`.
+    #[error(
+        "tool {tool:?} of MCP server {server:?} got no human decision in time; on_timeout is abort, so the call was refused and the run stopped"
+    )]
+    GateTimeout {
+        /// The server's id.
+        server: String,
+        /// The gated tool.
+        tool: String,
+    },
     /// A filesystem operation for the run's private files failed.
     #[error("{what}: {source}")]
     Io {
@@ -81,7 +92,7 @@ pub enum RunError {
     },
 }
 
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
     let what = what.into();
     move |source| RunError::Io { what, source }
 }
@@ -183,12 +194,23 @@ async fn supervise(
         Some(policy) => Some(Proxy::start(&policy, options, sockets.path(), log).await?),
         None => None,
     };
+    // The host terminal is opened only when someone may have to answer on it.
+    let terminal = manifest
+        .human_gates
+        .is_active()
+        .then(constle_human_gate::open_host_tty)
+        .flatten();
+    let mut gates = McpGates::start(manifest, sockets.path(), log, terminal)?;
     let spec = SandboxSpec {
         command: manifest.sandbox.command.clone(),
         workdir: manifest.sandbox.workdir.clone(),
-        env: agent_env(manifest, proxy.is_some()),
+        env: agent_env(manifest, proxy.is_some(), gates.env()),
         rootfs: manifest.sandbox.rootfs.clone(),
-        relays: proxy.iter().map(|p| p.relay.clone()).collect(),
+        relays: proxy
+            .iter()
+            .map(|p| p.relay.clone())
+            .chain(gates.relays().iter().cloned())
+            .collect(),
         constle_exe: options.constle_exe.clone(),
     };
     if spec.exposes(&options.home) {
@@ -205,12 +227,13 @@ async fn supervise(
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| RunError::Sandbox(format!("cannot start bwrap: {e}")))?;
-    let result = watch(&mut agent, proxy.as_mut(), stop, log).await;
+    let result = watch(&mut agent, proxy.as_mut(), &mut gates, stop, log).await;
     let sandbox = lap();
     // The agent goes first: Squid logs a tunnel when it closes, so every
     // tunnel must be closed before the proxy stops.
     let _ = agent.start_kill();
     let _ = agent.wait().await;
+    drop(gates);
     let recorded = match proxy {
         Some(proxy) => proxy.stop().await,
         None => Ok(()),
@@ -304,9 +327,14 @@ impl Proxy {
     }
 }
 
-/// The agent's whole environment: what the Agentfile declares, and the
-/// proxy variables pointing at the relay.
-fn agent_env(manifest: &Manifest, proxied: bool) -> BTreeMap<String, String> {
+/// The agent's whole environment: what the Agentfile declares, the proxy
+/// variables pointing at the relay, and the MCP gates' URLs (which the
+/// proxy variables must not capture).
+fn agent_env(
+    manifest: &Manifest,
+    proxied: bool,
+    mcp: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = manifest
         .sandbox
         .env
@@ -318,15 +346,21 @@ fn agent_env(manifest: &Manifest, proxied: bool) -> BTreeMap<String, String> {
         for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
             env.insert(name.into(), url.clone());
         }
+        for name in ["NO_PROXY", "no_proxy"] {
+            env.insert(name.into(), "127.0.0.1,localhost".into());
+        }
     }
+    env.extend(mcp.iter().map(|(k, v)| (k.clone(), v.clone())));
     env
 }
 
-/// Waits for the agent to exit. A signal to constle, the proxy dying or the
-/// audit log failing ends the run early.
+/// Waits for the agent to exit. A signal to constle, the proxy dying, the
+/// audit log failing or a gate timing out under `on_timeout: abort` ends the
+/// run early.
 async fn watch(
     agent: &mut tokio::process::Child,
     mut proxy: Option<&mut Proxy>,
+    gates: &mut McpGates,
     stop: &mut StopSignals,
     log: &AuditLog,
 ) -> Result<i32, RunError> {
@@ -362,6 +396,10 @@ async fn watch(
                 record(log, failed).await?;
             }
             Err(RunError::EgressDied(reason))
+        }
+        abort = gates.aborted() => {
+            let _ = agent.start_kill();
+            Err(RunError::GateTimeout { server: abort.server, tool: abort.tool })
         }
         (name, number) = stop.recv() => {
             if let Ok(stopped) = event("run_interrupted").with("signal", name) {

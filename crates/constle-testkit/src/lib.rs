@@ -24,6 +24,9 @@
 //!   recording every call that reaches it) and a real MCP client
 //!   ([`mcp::client_main`], for a test binary to run as a subcommand inside
 //!   the sandbox), both the official Rust SDK over Streamable HTTP.
+//! - [`SimulatedApprover`]: a decision endpoint on loopback speaking the
+//!   human-gates webhook protocol, signing with a real approver key, that
+//!   answers each tool by a fixed [`Answer`] (including forged ones).
 //!
 //! ```no_run
 //! use constle_testkit::{HostsFile, TestHost, require_e2e};
@@ -45,12 +48,14 @@
 
 #![forbid(unsafe_code)]
 
+mod approver;
 mod dns;
 mod hosts;
 pub mod mcp;
 mod netns;
 mod require;
 
+pub use approver::{Answer, SimulatedApprover};
 pub use dns::DnsServer;
 pub use hosts::HostsFile;
 pub use mcp::{McpServerOptions, RecordedCall, TestMcpServer};

@@ -4,8 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use constle_testkit::{HostsFile, TestHost, require_e2e, require_root};
@@ -15,71 +14,8 @@ const EXAMPLE: &str = concat!(
     "/../../examples/invoice-processor/work/agent.py"
 );
 
-struct Case {
-    dir: tempfile::TempDir,
-}
-
-impl Case {
-    fn new() -> Case {
-        let dir = tempfile::tempdir().unwrap();
-        fs::create_dir(dir.path().join("work")).unwrap();
-        Case { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn home(&self) -> PathBuf {
-        self.path("home")
-    }
-
-    fn agentfile(&self, body: &str) -> PathBuf {
-        let path = self.path("agent.yaml");
-        fs::write(&path, format!("name: test-agent\n{body}")).unwrap();
-        path
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_constle"));
-        command
-            .args(args)
-            .env("CONSTLE_HOME", self.home())
-            .current_dir(self.dir.path());
-        command
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args).stdin(Stdio::null()).output().unwrap()
-    }
-
-    /// The audit log's lines for today, as JSON.
-    fn log(&self) -> Vec<serde_json::Value> {
-        let logs = self.home().join("logs");
-        let file = fs::read_dir(&logs)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .unwrap();
-        fs::read_to_string(file)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    fn events(&self, name: &str) -> Vec<serde_json::Value> {
-        self.log()
-            .into_iter()
-            .filter(|e| e["event"] == name)
-            .collect()
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+mod common;
+use common::{Case, text};
 
 fn sandbox_ready(test: &str) -> bool {
     require_root(test, &["bwrap"])

@@ -5,6 +5,11 @@ prompt-injected agent would: an undeclared host, the allowed host's raw
 address, another port, a name that points back inside, and dialling out
 directly. Each attempt prints one line saying what happened.
 
+With an MCP server declared, it then works through the gate at
+`CONSTLE_MCP_ACCOUNTING_URL`: lists the tools it may see, calls an ordinary
+one, calls the gated `pay_invoice` (which waits for a person), and tries an
+undeclared tool, which the gate refuses.
+
 Given HOST:PORT arguments instead, it asks the proxy for each and prints
 `TARGET STATUS [FIRST LINE FROM THE SERVER]`, one line each (the test suite
 uses this to try every rule from inside the sandbox).
@@ -13,10 +18,13 @@ Only the Python standard library is used, so it runs on the host's python3
 inside the sandbox.
 """
 
+import json
 import os
 import socket
 import sys
+import urllib.error
 import urllib.parse
+import urllib.request
 
 ALLOWED = os.environ.get("ALLOWED_HOST", "api.groq.com")
 ALLOWED_ADDRESS = os.environ.get("ALLOWED_ADDRESS", "203.0.113.10")
@@ -57,6 +65,70 @@ def directly(address: str, port: int) -> str:
         return f"{type(error).__name__}: {error}"
 
 
+class Mcp:
+    """A minimal MCP client over Streamable HTTP: JSON-RPC in POST bodies,
+    answers as JSON or as a server-sent event stream."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.session = None
+        self.next_id = 0
+        # the gate is inside the sandbox, on loopback: never via the proxy
+        self.http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        init = self.request("initialize", {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "invoice-processor", "version": "0.1"},
+        })
+        self.version = init["result"]["protocolVersion"]
+        self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def post(self, message: dict) -> dict | None:
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if self.session:
+            headers["Mcp-Session-Id"] = self.session
+        if getattr(self, "version", None):
+            headers["MCP-Protocol-Version"] = self.version
+        request = urllib.request.Request(self.url, json.dumps(message).encode(), headers)
+        try:
+            response = self.http.open(request, timeout=600)
+        except urllib.error.HTTPError as error:
+            response = error
+        self.session = response.headers.get("Mcp-Session-Id", self.session)
+        body = response.read().decode()
+        if "text/event-stream" in response.headers.get("Content-Type", ""):
+            for line in body.splitlines():
+                if line.startswith("data:") and line[5:].strip():
+                    answer = json.loads(line[5:])
+                    if answer.get("id") == message.get("id"):
+                        return answer
+            return None
+        return json.loads(body) if body.strip() else None
+
+    def request(self, method: str, params: dict) -> dict:
+        self.next_id += 1
+        return self.post({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+
+    def tools(self) -> list[str]:
+        return [tool["name"] for tool in self.request("tools/list", {})["result"]["tools"]]
+
+    def call(self, tool: str, arguments: dict) -> str:
+        answer = self.request("tools/call", {"name": tool, "arguments": arguments})
+        if "error" in answer:
+            return f"refused: {answer['error']['message']}"
+        texts = [c.get("text", "") for c in answer["result"].get("content", [])]
+        return ("tool error: " if answer["result"].get("isError") else "ok: ") + " ".join(texts)
+
+
+def use_tools(url: str) -> None:
+    mcp = Mcp(url)
+    print(f"agent: MCP tools the gate shows -> {', '.join(mcp.tools())}")
+    print(f"agent: call list_invoices -> {mcp.call('list_invoices', {})}")
+    print("agent: call pay_invoice (gated: waits for a decision) ...", flush=True)
+    print(f"agent: call pay_invoice -> {mcp.call('pay_invoice', {'invoice_id': 'INV-0042'})}")
+    print(f"agent: call delete_everything -> {mcp.call('delete_everything', {})}")
+
+
 def demo() -> None:
     if "HTTPS_PROXY" not in os.environ:
         print("agent: no HTTPS_PROXY: this run has no egress at all")
@@ -67,6 +139,8 @@ def demo() -> None:
             print(f"agent: CONNECT {target} via the proxy -> {outcome}")
     for address in [ALLOWED_ADDRESS, "2001:db8::10"]:
         print(f"agent: direct connection to {address} port 443 -> {directly(address, 443)}")
+    if "CONSTLE_MCP_ACCOUNTING_URL" in os.environ:
+        use_tools(os.environ["CONSTLE_MCP_ACCOUNTING_URL"])
 
 
 def main() -> int:

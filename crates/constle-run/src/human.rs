@@ -1,0 +1,347 @@
+//! Human gates in a run: a gated call is put to the host terminal and the
+//! signed webhook at once, the first decision wins, and the decision is on
+//! disk in the audit log before the MCP gate forwards or refuses the call.
+//!
+//! Every gated call writes `gate_triggered`, then exactly one of
+//! `gate_approved`, `gate_denied` or `gate_timeout`. A timeout under
+//! `on_timeout: abort` also ends the run, through [`GateAborts`].
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use constle_audit::{AuditError, AuditLog, Event, EventError};
+use constle_human_gate::{
+    DenialReason, HostTty, NO_TERMINAL_MESSAGE, NoDecisionReason, PendingRequest, PromptRequest,
+    RequestError, TerminalOutcome, TimeoutAction, Verdict, WebhookClient, WebhookOutcome,
+    WebhookUrl, ask_terminal,
+};
+use constle_identity::DidKey;
+use constle_manifest::{HumanGates, OnTimeout};
+use constle_mcp_gate::{Approval, ApprovalFuture, Approver, ToolCall};
+use serde_json::{Map, Value};
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::{Mutex, mpsc};
+use tokio::time::Instant;
+
+/// How often the webhook is polled for a decision.
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// A gated call that timed out under `on_timeout: abort`: the run ends.
+#[derive(Debug)]
+pub(crate) struct GateAbort {
+    pub(crate) server: String,
+    pub(crate) tool: String,
+}
+
+/// Where the run learns that a gate ended it.
+pub(crate) type GateAborts = mpsc::UnboundedReceiver<GateAbort>;
+
+/// The human gates of one run, shared by the MCP gates of all its servers
+/// (one terminal, one prompt at a time).
+#[derive(Clone)]
+pub(crate) struct HumanGate(Arc<Inner>);
+
+struct Inner {
+    agent: String,
+    approver: DidKey,
+    timeout: Duration,
+    on_timeout: OnTimeout,
+    webhook: Option<(WebhookClient, WebhookUrl)>,
+    terminal: Option<Mutex<HostTty>>,
+    said_no_terminal: AtomicBool,
+    log: Arc<AuditLog>,
+    aborts: mpsc::UnboundedSender<GateAbort>,
+}
+
+/// Why a gated call could not even be put to a person. The call is
+/// refused: a gate that cannot ask, or cannot record, never forwards.
+#[derive(Debug, thiserror::Error)]
+enum GateFailure {
+    #[error("the request could not be built: {0}")]
+    Request(#[from] RequestError),
+    #[error("the decision could not be recorded: {0}")]
+    Audit(#[from] AuditError),
+    #[error("the decision could not be recorded: {0}")]
+    Event(#[from] EventError),
+}
+
+impl HumanGate {
+    /// The gates the Agentfile declares, or `None` when no call is gated.
+    /// The webhook is the first `notify` entry whose variable holds a usable
+    /// URL; without one, only the terminal (and `on_timeout`) decide.
+    pub(crate) fn new(
+        agent: &str,
+        gates: &HumanGates,
+        log: &Arc<AuditLog>,
+        terminal: Option<HostTty>,
+    ) -> Option<(HumanGate, GateAborts)> {
+        let approver = gates
+            .approver_pubkey
+            .clone()
+            .filter(|_| gates.is_active())?;
+        let webhook = gates
+            .notify
+            .iter()
+            .find_map(|notify| WebhookUrl::from_env(notify.url_secret_ref.as_str()).ok())
+            .and_then(|url| Some((WebhookClient::new().ok()?, url)));
+        let (aborts, aborted) = mpsc::unbounded_channel();
+        let inner = Inner {
+            agent: agent.to_owned(),
+            approver,
+            timeout: gates.approval_timeout(),
+            on_timeout: gates.on_timeout,
+            webhook,
+            terminal: terminal.map(Mutex::new),
+            said_no_terminal: AtomicBool::new(false),
+            log: Arc::clone(log),
+            aborts,
+        };
+        Some((HumanGate(Arc::new(inner)), aborted))
+    }
+}
+
+impl Approver for HumanGate {
+    fn decide<'a>(&'a self, call: &'a ToolCall) -> ApprovalFuture<'a> {
+        Box::pin(async move {
+            self.0
+                .decide(call)
+                .await
+                .unwrap_or_else(|failure| Approval::Refused {
+                    message: format!(
+                        "tool {:?} of MCP server {:?} needs a human decision and {failure}, \
+                         so the Constle gate did not forward the call",
+                        call.tool, call.server
+                    ),
+                })
+        })
+    }
+}
+
+/// What the MCP gate does once the decision is on disk.
+enum Action {
+    Forward,
+    /// Refuse, telling the agent why.
+    Refuse(&'static str),
+    /// Refuse and end the run.
+    Abort,
+}
+
+/// What ended the wait.
+enum Outcome {
+    Terminal(TerminalOutcome),
+    Webhook(Verdict),
+    /// The deadline, with what the webhook last saw if there is one.
+    Timeout(Option<NoDecisionReason>),
+}
+
+impl Inner {
+    async fn decide(&self, call: &ToolCall) -> Result<Approval, GateFailure> {
+        let arguments = call.arguments.clone().map_or(Value::Null, Value::Object);
+        let expires_at = jiff::Timestamp::now()
+            + jiff::SignedDuration::try_from(self.timeout).unwrap_or(jiff::SignedDuration::MAX);
+        let deadline = Instant::now() + self.timeout;
+        let pending =
+            PendingRequest::new(&self.agent, &call.server, &call.tool, arguments, expires_at)?;
+        let subject = subject_fields(&pending);
+        let channels = serde_json::json!({
+            "terminal": self.terminal.is_some(),
+            "webhook": self.webhook.is_some(),
+        });
+        let triggered = event("gate_triggered", &subject)?
+            .with("expires_at", constle_audit::format_timestamp(expires_at))?
+            .with("channels", channels)?;
+        self.record(triggered).await?;
+
+        let outcome = self.race(pending, deadline).await;
+        let (decided, action) = self.conclude(&subject, outcome)?;
+        // On disk before the gate acts on it.
+        self.record(decided).await?;
+        Ok(match action {
+            Action::Forward => Approval::Approved,
+            Action::Refuse(why) => refused(call, why),
+            Action::Abort => {
+                let _ = self.aborts.send(GateAbort {
+                    server: call.server.clone(),
+                    tool: call.tool.clone(),
+                });
+                refused(
+                    call,
+                    "no decision arrived in time (on_timeout: abort); the run is stopped",
+                )
+            }
+        })
+    }
+
+    async fn record(&self, event: Event) -> Result<(), AuditError> {
+        self.log.submit(event).written().await.map(|_| ())
+    }
+
+    /// Both channels at once; the first decision wins and the other channel
+    /// is dropped mid-wait, which decides nothing.
+    async fn race(&self, pending: PendingRequest, deadline: Instant) -> Outcome {
+        let prompt = PromptRequest::new(&pending, self.timeout, timeout_action(self.on_timeout));
+        let outcome = tokio::select! {
+            outcome = self.ask_terminal(&prompt, deadline) => outcome,
+            outcome = self.ask_webhook(pending, deadline) => outcome,
+        };
+        self.tell_terminal(&outcome).await;
+        outcome
+    }
+
+    /// Resolves only on a decision; a terminal that cannot decide leaves
+    /// the wait to the webhook and the deadline.
+    async fn ask_terminal(&self, prompt: &PromptRequest, deadline: Instant) -> Outcome {
+        let Some(terminal) = &self.terminal else {
+            if !self.said_no_terminal.swap(true, Ordering::Relaxed) {
+                // Once per run, on constle's own stderr: nobody can answer here.
+                let _ = writeln!(std::io::stderr().lock(), "constle: {NO_TERMINAL_MESSAGE}");
+            }
+            return std::future::pending().await;
+        };
+        let mut tty = terminal.lock().await;
+        tty.discard_typeahead();
+        match ask_terminal(&mut *tty, prompt, deadline).await {
+            TerminalOutcome::NoAnswer => std::future::pending().await,
+            decided => Outcome::Terminal(decided),
+        }
+    }
+
+    /// Resolves at the latest at the deadline.
+    async fn ask_webhook(&self, pending: PendingRequest, deadline: Instant) -> Outcome {
+        let Some((client, url)) = &self.webhook else {
+            tokio::time::sleep_until(deadline).await;
+            return Outcome::Timeout(None);
+        };
+        match client
+            .ask(url, pending, &self.approver, deadline, POLL_INTERVAL)
+            .await
+        {
+            WebhookOutcome::Decided(verdict) => Outcome::Webhook(verdict),
+            WebhookOutcome::NoDecision(reason) => Outcome::Timeout(Some(reason)),
+        }
+    }
+
+    /// Closes a prompt another channel (or the clock) answered, so the
+    /// terminal never shows a question that no longer counts.
+    async fn tell_terminal(&self, outcome: &Outcome) {
+        let note = match outcome {
+            Outcome::Terminal(_) => return,
+            Outcome::Webhook(Verdict::Approved(_)) => "approved through the webhook",
+            Outcome::Webhook(_) => "denied through the webhook",
+            Outcome::Timeout(_) => "no decision before the deadline",
+        };
+        if let Some(terminal) = &self.terminal {
+            let mut tty = terminal.lock().await;
+            let _ = tty.write_all(format!("\n   → {note}\n").as_bytes()).await;
+            let _ = tty.flush().await;
+        }
+    }
+
+    /// The audit entry for `outcome`, and what the gate does.
+    fn conclude(
+        &self,
+        subject: &Map<String, Value>,
+        outcome: Outcome,
+    ) -> Result<(Event, Action), EventError> {
+        Ok(match outcome {
+            Outcome::Terminal(TerminalOutcome::Approved) => (
+                event("gate_approved", subject)?.with("decided_by", "terminal")?,
+                Action::Forward,
+            ),
+            Outcome::Terminal(_) => (
+                event("gate_denied", subject)?
+                    .with("decided_by", "terminal")?
+                    .with("reason", DenialReason::Denied.audit_reason())?,
+                Action::Refuse("denied at the terminal"),
+            ),
+            Outcome::Webhook(Verdict::Approved(approval)) => (
+                event(
+                    "gate_approved",
+                    &merged(subject, approval.record().audit_fields()),
+                )?,
+                Action::Forward,
+            ),
+            Outcome::Webhook(Verdict::Denied(denial)) => {
+                // Only a decision whose every check passed carries the
+                // signed fields; any other is recorded by its reason alone.
+                let fields = match denial.record() {
+                    Some(record) => merged(subject, record.audit_fields()),
+                    None => merged(subject, channel_webhook()),
+                };
+                (
+                    event("gate_denied", &fields)?
+                        .with("reason", denial.reason().audit_reason())?,
+                    Action::Refuse("denied through the webhook"),
+                )
+            }
+            Outcome::Timeout(webhook) => {
+                let mut timeout = event("gate_timeout", subject)?
+                    .with("on_timeout", on_timeout_word(self.on_timeout))?
+                    .with("timeout_seconds", self.timeout.as_secs() as i64)?;
+                if let Some(reason) = webhook {
+                    timeout = timeout.with("webhook", reason.to_string())?;
+                }
+                let action = match self.on_timeout {
+                    OnTimeout::Proceed => Action::Forward,
+                    OnTimeout::Abort => Action::Abort,
+                };
+                (timeout, action)
+            }
+        })
+    }
+}
+
+fn refused(call: &ToolCall, why: &str) -> Approval {
+    Approval::Refused {
+        message: format!(
+            "tool {:?} of MCP server {:?} needs a human approval: {why}; \
+             the Constle gate did not forward the call",
+            call.tool, call.server
+        ),
+    }
+}
+
+/// The members every gate entry of one call shares.
+fn subject_fields(pending: &PendingRequest) -> Map<String, Value> {
+    let mut fields = Map::new();
+    let mut put = |key: &str, value: &str| fields.insert(key.to_owned(), Value::from(value));
+    put("request_id", pending.request_id().as_str());
+    put("server", pending.server());
+    put("tool", pending.tool());
+    put("subject_digest", &pending.subject_digest().to_string());
+    fields
+}
+
+fn merged(subject: &Map<String, Value>, more: Map<String, Value>) -> Map<String, Value> {
+    let mut fields = subject.clone();
+    fields.extend(more);
+    fields
+}
+
+fn channel_webhook() -> Map<String, Value> {
+    Map::from_iter([("channel".to_owned(), Value::from("webhook"))])
+}
+
+fn event(name: &str, fields: &Map<String, Value>) -> Result<Event, EventError> {
+    fields
+        .iter()
+        .try_fold(Event::new(name)?, |event, (key, value)| {
+            event.with(key, value.clone())
+        })
+}
+
+fn timeout_action(on_timeout: OnTimeout) -> TimeoutAction {
+    match on_timeout {
+        OnTimeout::Abort => TimeoutAction::Abort,
+        OnTimeout::Proceed => TimeoutAction::Proceed,
+    }
+}
+
+fn on_timeout_word(on_timeout: OnTimeout) -> &'static str {
+    match on_timeout {
+        OnTimeout::Abort => "abort",
+        OnTimeout::Proceed => "proceed",
+    }
+}

@@ -1,0 +1,108 @@
+//! The MCP gates of one run: one per declared server, each serving its own
+//! Unix socket, relayed into the sandbox on 127.0.0.1, and announced to the
+//! agent as `CONSTLE_MCP_<ID>_URL`. The servers' real URLs stay here.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+use std::sync::Arc;
+
+use constle_audit::AuditLog;
+use constle_manifest::Manifest;
+use constle_mcp_gate::{Gate, ServerPolicy};
+use constle_sandbox::Relay;
+use tokio::net::UnixListener;
+use tokio::task::JoinHandle;
+
+use crate::human::{GateAbort, GateAborts, HumanGate};
+use crate::run::{RunError, io};
+
+/// The first port the relays of the MCP gates listen on inside the
+/// sandbox; server `n` (in Agentfile order) gets `MCP_BASE_PORT + n`.
+const MCP_BASE_PORT: u16 = 4100;
+
+/// The running gates. Dropping them stops serving.
+pub(crate) struct McpGates {
+    relays: Vec<Relay>,
+    env: BTreeMap<String, String>,
+    tasks: Vec<JoinHandle<std::io::Result<()>>>,
+    aborts: Option<GateAborts>,
+}
+
+impl McpGates {
+    /// Binds one socket per declared server under `sockets` and starts its
+    /// gate. Gated calls go to the human gates (with `terminal` as the host
+    /// terminal, if there is one).
+    pub(crate) fn start(
+        manifest: &Manifest,
+        sockets: &Path,
+        log: &Arc<AuditLog>,
+        terminal: Option<constle_human_gate::HostTty>,
+    ) -> Result<McpGates, RunError> {
+        let human = HumanGate::new(manifest.name.as_str(), &manifest.human_gates, log, terminal);
+        let (human, aborts) = human.unzip();
+        let mut gates = McpGates {
+            relays: Vec::new(),
+            env: BTreeMap::new(),
+            tasks: Vec::new(),
+            aborts,
+        };
+        for (server, port) in manifest.mcp.servers.iter().zip(MCP_BASE_PORT..) {
+            let policy = ServerPolicy::new(server, &manifest.human_gates);
+            let mut gate = Gate::new(server, policy).map_err(|e| {
+                RunError::Sandbox(format!(
+                    "the MCP gate for server {} cannot start: {e}",
+                    server.id
+                ))
+            })?;
+            if let Some(human) = &human {
+                gate = gate.with_approver(human.clone());
+            }
+            let name = format!("mcp-{}", server.id);
+            let socket = sockets.join(format!("{name}.sock"));
+            let listener = UnixListener::bind(&socket)
+                .map_err(io(format!("cannot bind {}", socket.display())))?;
+            gates.tasks.push(tokio::spawn(gate.serve(listener)));
+            let listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+            gates
+                .env
+                .insert(server.env_var(), format!("http://{listen}/mcp"));
+            gates.relays.push(Relay {
+                name,
+                listen,
+                host_socket: socket,
+            });
+        }
+        Ok(gates)
+    }
+
+    /// The relays to put into the sandbox.
+    pub(crate) fn relays(&self) -> &[Relay] {
+        &self.relays
+    }
+
+    /// `CONSTLE_MCP_<ID>_URL` for each server.
+    pub(crate) fn env(&self) -> &BTreeMap<String, String> {
+        &self.env
+    }
+
+    /// Resolves when a gated call timed out under `on_timeout: abort`;
+    /// never, when no call is gated.
+    pub(crate) async fn aborted(&mut self) -> GateAbort {
+        match self.aborts.as_mut() {
+            Some(aborts) => match aborts.recv().await {
+                Some(abort) => abort,
+                None => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for McpGates {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! What the end-to-end tests of `constle` share: a scratch directory with
+//! its own `CONSTLE_HOME`, the binary run in it, and its audit log read back.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+pub struct Case {
+    pub dir: tempfile::TempDir,
+}
+
+impl Case {
+    pub fn new() -> Case {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("work")).unwrap();
+        Case { dir }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.path("home")
+    }
+
+    pub fn agentfile(&self, body: &str) -> PathBuf {
+        let path = self.path("agent.yaml");
+        fs::write(&path, format!("name: test-agent\n{body}")).unwrap();
+        path
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_constle"));
+        command
+            .args(args)
+            .env("CONSTLE_HOME", self.home())
+            .current_dir(self.dir.path());
+        command
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    /// The audit log's lines for today, as JSON.
+    pub fn log(&self) -> Vec<serde_json::Value> {
+        let logs = self.home().join("logs");
+        let file = fs::read_dir(&logs)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .unwrap();
+        fs::read_to_string(file)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    pub fn events(&self, name: &str) -> Vec<serde_json::Value> {
+        self.log()
+            .into_iter()
+            .filter(|e| e["event"] == name)
+            .collect()
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
