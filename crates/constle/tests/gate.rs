@@ -1,0 +1,641 @@
+//! The MCP gate and the human gates end to end: the real `constle run`,
+//! bubblewrap, a real MCP server on the host and a real MCP client inside
+//! the sandbox (both the official Rust SDK, from `constle_testkit::mcp`), a
+//! decision endpoint signing with a real approver key, and the terminal
+//! prompt answered through a pseudo-terminal (`script` from util-linux).
+//!
+//! This binary has its own `main`: started as `<exe> mcp-client …` it is
+//! the MCP client. The tests hard-link it into the agent's workdir, the only
+//! host directory the sandbox sees, and run it there. Loopback only.
+
+// A harness-less test binary is not compiled with `cfg(test)`, so clippy's
+// test allowances do not apply; the tests report through panics.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use constle_identity::SigningIdentity;
+use constle_testkit::mcp::{McpServerOptions, TestMcpServer, client_main};
+use constle_testkit::{Answer, SimulatedApprover, require_root};
+use libtest_mimic::{Arguments, Trial};
+use serde_json::Value;
+
+mod common;
+use common::{Case, text};
+
+const CLIENT_SUBCOMMAND: &str = "mcp-client";
+const WEBHOOK_VAR: &str = "TEST_GATE_WEBHOOK_URL";
+const INVOICE: &str = r#"{"invoice_id":"INV-0042"}"#;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).is_some_and(|a| a == CLIENT_SUBCOMMAND) {
+        std::process::exit(client_main(&args[2..]));
+    }
+    let mut tests: Vec<Trial> = vec![
+        e2e(
+            "declared_calls_pass_and_every_page_of_tools_list_is_filtered",
+            || {
+                declared_calls_pass(McpServerOptions {
+                    page_size: Some(2),
+                    ..McpServerOptions::default()
+                })
+            },
+        ),
+        e2e("json_responses_pass_through_the_gate_too", || {
+            declared_calls_pass(McpServerOptions {
+                json_response: true,
+                stateful: false,
+                page_size: Some(1),
+            })
+        }),
+        e2e(
+            "an_undeclared_tool_never_reaches_the_server",
+            undeclared_tool,
+        ),
+        e2e("a_case_variant_of_a_gated_name_is_refused", case_variant),
+        e2e("the_servers_url_stays_on_the_host", url_stays_on_host),
+        e2e(
+            "an_unreachable_server_is_an_error_and_the_gate_keeps_serving",
+            unreachable_server,
+        ),
+        e2e(
+            "on_timeout_abort_refuses_the_call_and_stops_the_run",
+            timeout_abort,
+        ),
+        e2e(
+            "on_timeout_proceed_forwards_after_the_deadline",
+            timeout_proceed,
+        ),
+        e2e(
+            "no_webhook_url_and_no_terminal_is_said_once_and_times_out",
+            no_channel,
+        ),
+        e2e(
+            "a_recorded_webhook_approval_is_checked_against_approver_pubkey",
+            forged_in_log,
+        ),
+        e2e("a_terminal_approval_forwards_the_call", || {
+            terminal("a", true)
+        }),
+        e2e("a_terminal_denial_refuses_the_call", || {
+            terminal("d", false)
+        }),
+    ];
+    for (answer, forwarded, event, reason) in WEBHOOK_ROWS {
+        tests.push(e2e(&format!("webhook_{answer:?}"), move || {
+            webhook_row(answer, forwarded, event, reason)
+        }));
+    }
+    libtest_mimic::run(&Arguments::from_args(), tests).exit();
+}
+
+fn e2e(name: &str, test: impl FnOnce() + Send + 'static) -> Trial {
+    let name = name.to_owned();
+    Trial::test(name.clone(), move || {
+        if require_root(&name, &["bwrap", "script"]) {
+            test();
+        }
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Fixture
+
+/// One agent with an MCP server, a gate on `pay_invoice`, and an approver.
+struct Fixture {
+    case: Case,
+    server: TestMcpServer,
+    approver: SigningIdentity,
+    agent_did: String,
+}
+
+/// What the Agentfile says beyond the fixture's defaults.
+struct Setup<'a> {
+    tools: &'a [&'a str],
+    server_url: Option<String>,
+    timeout_seconds: u32,
+    on_timeout: &'a str,
+}
+
+impl Default for Setup<'_> {
+    fn default() -> Self {
+        Setup {
+            tools: &["list_invoices", "get_invoice", "pay_invoice"],
+            server_url: None,
+            timeout_seconds: 30,
+            on_timeout: "abort",
+        }
+    }
+}
+
+impl Fixture {
+    fn new(options: McpServerOptions) -> Fixture {
+        let case = Case::new();
+        let keygen = case.run(&["keygen", "test-agent"]);
+        assert!(keygen.status.success(), "{}", text(&keygen.stderr));
+        let agent_did = text(&keygen.stdout).trim().to_owned();
+        let exe = std::env::current_exe().unwrap();
+        let client = case.path("work/mcp-client");
+        if fs::hard_link(&exe, &client).is_err() {
+            fs::copy(&exe, &client).unwrap();
+        }
+        Fixture {
+            case,
+            server: TestMcpServer::start(options).unwrap(),
+            approver: SigningIdentity::generate(),
+            agent_did,
+        }
+    }
+
+    /// Writes the Agentfile: the agent runs `steps` (see [`step`]).
+    fn agentfile(&self, setup: &Setup<'_>, steps: &[String]) -> PathBuf {
+        let script = steps.join("\n");
+        let url = setup
+            .server_url
+            .clone()
+            .unwrap_or_else(|| self.server.url());
+        let body = format!(
+            r#"identity:
+  did: {did}
+sandbox:
+  command: ["sh", "-c", {script}]
+  workdir: ./work
+  network:
+    egress: none
+mcp:
+  servers:
+    - id: accounting
+      url: {url}
+      tools: [{tools}]
+human_gates:
+  enabled: true
+  require_approval_for: [pay_invoice]
+  approver_pubkey: {approver}
+  notify:
+    - channel: webhook
+      url_secret_ref: {WEBHOOK_VAR}
+  approval_timeout_seconds: {timeout}
+  on_timeout: {on_timeout}
+"#,
+            did = self.agent_did,
+            script = serde_json::to_string(&script).unwrap(),
+            tools = setup.tools.join(", "),
+            approver = self.approver.did(),
+            timeout = setup.timeout_seconds,
+            on_timeout = setup.on_timeout,
+        );
+        self.case.agentfile(&body)
+    }
+
+    /// `constle run`, without a terminal, with the webhook at `webhook`.
+    fn run(&self, file: &Path, webhook: Option<&SimulatedApprover>) -> Output {
+        let mut command = self.case.command(&["run", file.to_str().unwrap()]);
+        command.env_remove(WEBHOOK_VAR).stdin(Stdio::null());
+        if let Some(webhook) = webhook {
+            command.env(WEBHOOK_VAR, webhook.url());
+        }
+        command.output().unwrap()
+    }
+
+    fn webhook(&self, answer: Answer) -> SimulatedApprover {
+        SimulatedApprover::start(
+            SigningIdentity::from_pkcs8_pem(&self.approver.to_pkcs8_pem()).unwrap(),
+            [],
+            answer,
+        )
+        .unwrap()
+    }
+
+    fn forwarded(&self) -> Vec<String> {
+        self.server.calls().into_iter().map(|c| c.tool).collect()
+    }
+
+    fn verify(&self, file: &Path) -> Output {
+        let log = self.case.home().join("logs");
+        let day = fs::read_dir(&log)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .unwrap();
+        let agentfile = format!("--agentfile={}", file.display());
+        self.case
+            .run(&["audit", "verify", &agentfile, day.to_str().unwrap()])
+    }
+}
+
+/// A shell step for the agent: runs the MCP client with `args` (after
+/// `$URL`, the gate's URL, is put in) and prints `== NAME`, the client's
+/// output, and `== NAME exit N`.
+fn step(name: &str, args: &str) -> String {
+    let args = args.replace("$URL", "\"$CONSTLE_MCP_ACCOUNTING_URL\"");
+    format!(
+        "echo '== {name}'; ./mcp-client {CLIENT_SUBCOMMAND} {args} 2>&1; echo \"== {name} exit $?\""
+    )
+}
+
+fn call(name: &str, tool: &str, arguments: &str) -> String {
+    step(name, &format!("call $URL {tool} '{arguments}'"))
+}
+
+fn list(name: &str) -> String {
+    step(name, "list $URL")
+}
+
+/// The output of step `name`, and its exit status.
+fn outcome(out: &Output, name: &str) -> (String, i32) {
+    let stdout = text(&out.stdout);
+    let begin = format!("== {name}\n");
+    let end = format!("== {name} exit ");
+    let start = stdout
+        .find(&begin)
+        .unwrap_or_else(|| panic!("no step {name}\n{}", report(out)))
+        + begin.len();
+    let stop = stdout[start..]
+        .find(&end)
+        .unwrap_or_else(|| panic!("step {name} did not finish\n{}", report(out)))
+        + start;
+    let status = stdout[stop + end.len()..]
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    (stdout[start..stop].to_owned(), status)
+}
+
+fn report(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn events(case: &Case, prefix: &str) -> Vec<Value> {
+    case.log()
+        .into_iter()
+        .filter(|e| e["event"].as_str().unwrap().starts_with(prefix))
+        .collect()
+}
+
+fn names(events: &[Value]) -> Vec<&str> {
+    events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// The gate
+
+fn declared_calls_pass(options: McpServerOptions) {
+    let fx = Fixture::new(options);
+    let file = fx.agentfile(
+        &Setup::default(),
+        &[list("list"), call("get", "get_invoice", INVOICE)],
+    );
+    let out = fx.run(&file, None);
+    assert!(out.status.success(), "{}", report(&out));
+    let (listed, status) = outcome(&out, "list");
+    assert_eq!(status, 0, "{}", report(&out));
+    let mut listed: Vec<&str> = listed.lines().collect();
+    listed.sort_unstable();
+    // The server also has Pay_Invoice, delete_everything and echo.
+    assert_eq!(listed, ["get_invoice", "list_invoices", "pay_invoice"]);
+    let (got, status) = outcome(&out, "get");
+    assert_eq!(
+        (got.trim(), status),
+        ("result: invoice INV-0042: 120.00 EUR", 0)
+    );
+    assert_eq!(fx.forwarded(), ["get_invoice"]);
+}
+
+fn undeclared_tool() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let file = fx.agentfile(
+        &Setup::default(),
+        &[
+            call("undeclared", "delete_everything", "{}"),
+            call("after", "get_invoice", INVOICE),
+        ],
+    );
+    let out = fx.run(&file, None);
+    assert!(out.status.success(), "{}", report(&out));
+    let (said, status) = outcome(&out, "undeclared");
+    assert_eq!(status, 3, "{said}");
+    assert!(said.contains("not declared"), "{said}");
+    assert_eq!(outcome(&out, "after").1, 0);
+    assert_eq!(fx.forwarded(), ["get_invoice"]);
+}
+
+fn case_variant() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let setup = Setup {
+        tools: &["pay_invoice", "Pay_Invoice"],
+        ..Setup::default()
+    };
+    let file = fx.agentfile(&setup, &[call("variant", "Pay_Invoice", INVOICE)]);
+    let out = fx.run(&file, None);
+    let (said, status) = outcome(&out, "variant");
+    assert_eq!(status, 3, "{said}");
+    assert!(fx.forwarded().is_empty());
+    assert!(events(&fx.case, "gate_").is_empty(), "refused, not gated");
+}
+
+fn url_stays_on_host() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let file = fx.agentfile(&Setup::default(), &["env".to_owned()]);
+    let out = fx.run(&file, None);
+    let env = text(&out.stdout);
+    assert!(
+        env.contains("CONSTLE_MCP_ACCOUNTING_URL=http://127.0.0.1:4100/mcp"),
+        "{env}"
+    );
+    let port = fx.server.addr().port().to_string();
+    assert!(!env.contains(&port), "the server's port leaked: {env}");
+    assert!(!env.contains(WEBHOOK_VAR), "{env}");
+}
+
+fn unreachable_server() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", closed.local_addr().unwrap());
+    drop(closed);
+    let setup = Setup {
+        server_url: Some(url),
+        ..Setup::default()
+    };
+    let file = fx.agentfile(&setup, &[list("first"), list("second")]);
+    let out = fx.run(&file, None);
+    assert!(out.status.success(), "{}", report(&out));
+    for name in ["first", "second"] {
+        let (said, status) = outcome(&out, name);
+        assert_ne!(status, 0, "{said}");
+        assert!(!said.contains(&fx.server.url()), "{said}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The webhook: each row of the verification table
+
+const WEBHOOK_ROWS: [(Answer, bool, &str, &str); 5] = [
+    (Answer::Approve, true, "gate_approved", ""),
+    (Answer::Deny, false, "gate_denied", "denied"),
+    (
+        Answer::ForgedSignature,
+        false,
+        "gate_denied",
+        "gate_signature_invalid",
+    ),
+    (
+        Answer::WrongRequestId,
+        false,
+        "gate_denied",
+        "gate_request_id_mismatch",
+    ),
+    (
+        Answer::WrongDigest,
+        false,
+        "gate_denied",
+        "gate_digest_mismatch",
+    ),
+];
+
+fn webhook_row(answer: Answer, forwarded: bool, event: &str, reason: &str) {
+    let fx = Fixture::new(McpServerOptions::default());
+    let webhook = fx.webhook(answer);
+    let file = fx.agentfile(&Setup::default(), &[call("pay", "pay_invoice", INVOICE)]);
+    let out = fx.run(&file, Some(&webhook));
+    assert!(out.status.success(), "{}", report(&out));
+    let (said, status) = outcome(&out, "pay");
+    if forwarded {
+        assert_eq!((said.trim(), status), ("result: paid INV-0042", 0));
+        assert_eq!(fx.forwarded(), ["pay_invoice"]);
+    } else {
+        assert_eq!(status, 3, "{said}");
+        assert!(fx.forwarded().is_empty());
+    }
+    let gate = events(&fx.case, "gate_");
+    assert_eq!(names(&gate), ["gate_triggered", event]);
+    let (triggered, decided) = (&gate[0], &gate[1]);
+    assert_eq!(triggered["tool"], "pay_invoice");
+    assert_eq!(triggered["server"], "accounting");
+    assert_eq!(decided["request_id"], triggered["request_id"]);
+    // What was asked is what was digested: the endpoint saw the same.
+    let posted = &webhook.requests()[0];
+    assert_eq!(posted["request_id"], triggered["request_id"]);
+    assert_eq!(posted["subject_digest"], triggered["subject_digest"]);
+    assert_eq!(
+        posted["arguments"],
+        serde_json::json!({"invoice_id": "INV-0042"})
+    );
+    if reason.is_empty() {
+        assert_eq!(decided["decided_by"], "webhook");
+        assert_eq!(decided["approver"], fx.approver.did().as_str());
+    } else {
+        assert_eq!(decided["reason"], reason);
+    }
+    let verified = fx.verify(&file);
+    assert!(verified.status.success(), "{}", report(&verified));
+}
+
+fn forged_in_log() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let webhook = fx.webhook(Answer::Approve);
+    let file = fx.agentfile(&Setup::default(), &[call("pay", "pay_invoice", INVOICE)]);
+    let out = fx.run(&file, Some(&webhook));
+    assert_eq!(outcome(&out, "pay").1, 0, "{}", report(&out));
+    // The same log, checked against an Agentfile naming another approver:
+    // the recorded approval must not verify.
+    let other = SigningIdentity::generate();
+    let pinned = fs::read_to_string(&file)
+        .unwrap()
+        .replace(fx.approver.did().as_str(), other.did().as_str());
+    let other_file = fx.case.path("other.yaml");
+    fs::write(&other_file, pinned).unwrap();
+    let verified = fx.verify(&other_file);
+    assert_eq!(verified.status.code(), Some(1), "{}", report(&verified));
+    assert!(
+        text(&verified.stderr).contains("approval_signature_invalid")
+            || text(&verified.stdout).contains("approval_signature_invalid"),
+        "{}",
+        report(&verified)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// No decision
+
+fn timeout_abort() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let webhook = fx.webhook(Answer::Never);
+    let setup = Setup {
+        timeout_seconds: 2,
+        ..Setup::default()
+    };
+    let file = fx.agentfile(
+        &setup,
+        &[call("pay", "pay_invoice", INVOICE), "sleep 30".into()],
+    );
+    let started = Instant::now();
+    let out = fx.run(&file, Some(&webhook));
+    assert_eq!(out.status.code(), Some(125), "{}", report(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the run was not stopped"
+    );
+    assert!(
+        text(&out.stderr).contains("on_timeout is abort"),
+        "{}",
+        report(&out)
+    );
+    assert!(fx.forwarded().is_empty());
+    let gate = events(&fx.case, "gate_");
+    assert_eq!(names(&gate), ["gate_triggered", "gate_timeout"]);
+    assert_eq!(gate[1]["on_timeout"], "abort");
+    let finished = events(&fx.case, "run_finished");
+    assert!(
+        finished[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("pay_invoice")
+    );
+}
+
+fn timeout_proceed() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let webhook = fx.webhook(Answer::Never);
+    let setup = Setup {
+        timeout_seconds: 1,
+        on_timeout: "proceed",
+        ..Setup::default()
+    };
+    let file = fx.agentfile(&setup, &[call("pay", "pay_invoice", INVOICE)]);
+    let out = fx.run(&file, Some(&webhook));
+    assert!(out.status.success(), "{}", report(&out));
+    assert_eq!(outcome(&out, "pay").1, 0);
+    assert_eq!(fx.forwarded(), ["pay_invoice"]);
+    let gate = events(&fx.case, "gate_");
+    assert_eq!(names(&gate), ["gate_triggered", "gate_timeout"]);
+    assert_eq!(gate[1]["on_timeout"], "proceed");
+}
+
+fn no_channel() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let setup = Setup {
+        timeout_seconds: 1,
+        on_timeout: "proceed",
+        ..Setup::default()
+    };
+    let pay = |n: &str| call(n, "pay_invoice", INVOICE);
+    let file = fx.agentfile(&setup, &[pay("one"), pay("two")]);
+    let out = fx.run(&file, None);
+    assert!(out.status.success(), "{}", report(&out));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.matches("no terminal").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(WEBHOOK_VAR),
+        "the unset variable is named: {stderr}"
+    );
+    let gate = events(&fx.case, "gate_");
+    assert_eq!(
+        names(&gate),
+        [
+            "gate_triggered",
+            "gate_timeout",
+            "gate_triggered",
+            "gate_timeout"
+        ]
+    );
+    assert_eq!(
+        gate[0]["channels"],
+        serde_json::json!({"terminal": false, "webhook": false})
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The terminal, through a pseudo-terminal
+
+/// Runs `constle run` under `script`, whose pty becomes the run's
+/// controlling terminal; answers `key` once the prompt is shown.
+fn terminal(key: &str, approves: bool) {
+    let fx = Fixture::new(McpServerOptions::default());
+    // The webhook never decides: the terminal must.
+    let webhook = fx.webhook(Answer::Never);
+    let file = fx.agentfile(&Setup::default(), &[call("pay", "pay_invoice", INVOICE)]);
+    let constle = env!("CARGO_BIN_EXE_constle");
+    let mut child = Command::new("script")
+        .args([
+            "-qfec",
+            &format!("{constle} run {}", file.display()),
+            "/dev/null",
+        ])
+        .env("CONSTLE_HOME", fx.case.home())
+        .env("SHELL", "/bin/sh")
+        .env(WEBHOOK_VAR, webhook.url())
+        .current_dir(fx.case.dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = {
+        let seen = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !text(&seen.lock().unwrap()).contains("approve? [a]pprove / [d]eny") {
+        assert!(
+            Instant::now() < deadline,
+            "no prompt: {}",
+            text(&seen.lock().unwrap())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(format!("{key}\n").as_bytes()).unwrap();
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    drop(stdin);
+    let shown = text(&seen.lock().unwrap());
+    assert!(status.success(), "{shown}");
+    for part in [
+        "agent \"test-agent\" wants to call",
+        "MCP tool \"pay_invoice\" on server \"accounting\"",
+        "subject: sha256:",
+        "\"invoice_id\"",
+        "(timeout 30s → abort)",
+    ] {
+        assert!(shown.contains(part), "{part:?} not in the prompt:\n{shown}");
+    }
+    let gate = events(&fx.case, "gate_");
+    if approves {
+        assert_eq!(names(&gate), ["gate_triggered", "gate_approved"]);
+        assert_eq!(fx.forwarded(), ["pay_invoice"]);
+        assert!(shown.contains("result: paid INV-0042"), "{shown}");
+    } else {
+        assert_eq!(names(&gate), ["gate_triggered", "gate_denied"]);
+        assert!(fx.forwarded().is_empty());
+    }
+    assert_eq!(gate[1]["decided_by"], "terminal");
+    assert_eq!(gate[0]["channels"]["terminal"], true);
+}
