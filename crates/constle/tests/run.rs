@@ -40,7 +40,7 @@ fn the_agents_exit_status_is_constles_and_the_run_is_logged() {
     assert_eq!(text(&out.stdout), "out\n");
     let stderr = text(&out.stderr);
     assert!(stderr.contains("err\n"), "{stderr}");
-    assert!(stderr.contains("egress     none"), "{stderr}");
+    assert!(stderr.contains("egress      none"), "{stderr}");
     let log = case.log();
     assert_eq!(log.first().unwrap()["event"], "run_started");
     assert_eq!(log.last().unwrap()["event"], "run_finished");

@@ -68,12 +68,12 @@ fn print_summary(agent: &str, items: &[Item]) {
     for item in items {
         let line = match item {
             Item::Enforced { part, detail } => format!(
-                "  {}  {part:<10} {}",
+                "  {}  {part:<11} {}",
                 err.paint(Paint::Green, "enforced    "),
                 escape(detail)
             ),
             Item::NotEnforced { part, why } => format!(
-                "  {}  {part:<10} {}",
+                "  {}  {part:<11} {}",
                 err.paint(Paint::Red, "NOT ENFORCED"),
                 escape(why)
             ),
