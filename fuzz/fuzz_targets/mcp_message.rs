@@ -1,13 +1,14 @@
 //! The MCP gate on arbitrary bodies: `inspect` must never panic, a body it
-//! forwards must be forwarded byte for byte, and every refusal must be a
-//! JSON-RPC error the agent can parse. The server-side filters must not
-//! panic either.
+//! forwards must be forwarded byte for byte, every refusal must be a
+//! JSON-RPC error the agent can parse, and a revision header can only make
+//! it stricter. The server-side filters must not panic either.
 
 #![no_main]
 
 use constle_manifest::{HttpUrl, HumanGates, McpServer, Pricing, ServerId, ToolName};
 use constle_mcp_gate::{
-    Inspection, ServerPolicy, filter_server_message, filter_tools_list, inspect,
+    Inspection, Revision, SUPPORTED_REVISIONS, ServerPolicy, filter_server_message,
+    filter_tools_list, inspect,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -31,13 +32,14 @@ fn policy() -> Option<ServerPolicy> {
     Some(ServerPolicy::new(&server, &gates).allow_method("resources/read"))
 }
 
-fuzz_target!(|data: &[u8]| {
-    let Some(policy) = policy() else { return };
-    match inspect(&policy, data, Some("application/json")) {
+fn check(policy: &ServerPolicy, data: &[u8], revision: Option<Revision>) -> Inspection {
+    let inspection = inspect(policy, data, Some("application/json"), revision);
+    match &inspection {
         Inspection::Forward(forward) => {
             assert_eq!(forward.bytes(), data);
             assert!(!forward.decisions().is_empty());
             assert!(forward.gated().is_none() || !forward.is_batch());
+            assert!(!forward.is_batch() || revision.is_none_or(Revision::allows_batches));
         }
         Inspection::Refuse(refusal) => {
             let body: serde_json::Value =
@@ -45,6 +47,20 @@ fuzz_target!(|data: &[u8]| {
             assert!(body.is_object() || body.is_array());
         }
     }
+    inspection
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some(policy) = policy() else { return };
+    let without = check(&policy, data, None);
+    for revision in SUPPORTED_REVISIONS {
+        // A header never lets through what its absence refuses, nor
+        // changes what is decided for what it lets through.
+        if let Inspection::Forward(forward) = check(&policy, data, Some(revision)) {
+            assert_eq!(Inspection::Forward(forward), without);
+        }
+    }
     let _ = filter_tools_list(&policy, data);
     let _ = filter_server_message(&policy, data, |_| true);
+    let _ = filter_server_message(&policy, data, |_| false);
 });

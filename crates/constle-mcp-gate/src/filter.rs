@@ -86,16 +86,24 @@ pub struct ServerMessage {
 
 /// Filters one message from the server (or a batch of them):
 ///
-/// - responses whose id `is_tools_list` are filtered as by
-///   [`filter_tools_list`]; other responses and all notifications pass;
+/// - every message whose `result` has a `tools` member is filtered as by
+///   [`filter_tools_list`], whatever its id: the gate may have forgotten
+///   the request, or never seen it, and a tool list must not reach the
+///   agent unfiltered either way (fail closed);
+/// - a response whose id `is_tools_list` must be a `tools/list` result or
+///   an error, and is filtered likewise;
+/// - other responses and all notifications pass;
 /// - requests other than `ping` and the methods the policy allows
 ///   (`sampling/createMessage`, `elicitation/create`, `roots/list`, …) are
 ///   not relayed, and the gate answers them to the server with
 ///   `-32601`.
+///
+/// `is_tools_list` is asked once about the id of each response, in order,
+/// so a caller can forget the ids it answers for.
 pub fn filter_server_message(
     policy: &ServerPolicy,
     message: &[u8],
-    is_tools_list: impl Fn(&RequestId) -> bool,
+    mut is_tools_list: impl FnMut(&RequestId) -> bool,
 ) -> Result<ServerMessage, FilterError> {
     let value = parse(message)?;
     let (items, batch) = match value {
@@ -111,7 +119,7 @@ pub fn filter_server_message(
             ));
         };
         let id = object.get("id").and_then(RequestId::from_json);
-        match object.get("method").map(Value::as_str) {
+        let answers_list = match object.get("method").map(Value::as_str) {
             Some(Some(method)) => {
                 if let Some(id) = id
                     .as_ref()
@@ -132,13 +140,13 @@ pub fn filter_server_message(
                 if id.is_none() && object.contains_key("id") {
                     return Err(FilterError::Malformed("id must be a string or an integer"));
                 }
+                false
             }
             Some(None) => return Err(FilterError::Malformed("method must be a string")),
-            None => {
-                if id.as_ref().is_some_and(&is_tools_list) {
-                    filter_tools_list_response(policy, &mut object)?;
-                }
-            }
+            None => id.as_ref().is_some_and(&mut is_tools_list),
+        };
+        if answers_list || carries_tool_list(&object) {
+            filter_tools_list_response(policy, &mut object)?;
         }
         to_agent.push(Value::Object(object));
     }
@@ -151,6 +159,15 @@ pub fn filter_server_message(
         to_agent: pack(to_agent),
         to_server: pack(to_server),
     })
+}
+
+/// Whether `message` looks like a `tools/list` result: its `result` has a
+/// `tools` member (no other MCP result has one).
+fn carries_tool_list(message: &Map<String, Value>) -> bool {
+    message
+        .get("result")
+        .and_then(Value::as_object)
+        .is_some_and(|result| result.contains_key("tools"))
 }
 
 fn parse(bytes: &[u8]) -> Result<Value, FilterError> {

@@ -1,8 +1,12 @@
 //! The gate's HTTP side: one [`Gate`] per declared server, speaking MCP's
 //! Streamable HTTP transport to the agent and forwarding to the server.
 //!
-//! - `POST`: the body goes through [`inspect`]. A refusal is answered with
-//!   its status and JSON-RPC error; nothing reaches the server. A gated
+//! - Every request: an `MCP-Protocol-Version` header, if sent, names one of
+//!   [`SUPPORTED_REVISIONS`](crate::SUPPORTED_REVISIONS), once; else 400
+//!   (`mcp_unsupported_protocol_version`) and nothing reaches the server.
+//! - `POST`: the body goes through [`inspect`] (with that revision: from
+//!   2025-06-18 on, a batch is refused). A refusal is answered with its
+//!   status and JSON-RPC error; nothing reaches the server. A gated
 //!   `tools/call` is put to the [`Approver`] (by default [`RefuseGated`]).
 //!   Otherwise exactly the inspected bytes are posted to the server's URL.
 //! - `GET` (the server-to-client SSE stream) and `DELETE` (session end) are
@@ -12,22 +16,38 @@
 //! Only these agent headers are forwarded: `Content-Type`, `Accept`,
 //! `Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`. The agent's
 //! `Host`, `Authorization`, cookies and everything else stay behind; the
-//! server's URL never reaches the agent. No header changes a decision.
+//! server's URL never reaches the agent, not even in an error message (it
+//! may carry a credential). No header lifts a refusal.
 //!
 //! What comes back: JSON bodies and each `data` of an SSE stream pass
-//! through [`filter_server_message`] (`tools/list` results filtered,
-//! server-to-client requests the policy does not allow answered to the
-//! server with -32601 and never relayed). A message the gate cannot parse
-//! is not relayed: a JSON body becomes a 502 JSON-RPC error, an SSE stream
-//! is cut. Other bodies are dropped; the status is kept. Of the server's
-//! headers only `Content-Type`, `Mcp-Session-Id` and `MCP-Protocol-Version`
-//! are relayed.
+//! through [`filter_server_message`] (tool lists filtered, server-to-client
+//! requests the policy does not allow answered to the server with -32601
+//! and never relayed). A message the gate cannot parse is not relayed: a
+//! JSON body becomes a 502 JSON-RPC error, an SSE stream is cut. Other
+//! bodies are dropped; the status is kept. Of the server's headers only
+//! `Mcp-Session-Id` and `MCP-Protocol-Version` are relayed, each only if
+//! sent once and made of visible ASCII (else 502), besides the
+//! `Content-Type` the gate sets itself.
+//!
+//! # Time
+//!
+//! A server that accepts a request and never answers must not hold the
+//! agent: the response's headers, and a JSON body in full, must arrive
+//! within the gate's response timeout ([`DEFAULT_RESPONSE_TIMEOUT`],
+//! [`Gate::with_response_timeout`]), else the agent gets a 504 JSON-RPC
+//! error (`mcp_upstream_timeout`) naming the server by its id. An SSE
+//! stream answering a POST may last longer, but may not fall silent for
+//! longer than that bound between two chunks (keep-alive comments count):
+//! then it is cut, as if the connection had dropped, and the agent may
+//! resume it with `Last-Event-ID`. The GET stream has no bound: it is the
+//! standing channel for server-initiated messages, silence is its normal
+//! state, and the agent ends it by disconnecting.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -37,10 +57,13 @@ use axum::response::Response;
 use axum::serve::Listener;
 use constle_manifest::McpServer;
 use futures_util::StreamExt;
+use tokio::time::Instant;
 
 use crate::filter::filter_server_message;
 use crate::inspect::{Decision, Inspection, MAX_BODY_BYTES, ToolCall, inspect};
+use crate::pending::{MAX_PENDING_TOOLS_LISTS, PendingLists};
 use crate::policy::ServerPolicy;
+use crate::revision::Revision;
 use crate::rpc::{Reason, RequestId, error_response, to_bytes};
 use crate::sse;
 
@@ -54,8 +77,15 @@ pub const FORWARDED_REQUEST_HEADERS: [&str; 5] = [
 ];
 
 /// Server headers relayed to the agent (besides the `Content-Type` the
-/// gate sets itself).
+/// gate sets itself), each only if sent once and made of visible ASCII.
 pub const RELAYED_RESPONSE_HEADERS: [&str; 2] = ["mcp-session-id", "mcp-protocol-version"];
+
+/// How long the gate waits for a server's response (and between two
+/// chunks of an SSE stream answering a POST) unless
+/// [`Gate::with_response_timeout`] says otherwise: two minutes.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(120);
+
+const PROTOCOL_VERSION: &str = "mcp-protocol-version";
 
 /// A human (or other) decision on a gated call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,27 +165,30 @@ pub struct Gate {
     url: reqwest::Url,
     client: reqwest::Client,
     approver: Arc<dyn Approver>,
+    response_timeout: Duration,
 }
 
 impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gate")
             .field("server", &self.policy.server().as_str())
+            .field("response_timeout", &self.response_timeout)
             .finish_non_exhaustive()
     }
 }
 
 impl Gate {
     /// A gate forwarding to `server.url` under `policy`, refusing gated
-    /// calls ([`RefuseGated`]) until [`Gate::with_approver`] says otherwise.
-    /// The client follows no redirects and uses no proxy.
+    /// calls ([`RefuseGated`]) until [`Gate::with_approver`] says otherwise,
+    /// waiting [`DEFAULT_RESPONSE_TIMEOUT`] for responses. The client
+    /// follows no redirects and uses no proxy.
     pub fn new(server: &McpServer, policy: ServerPolicy) -> Result<Gate, GateError> {
         let url = reqwest::Url::parse(server.url.as_str())
             .map_err(|err| GateError::Url(err.to_string()))?;
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
-            .connect_timeout(std::time::Duration::from_secs(10))
+            .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(GateError::Client)?;
         Ok(Gate {
@@ -163,6 +196,7 @@ impl Gate {
             url,
             client,
             approver: Arc::new(RefuseGated),
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
         })
     }
 
@@ -173,6 +207,17 @@ impl Gate {
         self
     }
 
+    /// Waits at most `timeout` (capped at a day) for a server's response
+    /// (see the module docs: headers and a JSON body in full; the silence
+    /// between two chunks of an SSE stream answering a POST). The wait for
+    /// a human decision is not counted.
+    #[must_use]
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Gate {
+        // Bounded so that a deadline computed from it cannot overflow.
+        self.response_timeout = timeout.min(Duration::from_secs(86_400));
+        self
+    }
+
     /// The gate as an axum [`Router`] answering on every path.
     pub fn router(self) -> Router {
         let inner = Arc::new(Inner {
@@ -180,7 +225,8 @@ impl Gate {
             url: self.url,
             client: self.client,
             approver: self.approver,
-            tools_list_ids: Mutex::new(HashSet::new()),
+            response_timeout: self.response_timeout,
+            tools_lists: Mutex::new(PendingLists::new(MAX_PENDING_TOOLS_LISTS)),
         });
         Router::new().fallback(handle).with_state(inner)
     }
@@ -202,25 +248,33 @@ struct Inner {
     url: reqwest::Url,
     client: reqwest::Client,
     approver: Arc<dyn Approver>,
-    /// Ids of every `tools/list` request forwarded: their responses are
-    /// filtered wherever they arrive (POST body, SSE, a resumed GET stream).
-    tools_list_ids: Mutex<HashSet<RequestId>>,
+    response_timeout: Duration,
+    /// Ids of the `tools/list` requests forwarded and not yet answered:
+    /// their responses must be tool lists, filtered wherever they arrive
+    /// (POST body, SSE, a resumed GET stream).
+    tools_lists: Mutex<PendingLists>,
 }
 
 impl Inner {
-    fn is_tools_list(&self, id: &RequestId) -> bool {
-        match self.tools_list_ids.lock() {
-            Ok(ids) => ids.contains(id),
-            Err(poisoned) => poisoned.into_inner().contains(id),
-        }
+    fn tools_lists(&self) -> std::sync::MutexGuard<'_, PendingLists> {
+        // A holder that panicked can at worst leave one id too many or too
+        // few, and tool lists are filtered whatever the ids say.
+        self.tools_lists
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn remember_tools_list(&self, ids: impl IntoIterator<Item = RequestId>) {
-        let mut set = match self.tools_list_ids.lock() {
-            Ok(set) => set,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        set.extend(ids);
+    /// Whether `id` answers a forwarded `tools/list`; forgets it if so, as
+    /// a request is answered once.
+    fn take_tools_list(&self, id: &RequestId) -> bool {
+        self.tools_lists().take(id)
+    }
+
+    fn remember_tools_lists(&self, ids: impl IntoIterator<Item = RequestId>) {
+        let mut pending = self.tools_lists();
+        for id in ids {
+            pending.insert(id);
+        }
     }
 
     /// Answers server-to-client requests the agent never sees.
@@ -239,32 +293,69 @@ impl Inner {
             .client
             .post(self.url.clone())
             .headers(headers)
+            .timeout(self.response_timeout)
             .body(body);
         tokio::spawn(async move {
             // The server's answer to an error response carries nothing.
             let _ = request.send().await;
         });
     }
+
+    /// A JSON-RPC error naming the server by its id, never by its URL.
+    fn upstream_error(&self, failure: Upstream<'_>, id: Option<&RequestId>) -> Response {
+        let server = self.policy.server().as_str();
+        let (status, reason, message) = match failure {
+            Upstream::Unreachable => (
+                StatusCode::BAD_GATEWAY,
+                Reason::UpstreamUnreachable,
+                format!("the Constle gate could not reach MCP server {server:?}"),
+            ),
+            Upstream::Timeout => (
+                StatusCode::GATEWAY_TIMEOUT,
+                Reason::UpstreamTimeout,
+                format!(
+                    "MCP server {server:?} did not answer within {} s; the Constle gate gave up",
+                    self.response_timeout.as_secs_f64()
+                ),
+            ),
+            Upstream::Malformed(what) => (
+                StatusCode::BAD_GATEWAY,
+                Reason::UpstreamMalformed,
+                format!(
+                    "MCP server {server:?} sent {what} the Constle gate cannot check; it was not relayed"
+                ),
+            ),
+        };
+        rpc_error(status, id, reason, &message)
+    }
+}
+
+/// Why a server's answer is not relayed.
+enum Upstream<'a> {
+    /// No connection, or it broke.
+    Unreachable,
+    /// No answer within the response timeout.
+    Timeout,
+    /// Something the gate cannot check: what it was.
+    Malformed(&'a str),
+}
+
+/// What the gate knows about one forwarded request when the answer comes.
+struct Exchange {
+    agent_headers: HeaderMap,
+    /// The id to answer an error with (a single request's).
+    reply_id: Option<RequestId>,
+    /// When the headers and a JSON body must have arrived.
+    deadline: Instant,
+    /// The most silence allowed between two chunks of an SSE answer.
+    sse_idle: Option<Duration>,
 }
 
 async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
     let method = parts.method;
-    if method == Method::POST {
-        post(inner, headers, body).await
-    } else if method == Method::GET || method == Method::DELETE {
-        let upstream = inner
-            .client
-            .request(method, inner.url.clone())
-            .headers(forwarded(&headers))
-            .send()
-            .await;
-        match upstream {
-            Ok(response) => relay(inner, response, headers, None).await,
-            Err(_) => unreachable_server(&inner, None),
-        }
-    } else {
+    if method != Method::POST && method != Method::GET && method != Method::DELETE {
         let mut response = rpc_error(
             StatusCode::METHOD_NOT_ALLOWED,
             None,
@@ -274,11 +365,52 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
         response
             .headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
-        response
+        return response;
     }
+    let revision = match protocol_version(&headers) {
+        Ok(revision) => revision,
+        Err(message) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                Reason::UnsupportedProtocolVersion,
+                &message,
+            );
+        }
+    };
+    if method == Method::POST {
+        return post(inner, headers, revision, body).await;
+    }
+    let request = inner
+        .client
+        .request(method.clone(), inner.url.clone())
+        .headers(forwarded(&headers));
+    // The GET stream is the server's standing channel: silence is normal.
+    let sse_idle = (method != Method::GET).then_some(inner.response_timeout);
+    exchange(inner, request, headers, None, sse_idle).await
 }
 
-async fn post(inner: Arc<Inner>, headers: HeaderMap, body: Body) -> Response {
+/// The revision the agent's `MCP-Protocol-Version` names, if it sent one;
+/// an error message if it names none the gate serves, or comes twice.
+fn protocol_version(headers: &HeaderMap) -> Result<Option<Revision>, String> {
+    let mut values = headers.get_all(PROTOCOL_VERSION).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err("MCP-Protocol-Version is sent more than once".to_string());
+    }
+    Revision::from_header(value.as_bytes())
+        .map(Some)
+        .map_err(|err| err.to_string())
+}
+
+async fn post(
+    inner: Arc<Inner>,
+    headers: HeaderMap,
+    revision: Option<Revision>,
+    body: Body,
+) -> Response {
     let Ok(body) = read_limited(body).await else {
         return rpc_error(
             StatusCode::BAD_REQUEST,
@@ -290,7 +422,7 @@ async fn post(inner: Arc<Inner>, headers: HeaderMap, body: Body) -> Response {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    let forward = match inspect(&inner.policy, &body, content_type) {
+    let forward = match inspect(&inner.policy, &body, content_type, revision) {
         Inspection::Refuse(refusal) => {
             let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST);
             return json_response(status, refusal.body().to_vec());
@@ -310,7 +442,7 @@ async fn post(inner: Arc<Inner>, headers: HeaderMap, body: Body) -> Response {
             }
         }
     }
-    inner.remember_tools_list(forward.tools_list_ids());
+    inner.remember_tools_lists(forward.tools_list_ids());
     let reply_id = if forward.is_batch() {
         None
     } else {
@@ -320,17 +452,37 @@ async fn post(inner: Arc<Inner>, headers: HeaderMap, body: Body) -> Response {
             _ => None,
         })
     };
-    let upstream = inner
+    let request = inner
         .client
         .post(inner.url.clone())
         .headers(forwarded(&headers))
-        .body(forward.into_bytes())
-        .send()
-        .await;
-    match upstream {
-        Ok(response) => relay(inner, response, headers, reply_id).await,
-        Err(_) => unreachable_server(&inner, reply_id.as_ref()),
-    }
+        .body(forward.into_bytes());
+    let sse_idle = Some(inner.response_timeout);
+    exchange(inner, request, headers, reply_id, sse_idle).await
+}
+
+/// Sends `request` to the server and relays its answer, within the
+/// response timeout.
+async fn exchange(
+    inner: Arc<Inner>,
+    request: reqwest::RequestBuilder,
+    agent_headers: HeaderMap,
+    reply_id: Option<RequestId>,
+    sse_idle: Option<Duration>,
+) -> Response {
+    let deadline = Instant::now() + inner.response_timeout;
+    let upstream = match tokio::time::timeout_at(deadline, request.send()).await {
+        Ok(Ok(upstream)) => upstream,
+        Ok(Err(_)) => return inner.upstream_error(Upstream::Unreachable, reply_id.as_ref()),
+        Err(_) => return inner.upstream_error(Upstream::Timeout, reply_id.as_ref()),
+    };
+    let exchange = Exchange {
+        agent_headers,
+        reply_id,
+        deadline,
+        sse_idle,
+    };
+    relay(inner, upstream, exchange).await
 }
 
 /// Reads at most one byte more than [`MAX_BODY_BYTES`], so [`inspect`]
@@ -357,19 +509,35 @@ fn forwarded(agent: &HeaderMap) -> HeaderMap {
     headers
 }
 
-async fn relay(
-    inner: Arc<Inner>,
-    mut upstream: reqwest::Response,
-    agent_headers: HeaderMap,
-    reply_id: Option<RequestId>,
-) -> Response {
-    let status = upstream.status();
+/// The server's headers the agent may see; the name of the first that
+/// cannot be relayed: sent twice (which one would the agent use?), empty,
+/// or not visible ASCII (what MCP allows in a session id).
+fn relayed_headers(upstream: &HeaderMap) -> Result<HeaderMap, &'static str> {
     let mut headers = HeaderMap::new();
     for name in RELAYED_RESPONSE_HEADERS {
-        if let Some(value) = upstream.headers().get(name) {
-            headers.insert(HeaderName::from_static(name), value.clone());
+        let mut values = upstream.get_all(name).iter();
+        let Some(value) = values.next() else {
+            continue;
+        };
+        let visible = !value.is_empty() && value.as_bytes().iter().all(u8::is_ascii_graphic);
+        if values.next().is_some() || !visible {
+            return Err(name);
         }
+        headers.insert(HeaderName::from_static(name), value.clone());
     }
+    Ok(headers)
+}
+
+async fn relay(inner: Arc<Inner>, mut upstream: reqwest::Response, exchange: Exchange) -> Response {
+    let reply_id = exchange.reply_id.as_ref();
+    let status = upstream.status();
+    let headers = match relayed_headers(upstream.headers()) {
+        Ok(headers) => headers,
+        Err(name) => {
+            let what = format!("a {name} header (twice, empty or not visible ASCII)");
+            return inner.upstream_error(Upstream::Malformed(&what), reply_id);
+        }
+    };
     let content_type = upstream
         .headers()
         .get(header::CONTENT_TYPE)
@@ -382,7 +550,8 @@ async fn relay(
                 inner,
                 upstream,
                 parser: sse::Parser::default(),
-                agent_headers,
+                idle: exchange.sse_idle,
+                agent_headers: exchange.agent_headers,
                 done: false,
             };
             let body = futures_util::stream::unfold(stream, SseRelay::next);
@@ -397,26 +566,21 @@ async fn relay(
             response
         }
         Some("application/json") => {
-            let mut body = Vec::new();
-            loop {
-                match upstream.chunk().await {
-                    Ok(Some(chunk)) => {
-                        body.extend_from_slice(&chunk);
-                        if body.len() > MAX_BODY_BYTES {
-                            break;
-                        }
+            let body =
+                match tokio::time::timeout_at(exchange.deadline, read_json(&mut upstream)).await {
+                    Ok(Ok(body)) => body,
+                    Ok(Err(_)) => {
+                        return inner.upstream_error(Upstream::Unreachable, reply_id);
                     }
-                    Ok(None) => break,
-                    Err(_) => return unreachable_server(&inner, reply_id.as_ref()),
-                }
-            }
+                    Err(_) => return inner.upstream_error(Upstream::Timeout, reply_id),
+                };
             if body.is_empty() {
                 Response::new(Body::empty())
             } else {
-                match filter_server_message(&inner.policy, &body, |id| inner.is_tools_list(id)) {
+                match filter_server_message(&inner.policy, &body, |id| inner.take_tools_list(id)) {
                     Ok(message) => {
                         if let Some(to_server) = message.to_server {
-                            inner.answer_server(to_server, &agent_headers);
+                            inner.answer_server(to_server, &exchange.agent_headers);
                         }
                         match message.to_agent {
                             Some(body) => json_response(StatusCode::OK, body),
@@ -424,16 +588,8 @@ async fn relay(
                         }
                     }
                     Err(err) => {
-                        return rpc_error(
-                            StatusCode::BAD_GATEWAY,
-                            reply_id.as_ref(),
-                            Reason::UpstreamMalformed,
-                            &format!(
-                                "MCP server {:?} sent a response the Constle gate cannot check \
-                                 ({err}); it was not relayed",
-                                inner.policy.server().as_str()
-                            ),
-                        );
+                        let what = format!("a response ({err})");
+                        return inner.upstream_error(Upstream::Malformed(&what), reply_id);
                     }
                 }
             }
@@ -446,11 +602,25 @@ async fn relay(
     response
 }
 
+/// A JSON body, up to one byte past [`MAX_BODY_BYTES`] (the filter then
+/// refuses it as too large).
+async fn read_json(upstream: &mut reqwest::Response) -> Result<Vec<u8>, reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = upstream.chunk().await? {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_BODY_BYTES {
+            break;
+        }
+    }
+    Ok(body)
+}
+
 /// One SSE stream from the server, filtered event by event.
 struct SseRelay {
     inner: Arc<Inner>,
     upstream: reqwest::Response,
     parser: sse::Parser,
+    idle: Option<Duration>,
     agent_headers: HeaderMap,
     done: bool,
 }
@@ -458,9 +628,15 @@ struct SseRelay {
 impl SseRelay {
     async fn next(mut self) -> Option<(Result<Bytes, std::io::Error>, SseRelay)> {
         while !self.done {
-            let chunk = match self.upstream.chunk().await {
-                Ok(Some(chunk)) => chunk,
-                Ok(None) | Err(_) => return None,
+            let chunk = match self.idle {
+                Some(idle) => tokio::time::timeout(idle, self.upstream.chunk()).await,
+                None => Ok(self.upstream.chunk().await),
+            };
+            // Silence past the bound ends the stream like a dropped
+            // connection; the agent may resume it with Last-Event-ID.
+            let chunk = match chunk {
+                Ok(Ok(Some(chunk))) => chunk,
+                Ok(Ok(None) | Err(_)) | Err(_) => return None,
             };
             let events = match self.parser.push(&chunk) {
                 Ok(events) => events,
@@ -488,7 +664,7 @@ impl SseRelay {
                 continue;
             }
             let inner = &self.inner;
-            match filter_server_message(&inner.policy, data, |id| inner.is_tools_list(id)) {
+            match filter_server_message(&inner.policy, data, |id| inner.take_tools_list(id)) {
                 Ok(message) => {
                     if let Some(to_server) = message.to_server {
                         inner.answer_server(to_server, &self.agent_headers);
@@ -503,18 +679,6 @@ impl SseRelay {
         }
         out
     }
-}
-
-fn unreachable_server(inner: &Inner, id: Option<&RequestId>) -> Response {
-    rpc_error(
-        StatusCode::BAD_GATEWAY,
-        id,
-        Reason::UpstreamUnreachable,
-        &format!(
-            "the Constle gate could not reach MCP server {:?}",
-            inner.policy.server().as_str()
-        ),
-    )
 }
 
 fn rpc_error(

@@ -7,6 +7,7 @@ use constle_manifest::GateMatch;
 use serde_json::{Map, Value};
 
 use crate::policy::ServerPolicy;
+use crate::revision::Revision;
 use crate::rpc::{Reason, Refused, RequestId, to_bytes};
 
 /// Largest agent-to-server body the gate reads (4 MiB); longer bodies are
@@ -182,9 +183,17 @@ impl Refusal {
 /// Decides what happens to one agent-to-server POST body.
 ///
 /// Pure: it never panics on any input, and a refusal is just a value, so
-/// the gate goes on serving. Only `content_type` and `body` are read; the
-/// decision comes from the parsed body alone.
-pub fn inspect(policy: &ServerPolicy, body: &[u8], content_type: Option<&str>) -> Inspection {
+/// the gate goes on serving. Only `content_type`, `revision` and `body` are
+/// read. `revision` is what the request's `MCP-Protocol-Version` header
+/// names (`None` without one); it can only add a refusal (batches from
+/// 2025-06-18 on), never lift one: every decision to forward comes from the
+/// parsed body.
+pub fn inspect(
+    policy: &ServerPolicy,
+    body: &[u8],
+    content_type: Option<&str>,
+    revision: Option<Revision>,
+) -> Inspection {
     if !is_json_content_type(content_type) {
         let shown = content_type.map_or_else(|| "none".to_string(), |c| format!("{c:?}"));
         return Inspection::Refuse(Refusal::single(
@@ -216,6 +225,20 @@ pub fn inspect(policy: &ServerPolicy, body: &[u8], content_type: Option<&str>) -
         }
     };
     match value {
+        Value::Array(_) if revision.is_some_and(|r| !r.allows_batches()) => {
+            let revision = revision.map(Revision::as_str).unwrap_or_default();
+            Inspection::Refuse(Refusal::single(
+                400,
+                Refused::new(
+                    None,
+                    Reason::BatchNotAllowed,
+                    format!(
+                        "JSON-RPC batches were removed in MCP 2025-06-18 and this request \
+                         says MCP-Protocol-Version {revision}; send one message per request"
+                    ),
+                ),
+            ))
+        }
         Value::Array(items) => inspect_batch(policy, body, &items),
         single => match check_message(policy, &single, false) {
             Ok(decision) => Inspection::Forward(Forward {

@@ -7,11 +7,14 @@
 //! The agent is assumed compromised. The gate is the only path from the
 //! sandbox to a declared server, so every rule below is checked on the
 //! parsed body of every message, and nothing the agent sends in headers
-//! changes a decision.
+//! lifts a refusal. The one header the rules read, `MCP-Protocol-Version`,
+//! can only add one (a batch under a revision without batches).
 //!
 //! # Agent to server: [`inspect`]
 //!
-//! [`inspect`] takes one POST body and returns [`Inspection::Forward`] (the
+//! [`inspect`] takes one POST body (with its `Content-Type` and the
+//! [`Revision`] its `MCP-Protocol-Version` names) and returns
+//! [`Inspection::Forward`] (the
 //! very bytes inspected, with a [`Decision`] per message) or
 //! [`Inspection::Refuse`] (an HTTP status and a JSON-RPC error body for the
 //! agent; nothing reaches the server). In order:
@@ -21,6 +24,7 @@
 //! | `Content-Type` is `application/json` (any case; a `charset` must be `utf-8`) | -32600 | `mcp_content_type` | 415 |
 //! | at most [`MAX_BODY_BYTES`], checked before parsing | -32600 | `mcp_body_too_large` | 413 |
 //! | strict JSON ([`constle_json`]): no duplicate keys at any depth, no lone surrogates, no `NaN`, comments, trailing commas or BOM, at most [`MAX_DEPTH`] levels | -32700 | `mcp_not_json` | 400 |
+//! | no batch when the revision is 2025-06-18 or later | -32600 | `mcp_batch_not_allowed` | 400 |
 //! | an object with only `jsonrpc`, `id`, `method`, `params`, `result`, `error`; `jsonrpc` is `"2.0"`; `id` a string or integer; `method` a string; `params` an object | -32600 (-32602 for `params`) | `mcp_invalid_message` | |
 //! | methods: `initialize`, `ping`, `tools/list`, `tools/call` as requests; `notifications/initialized`, `cancelled`, `progress`, `roots/list_changed` as notifications; others only if the server's `allow_methods` lists them ([`ServerPolicy::new`]) | -32601 | `mcp_method_not_allowed` | |
 //! | a `notifications/…` method has no id; any other method has one | -32600 | `mcp_invalid_message` | |
@@ -40,12 +44,20 @@
 //!
 //! MCP 2025-03-26 lets clients send JSON-RPC batches and requires servers to
 //! accept them; 2025-06-18 removed batching. The gate serves 2025-03-26
-//! through 2026-07-28, so it cannot refuse batches outright without breaking
-//! 2025-03-26 clients. It polices every element with the same rules as a
-//! single message and refuses the whole batch if any element is refused:
-//! every identified element is answered (the refused ones with their reason,
-//! the others with `mcp_batch_refused`), and nothing is forwarded. An empty
-//! batch is refused (`mcp_empty_batch`). On top of that:
+//! through 2026-07-28 ([`SUPPORTED_REVISIONS`]), so it cannot refuse batches
+//! outright without breaking 2025-03-26 clients. It decides from what it can
+//! trust: a request whose `MCP-Protocol-Version` header (which every client
+//! from 2025-06-18 on sends) names 2025-06-18 or later may not be a batch
+//! (`mcp_batch_not_allowed`). The header is the agent's word, so it is only
+//! ever used to refuse: an agent that leaves it out, as 2025-03-26 clients
+//! do, gets batches. (Remembering the revision each session negotiated
+//! would add state for no gain: a batch grants nothing its elements do not
+//! each have to pass.) The gate polices every element of a batch with the
+//! same rules as a single message and refuses the whole batch if any
+//! element is refused: every identified element is answered (the refused
+//! ones with their reason, the others with `mcp_batch_refused`), and
+//! nothing is forwarded. An empty batch is refused (`mcp_empty_batch`). On
+//! top of that:
 //!
 //! - a gated `tools/call` is refused inside a batch (`mcp_gated_call_in_batch`):
 //!   a human decision then always covers a body holding exactly one call, so
@@ -53,9 +65,6 @@
 //! - two requests with one id are refused (`mcp_duplicate_id`), so responses
 //!   cannot be answered in each other's place;
 //! - `initialize` inside a batch is refused, as 2025-03-26 requires.
-//!
-//! The HTTP layer, knowing the negotiated revision, may refuse batches for
-//! sessions at 2025-06-18 or later.
 //!
 //! ## What is forwarded
 //!
@@ -70,10 +79,16 @@
 //!
 //! Every `tools/list` result, page by page, is cut down to the declared
 //! tools; `nextCursor` is kept so the agent can ask for the next page, which
-//! is filtered in turn. Server-to-client requests other than `ping`
+//! is filtered in turn. A message is treated as a `tools/list` result when
+//! its `result` has a `tools` member, whatever its id, so no tool list gets
+//! through unfiltered because the gate forgot, or never saw, its request;
+//! a response to a remembered `tools/list` id must moreover be a tool list
+//! or an error. The gate remembers at most [`MAX_PENDING_TOOLS_LISTS`]
+//! unanswered ids, forgetting each once answered, and the oldest past the
+//! bound. Server-to-client requests other than `ping`
 //! (`sampling/createMessage`, `elicitation/create`, `roots/list`, …) are not
-//! relayed unless the policy allows them; the gate answers them to the
-//! server with -32601. A server message that cannot be parsed or filtered is
+//! relayed unless the server's `allow_methods` lists them; the gate answers
+//! them to the server with -32601. A server message that cannot be parsed or filtered is
 //! an error: the gate must not relay it.
 
 #![forbid(unsafe_code)]
@@ -81,19 +96,23 @@
 mod filter;
 mod http;
 mod inspect;
+mod pending;
 mod policy;
+mod revision;
 mod rpc;
 mod sse;
 
 pub use filter::{FilterError, ServerMessage, filter_server_message, filter_tools_list};
 pub use http::{
-    Approval, ApprovalFuture, Approver, FORWARDED_REQUEST_HEADERS, Gate, GateError,
-    RELAYED_RESPONSE_HEADERS, RefuseGated,
+    Approval, ApprovalFuture, Approver, DEFAULT_RESPONSE_TIMEOUT, FORWARDED_REQUEST_HEADERS, Gate,
+    GateError, RELAYED_RESPONSE_HEADERS, RefuseGated,
 };
 pub use inspect::{
     Decision, Forward, Inspection, MAX_BODY_BYTES, MAX_DEPTH, Refusal, ToolCall, inspect,
 };
+pub use pending::MAX_PENDING_TOOLS_LISTS;
 pub use policy::{BASE_NOTIFICATIONS, BASE_REQUESTS, BASE_SERVER_REQUESTS, ServerPolicy};
+pub use revision::{Revision, SUPPORTED_REVISIONS, UnsupportedRevision};
 pub use rpc::{
     GATE_REFUSED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
     Reason, RequestId,

@@ -64,7 +64,8 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 /// JSON-RPC 2.0: invalid method parameters (MCP also uses it for unknown tools).
 pub const INVALID_PARAMS: i64 = -32602;
 /// JSON-RPC 2.0: internal error. The gate sends it when the server cannot
-/// be reached or answers with something the gate cannot relay.
+/// be reached, does not answer in time, or answers with something the gate
+/// cannot relay.
 pub const INTERNAL_ERROR: i64 = -32603;
 /// The gate's own code (in JSON-RPC's implementation-defined range): a
 /// gated `tools/call` was not approved.
@@ -86,6 +87,12 @@ pub enum Reason {
     InvalidMessage,
     /// A batch (JSON array) with no element.
     EmptyBatch,
+    /// A batch sent under a revision without batches (2025-06-18 or later,
+    /// as the request's `MCP-Protocol-Version` says); HTTP 400.
+    BatchNotAllowed,
+    /// An `MCP-Protocol-Version` header naming no revision the gate serves,
+    /// or sent more than once; HTTP 400.
+    UnsupportedProtocolVersion,
     /// A batch element that was fine, not forwarded because another was refused.
     BatchRefused,
     /// A batch that contains a gated `tools/call`; gated calls travel alone.
@@ -109,6 +116,8 @@ pub enum Reason {
     /// The server answered with something the gate cannot check, so it is
     /// not relayed (fail closed); HTTP 502.
     UpstreamMalformed,
+    /// The server did not answer within the gate's bound; HTTP 504.
+    UpstreamTimeout,
 }
 
 impl Reason {
@@ -120,6 +129,8 @@ impl Reason {
             | Reason::ContentType
             | Reason::InvalidMessage
             | Reason::EmptyBatch
+            | Reason::BatchNotAllowed
+            | Reason::UnsupportedProtocolVersion
             | Reason::BatchRefused
             | Reason::GatedCallInBatch
             | Reason::DuplicateId
@@ -129,7 +140,9 @@ impl Reason {
                 INVALID_PARAMS
             }
             Reason::GateRefused => GATE_REFUSED,
-            Reason::UpstreamUnreachable | Reason::UpstreamMalformed => INTERNAL_ERROR,
+            Reason::UpstreamUnreachable | Reason::UpstreamMalformed | Reason::UpstreamTimeout => {
+                INTERNAL_ERROR
+            }
         }
     }
 
@@ -141,6 +154,8 @@ impl Reason {
             Reason::NotJson => "mcp_not_json",
             Reason::InvalidMessage => "mcp_invalid_message",
             Reason::EmptyBatch => "mcp_empty_batch",
+            Reason::BatchNotAllowed => "mcp_batch_not_allowed",
+            Reason::UnsupportedProtocolVersion => "mcp_unsupported_protocol_version",
             Reason::BatchRefused => "mcp_batch_refused",
             Reason::GatedCallInBatch => "mcp_gated_call_in_batch",
             Reason::DuplicateId => "mcp_duplicate_id",
@@ -152,6 +167,7 @@ impl Reason {
             Reason::GateRefused => "mcp_gate_refused",
             Reason::UpstreamUnreachable => "mcp_upstream_unreachable",
             Reason::UpstreamMalformed => "mcp_upstream_malformed",
+            Reason::UpstreamTimeout => "mcp_upstream_timeout",
         }
     }
 }

@@ -33,7 +33,7 @@ fn policy() -> ServerPolicy {
 }
 
 fn forward(policy: &ServerPolicy, body: &str) -> Forward {
-    match inspect(policy, body.as_bytes(), JSON) {
+    match inspect(policy, body.as_bytes(), JSON, None) {
         Inspection::Forward(forward) => {
             assert_eq!(forward.bytes(), body.as_bytes());
             forward
@@ -43,7 +43,7 @@ fn forward(policy: &ServerPolicy, body: &str) -> Forward {
 }
 
 fn refuse_with(policy: &ServerPolicy, body: &[u8], content_type: Option<&str>) -> (Refusal, Value) {
-    match inspect(policy, body, content_type) {
+    match inspect(policy, body, content_type, None) {
         Inspection::Refuse(refusal) => {
             let value: Value = serde_json::from_slice(refusal.body()).unwrap();
             (refusal, value)
@@ -283,7 +283,7 @@ fn wrong_content_type_is_refused() {
         "application/json;charset=\"utf-8\"",
     ] {
         assert!(matches!(
-            inspect(&policy(), body.as_bytes(), Some(content_type)),
+            inspect(&policy(), body.as_bytes(), Some(content_type), None),
             Inspection::Forward(_)
         ));
     }
@@ -818,16 +818,25 @@ fn server_requests_are_refused_unless_allowed() {
 }
 
 #[test]
-fn server_tools_list_responses_are_filtered_by_id_also_in_batches() {
+fn server_tool_lists_are_filtered_whatever_their_id_also_in_batches() {
     let msg = json!([
         {"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"delete_all"},{"name":"list_invoices"}]}},
-        {"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"delete_all"}]}},
-        {"jsonrpc":"2.0","id":"r","method":"roots/list"}
+        // An id the gate never sent, or has forgotten: filtered all the same.
+        {"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"delete_all"},{"name":"pay_invoice"}]}},
+        {"jsonrpc":"2.0","id":"r","method":"roots/list"},
+        {"jsonrpc":"2.0","id":3,"result":{"content":[]}}
     ]);
+    let mut asked = Vec::new();
     let out = filter_server_message(&policy(), msg.to_string().as_bytes(), |id| {
+        asked.push(id.clone());
         *id == RequestId::Int(1)
     })
     .unwrap();
+    // Asked once per response, so the caller can forget what was answered.
+    assert_eq!(
+        asked,
+        [RequestId::Int(1), RequestId::Int(2), RequestId::Int(3)]
+    );
     let to_agent: Value = serde_json::from_slice(&out.to_agent.unwrap()).unwrap();
     assert_eq!(
         to_agent[0]["result"]["tools"],
@@ -835,11 +844,94 @@ fn server_tools_list_responses_are_filtered_by_id_also_in_batches() {
     );
     assert_eq!(
         to_agent[1]["result"]["tools"],
-        json!([{"name":"delete_all"}])
+        json!([{"name":"pay_invoice"}])
     );
-    assert_eq!(to_agent.as_array().unwrap().len(), 2);
+    assert_eq!(to_agent[2]["result"]["content"], json!([]));
+    assert_eq!(to_agent.as_array().unwrap().len(), 3);
     let to_server: Value = serde_json::from_slice(&out.to_server.unwrap()).unwrap();
     assert_eq!(to_server[0]["id"], "r");
     assert!(filter_server_message(&policy(), b"{\"a\":1,\"a\":2}", |_| true).is_err());
     assert!(filter_server_message(&policy(), b"[1]", |_| true).is_err());
+}
+
+#[test]
+fn anything_shaped_like_a_tool_list_is_filtered_or_not_relayed() {
+    let unknown = |_: &RequestId| false;
+    let filtered = |msg: Value| {
+        let out = filter_server_message(&policy(), msg.to_string().as_bytes(), unknown).unwrap();
+        serde_json::from_slice::<Value>(&out.to_agent.unwrap()).unwrap()
+    };
+    // Even dressed as a notification, or without an id.
+    let out = filtered(
+        json!({"jsonrpc":"2.0","method":"notifications/x","result":{"tools":[{"name":"delete_all"}]}}),
+    );
+    assert_eq!(out["result"]["tools"], json!([]));
+    let out = filtered(json!({"jsonrpc":"2.0","result":{"tools":[{"name":"delete_all"}]}}));
+    assert_eq!(out["result"]["tools"], json!([]));
+    // A tool list the gate cannot filter is not relayed.
+    for bad in [
+        json!({"jsonrpc":"2.0","id":9,"result":{"tools":{"delete_all":{}}}}),
+        json!({"jsonrpc":"2.0","id":9,"result":{"tools":null}}),
+    ] {
+        assert!(
+            filter_server_message(&policy(), bad.to_string().as_bytes(), unknown).is_err(),
+            "{bad}"
+        );
+    }
+    // An answer to a remembered tools/list must be a tool list or an error.
+    let empty = br#"{"jsonrpc":"2.0","id":9,"result":{}}"#;
+    assert!(filter_server_message(&policy(), empty, |_| true).is_err());
+    assert!(filter_server_message(&policy(), empty, unknown).is_ok());
+    let error = br#"{"jsonrpc":"2.0","id":9,"error":{"code":-1,"message":"m"}}"#;
+    assert!(filter_server_message(&policy(), error, |_| true).is_ok());
+}
+
+#[test]
+fn batches_are_refused_from_2025_06_18_on() {
+    let batch = format!(
+        "[{},{}]",
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        call(2, "list_invoices", json!({})),
+    );
+    for revision in [None, Some(Revision::V2025_03_26)] {
+        assert!(
+            matches!(
+                inspect(&policy(), batch.as_bytes(), JSON, revision),
+                Inspection::Forward(_)
+            ),
+            "{revision:?}"
+        );
+    }
+    for revision in [
+        Revision::V2025_06_18,
+        Revision::V2025_11_25,
+        Revision::V2026_07_28,
+    ] {
+        let Inspection::Refuse(refusal) =
+            inspect(&policy(), batch.as_bytes(), JSON, Some(revision))
+        else {
+            panic!("a batch was forwarded under {revision}");
+        };
+        assert_eq!(
+            (refusal.status(), refusal.reason()),
+            (400, Reason::BatchNotAllowed)
+        );
+        assert!(refusal.message().contains(revision.as_str()));
+        let value: Value = serde_json::from_slice(refusal.body()).unwrap();
+        assert_eq!(value["id"], Value::Null);
+        assert_eq!(value["error"]["code"], -32600);
+        assert_eq!(value["error"]["data"]["reason"], "mcp_batch_not_allowed");
+        // Single messages are what these revisions send: unaffected.
+        let single = call(3, "list_invoices", json!({}));
+        assert!(matches!(
+            inspect(&policy(), single.as_bytes(), JSON, Some(revision)),
+            Inspection::Forward(_)
+        ));
+        // The header never lifts a refusal.
+        let bad = call(3, "delete_all", json!({}));
+        assert!(matches!(
+            inspect(&policy(), bad.as_bytes(), JSON, Some(revision)),
+            Inspection::Refuse(_)
+        ));
+    }
 }

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, reason = "test helpers panic on setup failure")]
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -14,7 +14,8 @@ use axum::response::{IntoResponse, Response};
 use constle_manifest::{HttpUrl, HumanGates, McpServer, Pricing, ServerId, ToolName};
 use constle_mcp_gate::{Approval, ApprovalFuture, Approver, Gate, ServerPolicy, ToolCall};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 #[derive(Clone, Debug)]
 struct Received {
@@ -77,6 +78,10 @@ async fn fake(State(log): State<Log>, method: Method, headers: HeaderMap, body: 
             }
         },
         "tools/call" => json!({"content":[{"type":"text","text":"done"}]}),
+        // A tool list for a request that was no tools/list.
+        "ping" if id == "leak" => {
+            json!({"tools":[{"name":"delete_everything"},{"name":"list_invoices"}]})
+        }
         _ if id.is_null() => return StatusCode::ACCEPTED.into_response(),
         _ => json!({}),
     };
@@ -447,8 +452,6 @@ async fn an_unreachable_server_is_a_json_rpc_error_with_502() {
 
 #[tokio::test]
 async fn the_gate_serves_on_a_unix_socket() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
     let (url, log) = fake_server().await;
     let server = declared(&url);
     let dir = tempfile::tempdir().unwrap();
@@ -470,4 +473,356 @@ async fn the_gate_serves_on_a_unix_socket() {
     let value: Value = serde_json::from_str(json).unwrap();
     assert_eq!(tool_names(&value), ["list_invoices"]);
     assert_eq!(posts(&log)[0].body, body.as_bytes());
+}
+
+// ------------------------------------------------ revisions and batches
+
+#[tokio::test]
+async fn batches_are_refused_when_the_header_says_2025_06_18_or_later() {
+    let (gate, log) = setup().await;
+    let batch =
+        r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]"#;
+    for revision in ["2025-06-18", "2025-11-25", "2026-07-28"] {
+        let response = post(&gate, batch, &[("mcp-protocol-version", revision)]).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{revision}");
+        let value: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+        assert_eq!(value["error"]["data"]["reason"], "mcp_batch_not_allowed");
+    }
+    assert!(posts(&log).is_empty());
+    // 2025-03-26, or no header (as 2025-03-26 clients send): policed
+    // element by element, and forwarded.
+    for extra in [&[("mcp-protocol-version", "2025-03-26")][..], &[]] {
+        let response = post(&gate, batch, extra).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+    }
+    assert_eq!(posts(&log).len(), 2);
+}
+
+#[tokio::test]
+async fn an_unsupported_protocol_version_is_refused_before_the_server() {
+    let (gate, log) = setup().await;
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    for bad in [
+        "1900-01-01",
+        "2024-11-05",
+        "2099-01-01",
+        "not-a-version",
+        "2025-6-18",
+        "2025-06-18,2025-03-26",
+    ] {
+        let response = post(&gate, ping, &[("mcp-protocol-version", bad)]).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{bad}");
+        let value: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+        assert_eq!(value["id"], Value::Null);
+        assert_eq!(value["error"]["code"], -32600);
+        assert_eq!(
+            value["error"]["data"]["reason"],
+            "mcp_unsupported_protocol_version"
+        );
+        let message = value["error"]["message"].as_str().unwrap();
+        assert!(
+            message.ends_with("(supported: 2025-03-26, 2025-06-18, 2025-11-25, 2026-07-28)"),
+            "{message}"
+        );
+    }
+    // Twice, even if both are fine: which one would the server read?
+    let response = post(
+        &gate,
+        ping,
+        &[
+            ("mcp-protocol-version", "2025-03-26"),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    for method in [Method::GET, Method::DELETE] {
+        let response = client()
+            .request(method.clone(), &gate)
+            .header("mcp-protocol-version", "1900-01-01")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{method}");
+    }
+    assert!(log.lock().unwrap().is_empty());
+    // Every supported revision passes.
+    for good in ["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"] {
+        let response = post(&gate, ping, &[("mcp-protocol-version", good)]).await;
+        assert_eq!(response.status(), StatusCode::OK, "{good}");
+    }
+}
+
+// ------------------------------------------------------------ tool lists
+
+#[tokio::test]
+async fn a_tool_list_is_filtered_even_when_it_answers_no_tools_list() {
+    let (gate, _log) = setup().await;
+    let (status, value) =
+        post_json(&gate, r#"{"jsonrpc":"2.0","id":"leak","method":"ping"}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(tool_names(&value), ["list_invoices"]);
+}
+
+// ---------------------------------------------- servers that misbehave
+
+/// A server speaking raw HTTP/1.1: for each connection it reads one
+/// request, then writes `parts` (each after its delay), then holds the
+/// connection open if `hold`, else closes it.
+async fn raw_server(parts: Vec<(Duration, Vec<u8>)>, hold: bool) -> (String, Arc<Mutex<usize>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests = Arc::new(Mutex::new(0));
+    let counter = requests.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let parts = parts.clone();
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                read_request(&mut stream).await;
+                *counter.lock().unwrap() += 1;
+                for (delay, bytes) in parts {
+                    tokio::time::sleep(delay).await;
+                    if stream.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                }
+                if hold {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+            });
+        }
+    });
+    (format!("http://{addr}/mcp?token=s3cret-token"), requests)
+}
+
+/// Reads one request's head and its `Content-Length` body.
+async fn read_request(stream: &mut TcpStream) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut chunk).await.unwrap();
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .map_or(0, |v| v.trim().parse().unwrap());
+        if buf.len() >= end + 4 + length {
+            return;
+        }
+    }
+}
+
+fn now(bytes: &str) -> (Duration, Vec<u8>) {
+    (Duration::ZERO, bytes.as_bytes().to_vec())
+}
+
+async fn gate_for(url: &str, timeout: Duration) -> String {
+    let server = declared(url);
+    let gate = Gate::new(&server, policy(&server))
+        .unwrap()
+        .with_response_timeout(timeout);
+    start_gate(gate).await
+}
+
+const PING: &str = r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#;
+
+#[tokio::test]
+async fn a_server_that_never_answers_is_a_504_within_the_bound() {
+    let (url, requests) = raw_server(Vec::new(), true).await;
+    let gate = gate_for(&url, Duration::from_secs(1)).await;
+    let started = Instant::now();
+    let (status, value) = post_json(&gate, PING).await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(value["id"], 5);
+    assert_eq!(value["error"]["code"], -32603);
+    assert_eq!(value["error"]["data"]["reason"], "mcp_upstream_timeout");
+    assert!(
+        value["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(r#"MCP server "accounting""#)
+    );
+    assert_eq!(*requests.lock().unwrap(), 1);
+
+    // Headers, then a JSON body that never comes.
+    let (url, _) = raw_server(
+        vec![now(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{",
+        )],
+        true,
+    )
+    .await;
+    let gate = gate_for(&url, Duration::from_secs(1)).await;
+    let started = Instant::now();
+    let (status, value) = post_json(&gate, PING).await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(value["error"]["data"]["reason"], "mcp_upstream_timeout");
+}
+
+const SSE_HEAD: &str =
+    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+
+#[tokio::test]
+async fn an_sse_answer_that_falls_silent_is_cut_but_the_get_stream_is_not() {
+    let event = "id: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n\n";
+    let (url, _) = raw_server(vec![now(SSE_HEAD), now(event)], true).await;
+    let gate = gate_for(&url, Duration::from_secs(1)).await;
+    let started = Instant::now();
+    let response = post(&gate, PING, &[]).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = response.text().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(text.contains("notifications/progress"), "{text}");
+
+    // The GET stream may stay quiet longer than the bound.
+    let (url, _) = raw_server(
+        vec![
+            now(SSE_HEAD),
+            (Duration::from_millis(1500), event.as_bytes().to_vec()),
+        ],
+        false,
+    )
+    .await;
+    let gate = gate_for(&url, Duration::from_secs(1)).await;
+    let response = client()
+        .get(&gate)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    let text = response.text().await.unwrap();
+    assert!(text.contains("notifications/progress"), "{text}");
+}
+
+fn answer_with_headers(headers: &str) -> Vec<(Duration, Vec<u8>)> {
+    let body = r#"{"jsonrpc":"2.0","id":5,"result":{}}"#;
+    vec![now(&format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{headers}connection: close\r\n\r\n{body}",
+        body.len()
+    ))]
+}
+
+#[tokio::test]
+async fn only_whitelisted_server_headers_reach_the_agent() {
+    let (url, _) = raw_server(
+        answer_with_headers(
+            "Mcp-Session-Id: sess-7\r\nMCP-Protocol-Version: 2025-06-18\r\nSet-Cookie: a=b\r\n\
+             Location: https://elsewhere.example/\r\nWWW-Authenticate: Bearer realm=x\r\n\
+             X-Upstream: 1\r\nAccess-Control-Allow-Origin: *\r\n",
+        ),
+        false,
+    )
+    .await;
+    let gate = gate_for(&url, Duration::from_secs(5)).await;
+    let response = post(&gate, PING, &[]).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut names: Vec<&str> = response.headers().keys().map(|k| k.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "content-length",
+            "content-type",
+            "date",
+            "mcp-protocol-version",
+            "mcp-session-id"
+        ]
+    );
+    assert_eq!(response.headers()["mcp-session-id"], "sess-7");
+}
+
+#[tokio::test]
+async fn a_server_cannot_put_odd_bytes_in_relayed_headers() {
+    // Valid HTTP, but not what MCP allows in a session id: refused (502).
+    for headers in [
+        &b"Mcp-Session-Id: a b\r\n"[..],
+        b"Mcp-Session-Id: abc\x80\xff\r\n",
+        b"Mcp-Session-Id: abc\tdef\r\n",
+        b"Mcp-Session-Id: \r\n",
+        b"Mcp-Session-Id: one\r\nMcp-Session-Id: two\r\n",
+        b"MCP-Protocol-Version: 2025-06-18 x\r\n",
+    ] {
+        let mut reply = answer_with_headers("");
+        let at = reply[0].1.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+        reply[0].1.splice(at..at, headers.iter().copied());
+        let (url, _) = raw_server(reply, false).await;
+        let gate = gate_for(&url, Duration::from_secs(5)).await;
+        let response = post(&gate, PING, &[]).await;
+        let shown = String::from_utf8_lossy(headers);
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{shown}");
+        assert!(response.headers().get("mcp-session-id").is_none());
+        let value: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+        assert_eq!(value["error"]["data"]["reason"], "mcp_upstream_malformed");
+    }
+    // Not valid HTTP at all (a bare CR, NUL, an obsolete folded line): the
+    // HTTP client refuses the response before the gate sees a header.
+    for headers in [
+        &b"Mcp-Session-Id: abc\rX-Injected: 1\r\n"[..],
+        b"Mcp-Session-Id: abc\x00def\r\n",
+        b"Mcp-Session-Id: abc\r\n X-Injected: 1\r\n",
+    ] {
+        let mut reply = answer_with_headers("");
+        let at = reply[0].1.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+        reply[0].1.splice(at..at, headers.iter().copied());
+        let (url, _) = raw_server(reply, false).await;
+        let gate = gate_for(&url, Duration::from_secs(5)).await;
+        let response = post(&gate, PING, &[]).await;
+        let shown = String::from_utf8_lossy(headers);
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{shown}");
+        assert!(response.headers().get("x-injected").is_none());
+        assert!(response.headers().get("mcp-session-id").is_none());
+    }
+}
+
+#[tokio::test]
+async fn error_messages_never_carry_the_server_url() {
+    let mut bodies = Vec::new();
+    let mut urls = Vec::new();
+    // Unreachable.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    urls.push(format!("http://{addr}/mcp?token=s3cret-token"));
+    // Never answers; answers garbage; answers with a bad header.
+    for (parts, hold) in [
+        (Vec::new(), true),
+        (
+            vec![now(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 3\r\n\r\n{{{",
+            )],
+            false,
+        ),
+        (answer_with_headers("Mcp-Session-Id: a b\r\n"), false),
+    ] {
+        urls.push(raw_server(parts, hold).await.0);
+    }
+    for url in &urls {
+        let gate = gate_for(url, Duration::from_secs(1)).await;
+        let response = post(&gate, PING, &[]).await;
+        assert!(response.status().is_server_error(), "{url}");
+        bodies.push(response.text().await.unwrap());
+    }
+    assert_eq!(bodies.len(), 4);
+    for (body, url) in bodies.iter().zip(&urls) {
+        let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+        for secret in ["s3cret", "token", authority, "127.0.0.1", "/mcp"] {
+            assert!(!body.contains(secret), "{secret} in {body}");
+        }
+        assert!(body.contains(r#"\"accounting\""#), "{body}");
+    }
+    // Building a gate does not show it either.
+    let server = declared(&urls[0]);
+    let gate = Gate::new(&server, policy(&server)).unwrap();
+    assert!(!format!("{gate:?}").contains("s3cret"));
 }

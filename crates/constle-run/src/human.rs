@@ -232,8 +232,9 @@ impl Inner {
             Outcome::Webhook(_) => "denied through the webhook",
             Outcome::Timeout(_) => "no decision before the deadline",
         };
-        if let Some(terminal) = &self.terminal {
-            let mut tty = terminal.lock().await;
+        // Locked by another call's prompt means this call's prompt, queued
+        // behind it, was never shown: there is nothing to close.
+        if let Some(mut tty) = self.terminal.as_ref().and_then(|t| t.try_lock().ok()) {
             let _ = tty.write_all(format!("\n   → {note}\n").as_bytes()).await;
             let _ = tty.flush().await;
         }

@@ -77,14 +77,22 @@ fn main() {
             no_channel,
         ),
         e2e(
+            "an_unreachable_decision_endpoint_is_no_decision",
+            unreachable_endpoint,
+        ),
+        e2e(
             "a_recorded_webhook_approval_is_checked_against_approver_pubkey",
             forged_in_log,
         ),
         e2e("a_terminal_approval_forwards_the_call", || {
-            terminal("a", true)
+            terminal(INVOICE, "approve? [a]pprove / [d]eny", "a\n", true)
         }),
         e2e("a_terminal_denial_refuses_the_call", || {
-            terminal("d", false)
+            terminal(INVOICE, "approve? [a]pprove / [d]eny", "d\n", false)
+        }),
+        e2e("arguments_too_large_to_show_can_only_be_denied", || {
+            let large = format!(r#"{{"invoice_id":"{}"}}"#, "9".repeat(8000));
+            terminal(&large, "deny? [d]eny only", "a\nd\n", false)
         }),
     ];
     for (answer, forwarded, event, reason) in WEBHOOK_ROWS {
@@ -562,16 +570,49 @@ fn no_channel() {
     );
 }
 
+fn unreachable_endpoint() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let setup = Setup {
+        timeout_seconds: 2,
+        on_timeout: "proceed",
+        ..Setup::default()
+    };
+    let file = fx.agentfile(&setup, &[call("pay", "pay_invoice", INVOICE)]);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/gates", closed.local_addr().unwrap());
+    drop(closed);
+    let out = fx
+        .case
+        .command(&["run", file.to_str().unwrap()])
+        .env(WEBHOOK_VAR, &url)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", report(&out));
+    let gate = events(&fx.case, "gate_");
+    assert_eq!(names(&gate), ["gate_triggered", "gate_timeout"]);
+    assert_eq!(gate[0]["channels"]["webhook"], true);
+    assert_eq!(gate[1]["webhook"], "the decision endpoint was unreachable");
+    // The URL is a secret: it is in no entry and no message.
+    assert!(
+        !serde_json::to_string(&fx.case.log())
+            .unwrap()
+            .contains(&url)
+    );
+    assert!(!text(&out.stderr).contains(&url), "{}", report(&out));
+}
+
 // ---------------------------------------------------------------------------
 // The terminal, through a pseudo-terminal
 
 /// Runs `constle run` under `script`, whose pty becomes the run's
-/// controlling terminal; answers `key` once the prompt is shown.
-fn terminal(key: &str, approves: bool) {
+/// controlling terminal, for a call with `arguments`; types `keys` once
+/// `question` is shown.
+fn terminal(arguments: &str, question: &str, keys: &str, approves: bool) {
     let fx = Fixture::new(McpServerOptions::default());
     // The webhook never decides: the terminal must.
     let webhook = fx.webhook(Answer::Never);
-    let file = fx.agentfile(&Setup::default(), &[call("pay", "pay_invoice", INVOICE)]);
+    let file = fx.agentfile(&Setup::default(), &[call("pay", "pay_invoice", arguments)]);
     let constle = env!("CARGO_BIN_EXE_constle");
     let mut child = Command::new("script")
         .args([
@@ -603,7 +644,7 @@ fn terminal(key: &str, approves: bool) {
         })
     };
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !text(&seen.lock().unwrap()).contains("approve? [a]pprove / [d]eny") {
+    while !text(&seen.lock().unwrap()).contains(question) {
         assert!(
             Instant::now() < deadline,
             "no prompt: {}",
@@ -612,7 +653,7 @@ fn terminal(key: &str, approves: bool) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(format!("{key}\n").as_bytes()).unwrap();
+    stdin.write_all(keys.as_bytes()).unwrap();
     let status = child.wait().unwrap();
     reader.join().unwrap();
     drop(stdin);
@@ -622,11 +663,15 @@ fn terminal(key: &str, approves: bool) {
         "agent \"test-agent\" wants to call",
         "MCP tool \"pay_invoice\" on server \"accounting\"",
         "subject: sha256:",
-        "\"invoice_id\"",
+        question,
         "(timeout 30s → abort)",
     ] {
         assert!(shown.contains(part), "{part:?} not in the prompt:\n{shown}");
     }
+    // Small arguments are shown in full; large ones not at all.
+    let shown_in_full = shown.contains("— shown in full:");
+    assert_eq!(shown_in_full, arguments.len() < 4096, "{shown}");
+    assert_eq!(shown.contains(arguments), shown_in_full, "{shown}");
     let gate = events(&fx.case, "gate_");
     if approves {
         assert_eq!(names(&gate), ["gate_triggered", "gate_approved"]);
