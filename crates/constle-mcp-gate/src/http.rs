@@ -60,7 +60,7 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use crate::filter::filter_server_message;
-use crate::inspect::{Decision, Inspection, MAX_BODY_BYTES, ToolCall, inspect};
+use crate::inspect::{Decision, Forward, Inspection, MAX_BODY_BYTES, ToolCall, inspect};
 use crate::pending::{MAX_PENDING_TOOLS_LISTS, PendingLists};
 use crate::policy::ServerPolicy;
 use crate::revision::Revision;
@@ -452,10 +452,12 @@ async fn post(
             _ => None,
         })
     };
+    let mut upstream_headers = forwarded(&headers);
+    upstream_headers.extend(mirrored(&forward));
     let request = inner
         .client
         .post(inner.url.clone())
-        .headers(forwarded(&headers))
+        .headers(upstream_headers)
         .body(forward.into_bytes());
     let sse_idle = Some(inner.response_timeout);
     exchange(inner, request, headers, reply_id, sse_idle).await
@@ -505,6 +507,32 @@ fn forwarded(agent: &HeaderMap) -> HeaderMap {
         for value in agent.get_all(name) {
             headers.append(HeaderName::from_static(name), value.clone());
         }
+    }
+    headers
+}
+
+/// `Mcp-Method` and `Mcp-Name` (SEP-2243, revision 2026-07-28), which
+/// servers may check against the body: rebuilt from the parsed message,
+/// never taken from the agent, so no header can name another call than the
+/// body holds. A batch gets none (it has no single method). `Mcp-Name` is
+/// set for `tools/call` only: other methods' names are not parsed here.
+fn mirrored(forward: &Forward) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let (method, name) = match forward.decisions() {
+        [Decision::Pass { method, .. }] if !forward.is_batch() => (method.as_str(), None),
+        [Decision::Call(call) | Decision::Gated(call)] if !forward.is_batch() => {
+            ("tools/call", Some(call.tool.as_str()))
+        }
+        _ => return headers,
+    };
+    let mut put = |header: &'static str, value: &str| {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(header), value);
+        }
+    };
+    put("mcp-method", method);
+    if let Some(name) = name {
+        put("mcp-name", name);
     }
     headers
 }

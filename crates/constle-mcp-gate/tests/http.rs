@@ -254,6 +254,28 @@ async fn a_declared_call_is_forwarded_byte_for_byte() {
 }
 
 #[tokio::test]
+async fn mirrored_headers_are_rebuilt_from_the_body_never_taken_from_the_agent() {
+    let (gate, log) = setup().await;
+    let call =
+        r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"list_invoices"}}"#;
+    let lies = [("mcp-method", "ping"), ("mcp-name", "delete_everything")];
+    assert_eq!(post(&gate, call, &lies).await.status(), StatusCode::OK);
+    let ping = r#"{"jsonrpc":"2.0","id":10,"method":"ping"}"#;
+    assert_eq!(post(&gate, ping, &lies).await.status(), StatusCode::OK);
+    let received = posts(&log);
+    let header = |i: usize, name: &str| {
+        received[i]
+            .headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    assert_eq!(header(0, "mcp-method").as_deref(), Some("tools/call"));
+    assert_eq!(header(0, "mcp-name").as_deref(), Some("list_invoices"));
+    assert_eq!(header(1, "mcp-method").as_deref(), Some("ping"));
+    assert_eq!(header(1, "mcp-name"), None);
+}
+
+#[tokio::test]
 async fn undeclared_calls_never_reach_the_server_whatever_the_headers_say() {
     let (gate, log) = setup().await;
     let body =
