@@ -275,11 +275,7 @@ pub enum TerminalOutcome {
 ///
 /// Cancel-safe in the sense the race with the webhook needs: dropping the
 /// future decides nothing.
-pub async fn ask_terminal<T>(
-    tty: &mut T,
-    req: &PromptRequest,
-    deadline: Instant,
-) -> TerminalOutcome
+pub async fn ask_terminal<T>(tty: &mut T, req: &PromptRequest, deadline: Instant) -> TerminalOutcome
 where
     T: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
