@@ -13,7 +13,7 @@ use std::time::Duration;
 use constle_identity::{DidKey, Name};
 use rust_decimal::Decimal;
 
-use crate::values::{EnvVarName, Hostname, HttpUrl, MethodName, ServerId, ToolName};
+use crate::values::{EnvVarName, Hostname, HttpUrl, LedgerUrl, MethodName, ServerId, ToolName};
 
 /// A validated Agentfile.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -295,8 +295,11 @@ pub struct Spending {
     pub max_per_run_usd: Option<Decimal>,
     /// Cap per UTC day, across runs, keyed by the agent DID.
     pub max_per_day_usd: Option<Decimal>,
-    /// Parsed and validated, but not enforced.
+    /// Cap per UTC month, across runs, keyed like the daily cap.
     pub max_per_month_usd: Option<Decimal>,
+    /// Where day and month totals are kept: `None` for the embedded store
+    /// under `$CONSTLE_HOME/ledger/`, or a Redis shared by several machines.
+    pub ledger: Option<LedgerUrl>,
 }
 
 impl Spending {

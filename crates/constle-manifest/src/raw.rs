@@ -95,6 +95,7 @@ pub(crate) struct RawSpending {
     pub max_per_run_usd: Field<String>,
     pub max_per_day_usd: Field<String>,
     pub max_per_month_usd: Field<String>,
+    pub ledger: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

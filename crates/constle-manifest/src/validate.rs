@@ -24,7 +24,8 @@ use crate::raw::{
     RawSpending, Strings,
 };
 use crate::values::{
-    EnvVarName, Hostname, HttpUrl, InvalidValue, MethodName, ServerId, ToolName, parse_amount,
+    EnvVarName, Hostname, HttpUrl, InvalidValue, LedgerUrl, MethodName, ServerId, ToolName,
+    parse_amount,
 };
 
 /// Environment variables constle sets for the agent, refused in `sandbox.env`
@@ -924,14 +925,20 @@ impl V<'_, '_> {
         let run = self.amount(&s.max_per_run_usd);
         let day = self.amount(&s.max_per_day_usd);
         let month = self.amount(&s.max_per_month_usd);
-        if let Some(m) = &s.max_per_month_usd.0 {
-            self.sink.warning(
-                "monthly_cap_not_enforced",
-                m.key_pos(),
-                "max_per_month_usd is checked but not enforced: there is no monthly ledger",
-                Some("rely on max_per_day_usd and max_per_run_usd, which are enforced".to_string()),
-            );
-        }
+        let ledger = match &s.ledger.0 {
+            None => Some(None),
+            Some(l) => self.check(l, "invalid_ledger_url", LedgerUrl::new).map(|url| {
+                if url.has_password() {
+                    self.sink.warning(
+                        "ledger_password_in_agentfile",
+                        l.pos,
+                        "spending.ledger carries a password, in clear text in the Agentfile",
+                        Some("restrict who can read the Agentfile, or let Redis trust the host (a Unix socket, an ACL by address)".to_string()),
+                    );
+                }
+                Some(url)
+            }),
+        };
         let has_caps = s.max_per_run_usd.0.is_some()
             || s.max_per_day_usd.0.is_some()
             || s.max_per_month_usd.0.is_some();
@@ -947,6 +954,7 @@ impl V<'_, '_> {
             max_per_run_usd: run?,
             max_per_day_usd: day?,
             max_per_month_usd: month?,
+            ledger: ledger?,
         })
     }
 

@@ -1001,3 +1001,82 @@ mod tests {
         assert!(parse_amount("-1").unwrap_err().message.contains("negative"));
     }
 }
+
+/// `spending.ledger`: where day and month totals are kept when not in the
+/// embedded store under `$CONSTLE_HOME/ledger/`. A Redis URL: `redis://`,
+/// `rediss://` (TLS), or `redis+unix://` / `unix://` for a local socket.
+/// Checked here only for shape; the Redis client reads the rest.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LedgerUrl(String);
+
+/// The schemes `spending.ledger` accepts.
+pub const LEDGER_SCHEMES: [&str; 4] = ["redis", "rediss", "redis+unix", "unix"];
+
+impl LedgerUrl {
+    /// Parses and checks a ledger URL.
+    pub fn new(s: &str) -> Result<LedgerUrl, InvalidValue> {
+        let help = || "write a Redis URL, e.g. redis://ledger.internal:6379/0".to_string();
+        let Some((scheme, rest)) = s.split_once("://") else {
+            return Err(invalid(
+                format!("spending.ledger {} is not a URL", show(s)),
+                help(),
+            ));
+        };
+        if !LEDGER_SCHEMES.contains(&scheme) {
+            return Err(invalid(
+                format!(
+                    "spending.ledger {} is not a Redis URL (schemes: {})",
+                    show(s),
+                    LEDGER_SCHEMES.join(", ")
+                ),
+                help(),
+            ));
+        }
+        if rest.is_empty() || !s.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(invalid(
+                format!(
+                    "spending.ledger {} has no address, or has spaces or control characters",
+                    show(s)
+                ),
+                help(),
+            ));
+        }
+        Ok(LedgerUrl(s.to_owned()))
+    }
+
+    /// The URL as written (it may hold a password: never print it).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the URL carries a password, which then sits in the
+    /// Agentfile in clear text.
+    pub fn has_password(&self) -> bool {
+        self.0
+            .split_once("://")
+            .and_then(|(_, rest)| rest.split(['/', '?']).next())
+            .and_then(|authority| authority.rsplit_once('@'))
+            .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+    }
+
+    /// The URL with any password replaced by `***`, for messages.
+    pub fn redacted(&self) -> String {
+        let Some((scheme, rest)) = self.0.split_once("://") else {
+            return self.0.clone();
+        };
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        match rest[..end].rsplit_once('@') {
+            Some((userinfo, host)) if userinfo.contains(':') => {
+                let user = userinfo.split(':').next().unwrap_or_default();
+                format!("{scheme}://{user}:***@{host}{}", &rest[end..])
+            }
+            _ => self.0.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for LedgerUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LedgerUrl").field(&self.redacted()).finish()
+    }
+}

@@ -100,7 +100,7 @@ fn docs_full_example_parses_cleanly() {
         Ok(v) => v,
         Err(r) => panic!("{r}"),
     };
-    assert_eq!(codes(&v.warnings), ["monthly_cap_not_enforced"]);
+    assert_eq!(codes(&v.warnings), Vec::<&str>::new());
     let m = v.manifest;
     assert_eq!(m.name.as_str(), "invoice-processor");
     assert_eq!(m.did().unwrap().to_string(), DID_A);
@@ -153,10 +153,7 @@ fn docs_full_example_parses_cleanly() {
 
     // Without the webhook variable the example still validates, with a warning.
     let v = parse_str(&example, Path::new("agent.yaml"), &no_env).unwrap();
-    assert_eq!(
-        codes(&v.warnings),
-        ["webhook_url_unset", "monthly_cap_not_enforced"]
-    );
+    assert_eq!(codes(&v.warnings), ["webhook_url_unset"]);
 }
 
 /// Every code is documented in the table for its severity. (Sink checks in
@@ -1102,17 +1099,33 @@ fn on_timeout_values() {
 #[test]
 fn spending_warnings() {
     let v = ok(&with("spending:\n  max_per_month_usd: 100\n"));
-    assert_eq!(
-        at(&v.warnings),
-        [
-            ("spend_caps_unmetered", 4, 1),
-            ("monthly_cap_not_enforced", 5, 3)
-        ]
-    );
+    assert_eq!(at(&v.warnings), [("spend_caps_unmetered", 4, 1)]);
+    assert_eq!(v.manifest.spending.max_per_month_usd, Some(100.into()));
     let v = ok(&format!(
         "{MIN}{SERVER}      pricing: {{default_usd: 0.5}}\nspending:\n  max_per_run_usd: 1\n"
     ));
     assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+}
+
+#[test]
+fn the_ledger_is_a_redis_url() {
+    let v = ok(&with("spending:\n  ledger: redis://ledger.internal:6379/0\n"));
+    let ledger = v.manifest.spending.ledger.unwrap();
+    assert_eq!(ledger.as_str(), "redis://ledger.internal:6379/0");
+    for url in ["rediss://h:6380", "redis+unix:///run/redis.sock", "unix:///run/redis.sock"] {
+        ok(&with(&format!("spending:\n  ledger: {url}\n")));
+    }
+    for url in ["https://ledger", "redis://", "redis ://h", "/run/redis.sock", "REDIS://h"] {
+        let r = rejected(&with(&format!("spending:\n  ledger: \"{url}\"\n")));
+        assert_eq!(at(&r.errors), [("invalid_ledger_url", 5, 11)], "{url}");
+    }
+    let v = ok(&with("spending:\n  ledger: redis://app:s3cret@ledger:6379\n"));
+    assert_eq!(at(&v.warnings), [("ledger_password_in_agentfile", 5, 11)]);
+    let ledger = v.manifest.spending.ledger.unwrap();
+    assert!(!format!("{ledger:?} {}", ledger.redacted()).contains("s3cret"));
+    // A user name alone is no password.
+    let v = ok(&with("spending:\n  ledger: redis://app@ledger:6379\n"));
+    assert!(v.warnings.is_empty());
 }
 
 #[test]
