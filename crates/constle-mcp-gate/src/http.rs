@@ -8,7 +8,9 @@
 //!   2025-06-18 on, a batch is refused). A refusal is answered with its
 //!   status and JSON-RPC error; nothing reaches the server. A gated
 //!   `tools/call` is put to the [`Approver`] (by default [`RefuseGated`]).
-//!   Otherwise exactly the inspected bytes are posted to the server's URL.
+//!   Then every `tools/call` of the body goes to the [`Meter`] (by default
+//!   [`Unmetered`]), which charges them all or refuses them all. Only then
+//!   are exactly the inspected bytes posted to the server's URL.
 //! - `GET` (the server-to-client SSE stream) and `DELETE` (session end) are
 //!   forwarded without a body.
 //! - Any other method: 405.
@@ -104,6 +106,41 @@ pub enum Approval {
 /// The future an [`Approver`] returns.
 pub type ApprovalFuture<'a> = Pin<Box<dyn Future<Output = Approval> + Send + 'a>>;
 
+/// What a [`Meter`] says about the calls of one body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Metered {
+    /// Charged (or free): forward.
+    Charged,
+    /// Not forwarded; each call is answered with this message (reason
+    /// `mcp_spend_refused`).
+    Refused {
+        /// What the agent is told.
+        message: String,
+    },
+}
+
+/// The future a [`Meter`] returns.
+pub type MeterFuture<'a> = Pin<Box<dyn Future<Output = Metered> + Send + 'a>>;
+
+/// Charges for `tools/call`s before they are forwarded: the spend caps plug
+/// in here. Called after any human decision, with every call of one body,
+/// which is forwarded only on [`Metered::Charged`].
+pub trait Meter: Send + Sync + 'static {
+    /// Charges for `calls`, all or nothing.
+    fn charge<'a>(&'a self, calls: Vec<&'a ToolCall>) -> MeterFuture<'a>;
+}
+
+/// The default [`Meter`]: nothing is priced.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Unmetered;
+
+impl Meter for Unmetered {
+    fn charge<'a>(&'a self, _calls: Vec<&'a ToolCall>) -> MeterFuture<'a> {
+        Box::pin(std::future::ready(Metered::Charged))
+    }
+}
+
 /// Decides a [`Decision::Gated`] call before it is forwarded. The human
 /// gates (terminal and webhook) plug in here; the call is forwarded only
 /// on [`Approval::Approved`], and its bytes are the ones `call` was parsed
@@ -165,6 +202,7 @@ pub struct Gate {
     url: reqwest::Url,
     client: reqwest::Client,
     approver: Arc<dyn Approver>,
+    meter: Arc<dyn Meter>,
     response_timeout: Duration,
 }
 
@@ -196,6 +234,7 @@ impl Gate {
             url,
             client,
             approver: Arc::new(RefuseGated),
+            meter: Arc::new(Unmetered),
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
         })
     }
@@ -204,6 +243,13 @@ impl Gate {
     #[must_use]
     pub fn with_approver(mut self, approver: impl Approver) -> Gate {
         self.approver = Arc::new(approver);
+        self
+    }
+
+    /// Charges calls to `meter` before forwarding them.
+    #[must_use]
+    pub fn with_meter(mut self, meter: impl Meter) -> Gate {
+        self.meter = Arc::new(meter);
         self
     }
 
@@ -225,6 +271,7 @@ impl Gate {
             url: self.url,
             client: self.client,
             approver: self.approver,
+            meter: self.meter,
             response_timeout: self.response_timeout,
             tools_lists: Mutex::new(PendingLists::new(MAX_PENDING_TOOLS_LISTS)),
         });
@@ -248,6 +295,7 @@ struct Inner {
     url: reqwest::Url,
     client: reqwest::Client,
     approver: Arc<dyn Approver>,
+    meter: Arc<dyn Meter>,
     response_timeout: Duration,
     /// Ids of the `tools/list` requests forwarded and not yet answered:
     /// their responses must be tool lists, filtered wherever they arrive
@@ -441,6 +489,19 @@ async fn post(
                 );
             }
         }
+    }
+    let calls: Vec<&ToolCall> = forward
+        .decisions()
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Call(call) | Decision::Gated(call) => Some(call),
+            _ => None,
+        })
+        .collect();
+    if !calls.is_empty()
+        && let Metered::Refused { message } = inner.meter.charge(calls).await
+    {
+        return refuse_all(&forward, Reason::SpendRefused, &message);
     }
     inner.remember_tools_lists(forward.tools_list_ids());
     let reply_id = if forward.is_batch() {
@@ -707,6 +768,35 @@ impl SseRelay {
         }
         out
     }
+}
+
+/// Answers every request in `forward` with an error: `reason` for its
+/// `tools/call`s, [`Reason::BatchRefused`] for the rest of a batch.
+fn refuse_all(forward: &Forward, reason: Reason, message: &str) -> Response {
+    let answers: Vec<serde_json::Value> = forward
+        .decisions()
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Call(call) | Decision::Gated(call) => Some(error_response(
+                Some(&call.request_id),
+                reason.code(),
+                message,
+                reason,
+            )),
+            Decision::Pass { id: Some(id), .. } => Some(error_response(
+                Some(id),
+                Reason::BatchRefused.code(),
+                &format!("not forwarded: a call in this batch was refused: {message}"),
+                Reason::BatchRefused,
+            )),
+            _ => None,
+        })
+        .collect();
+    let body = match answers.as_slice() {
+        [single] if !forward.is_batch() => single.clone(),
+        _ => serde_json::Value::Array(answers),
+    };
+    json_response(StatusCode::OK, to_bytes(&body))
 }
 
 fn rpc_error(

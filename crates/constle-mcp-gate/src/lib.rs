@@ -105,7 +105,7 @@ mod sse;
 pub use filter::{FilterError, ServerMessage, filter_server_message, filter_tools_list};
 pub use http::{
     Approval, ApprovalFuture, Approver, DEFAULT_RESPONSE_TIMEOUT, FORWARDED_REQUEST_HEADERS, Gate,
-    GateError, RELAYED_RESPONSE_HEADERS, RefuseGated,
+    GateError, Meter, MeterFuture, Metered, RELAYED_RESPONSE_HEADERS, RefuseGated, Unmetered,
 };
 pub use inspect::{
     Decision, Forward, Inspection, MAX_BODY_BYTES, MAX_DEPTH, Refusal, ToolCall, inspect,

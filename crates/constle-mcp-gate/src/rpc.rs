@@ -111,6 +111,9 @@ pub enum Reason {
     ToolCaseVariant,
     /// A gated `tools/call` that the [`crate::Approver`] did not approve.
     GateRefused,
+    /// A `tools/call` the [`crate::Meter`] refused: a spend cap, or a ledger
+    /// that cannot be read or written.
+    SpendRefused,
     /// The server could not be reached; HTTP 502.
     UpstreamUnreachable,
     /// The server answered with something the gate cannot check, so it is
@@ -139,7 +142,7 @@ impl Reason {
             Reason::InvalidParams | Reason::ToolNotDeclared | Reason::ToolCaseVariant => {
                 INVALID_PARAMS
             }
-            Reason::GateRefused => GATE_REFUSED,
+            Reason::GateRefused | Reason::SpendRefused => GATE_REFUSED,
             Reason::UpstreamUnreachable | Reason::UpstreamMalformed | Reason::UpstreamTimeout => {
                 INTERNAL_ERROR
             }
@@ -165,6 +168,7 @@ impl Reason {
             Reason::ToolNotDeclared => "mcp_tool_not_declared",
             Reason::ToolCaseVariant => "mcp_tool_case_variant",
             Reason::GateRefused => "mcp_gate_refused",
+            Reason::SpendRefused => "mcp_spend_refused",
             Reason::UpstreamUnreachable => "mcp_upstream_unreachable",
             Reason::UpstreamMalformed => "mcp_upstream_malformed",
             Reason::UpstreamTimeout => "mcp_upstream_timeout",

@@ -12,7 +12,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use constle_manifest::{HttpUrl, HumanGates, McpServer, Pricing, ServerId, ToolName};
-use constle_mcp_gate::{Approval, ApprovalFuture, Approver, Gate, ServerPolicy, ToolCall};
+use constle_mcp_gate::{
+    Approval, ApprovalFuture, Approver, Gate, Meter, MeterFuture, Metered, ServerPolicy, ToolCall,
+};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -309,6 +311,75 @@ async fn gated_calls_and_their_case_variants_are_refused_by_default() {
     assert_eq!(value["error"]["code"], constle_mcp_gate::GATE_REFUSED);
     assert_eq!(value["error"]["data"]["reason"], "mcp_gate_refused");
     assert!(posts(&log).is_empty());
+}
+
+/// Charges `list_invoices` only while its budget of calls lasts.
+struct Budget(Mutex<u32>);
+
+impl Meter for Budget {
+    fn charge<'a>(&'a self, calls: Vec<&'a ToolCall>) -> MeterFuture<'a> {
+        let mut left = self.0.lock().unwrap();
+        let cost = u32::try_from(calls.len()).unwrap();
+        let verdict = if *left >= cost {
+            *left -= cost;
+            Metered::Charged
+        } else {
+            Metered::Refused {
+                message: "spend cap max_per_run_usd reached".into(),
+            }
+        };
+        Box::pin(async move { verdict })
+    }
+}
+
+#[tokio::test]
+async fn a_call_the_meter_refuses_never_reaches_the_server() {
+    let (url, log) = fake_server().await;
+    let server = declared(&url);
+    let gate = Gate::new(&server, policy(&server))
+        .unwrap()
+        .with_meter(Budget(Mutex::new(2)));
+    let gate = start_gate(gate).await;
+    let call = |id: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"list_invoices"}}}}"#
+        )
+    };
+    let (_, first) = post_json(&gate, &call(1)).await;
+    assert_eq!(first["result"]["content"][0]["text"], "done");
+    // Two calls in one batch, one charge left: all or nothing.
+    let batch = format!(
+        r#"[{},{},{{"jsonrpc":"2.0","id":4,"method":"ping"}}]"#,
+        call(2),
+        call(3)
+    );
+    let (status, answers) = post_json(&gate, &batch).await;
+    assert_eq!(status, StatusCode::OK);
+    let reasons: Vec<&str> = answers
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["error"]["data"]["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "mcp_spend_refused",
+            "mcp_spend_refused",
+            "mcp_batch_refused"
+        ]
+    );
+    let (_, last) = post_json(&gate, &call(5)).await;
+    assert_eq!(last["result"]["content"][0]["text"], "done");
+    let (_, over) = post_json(&gate, &call(6)).await;
+    assert_eq!(over["id"], 6);
+    assert_eq!(over["error"]["code"], constle_mcp_gate::GATE_REFUSED);
+    assert_eq!(
+        over["error"]["message"],
+        "spend cap max_per_run_usd reached"
+    );
+    // Only the two charged calls got through.
+    assert_eq!(posts(&log).len(), 2);
 }
 
 struct ApproveAll(Arc<Mutex<Vec<ToolCall>>>);
