@@ -14,6 +14,7 @@ packages=(
   openssl           # tests check that key files are readable by OpenSSL
   procps            # pgrep, in tests that check no process outlives a run
   python3           # the example agent
+  redis-server      # tests and benchmarks of the spend ledger's Redis store (spending.ledger)
   squid             # the egress proxy (5.7 or newer)
   util-linux        # setpriv: Squid dies with constle
 )

@@ -27,6 +27,9 @@
 //! - [`SimulatedApprover`]: a decision endpoint on loopback speaking the
 //!   human-gates webhook protocol, signing with a real approver key, that
 //!   answers each tool by a fixed [`Answer`] (including forged ones).
+//! - [`RedisServer`]: a private `redis-server` on a Unix socket in a temporary
+//!   directory (no TCP port), for the spend ledger's Redis store; it can be
+//!   frozen or killed to show that the ledger fails closed.
 //!
 //! ```no_run
 //! use constle_testkit::{HostsFile, TestHost, require_e2e};
@@ -53,6 +56,7 @@ mod dns;
 mod hosts;
 pub mod mcp;
 mod netns;
+mod redis;
 mod require;
 
 pub use approver::{Answer, SimulatedApprover};
@@ -60,4 +64,5 @@ pub use dns::DnsServer;
 pub use hosts::HostsFile;
 pub use mcp::{McpServerOptions, RecordedCall, TestMcpServer};
 pub use netns::{TestHost, TestHostBuilder};
+pub use redis::RedisServer;
 pub use require::{E2E_ENV, find_tool, require_e2e, require_root, require_tools};
