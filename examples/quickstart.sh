@@ -86,6 +86,9 @@ if [ "$status" -ne 0 ]; then
   exit 1
 fi
 
+step constle spend show agent.yaml
+$constle spend show "$agentfile"
+
 log=$CONSTLE_HOME/logs/invoice-processor-$(date -u +%F).jsonl
 step constle audit verify --agentfile=agent.yaml "$(basename "$log")"
 $constle audit verify --agentfile="$agentfile" "$log"

@@ -1109,17 +1109,31 @@ fn spending_warnings() {
 
 #[test]
 fn the_ledger_is_a_redis_url() {
-    let v = ok(&with("spending:\n  ledger: redis://ledger.internal:6379/0\n"));
+    let v = ok(&with(
+        "spending:\n  ledger: redis://ledger.internal:6379/0\n",
+    ));
     let ledger = v.manifest.spending.ledger.unwrap();
     assert_eq!(ledger.as_str(), "redis://ledger.internal:6379/0");
-    for url in ["rediss://h:6380", "redis+unix:///run/redis.sock", "unix:///run/redis.sock"] {
+    for url in [
+        "rediss://h:6380",
+        "redis+unix:///run/redis.sock",
+        "unix:///run/redis.sock",
+    ] {
         ok(&with(&format!("spending:\n  ledger: {url}\n")));
     }
-    for url in ["https://ledger", "redis://", "redis ://h", "/run/redis.sock", "REDIS://h"] {
+    for url in [
+        "https://ledger",
+        "redis://",
+        "redis ://h",
+        "/run/redis.sock",
+        "REDIS://h",
+    ] {
         let r = rejected(&with(&format!("spending:\n  ledger: \"{url}\"\n")));
         assert_eq!(at(&r.errors), [("invalid_ledger_url", 5, 11)], "{url}");
     }
-    let v = ok(&with("spending:\n  ledger: redis://app:s3cret@ledger:6379\n"));
+    let v = ok(&with(
+        "spending:\n  ledger: redis://app:s3cret@ledger:6379\n",
+    ));
     assert_eq!(at(&v.warnings), [("ledger_password_in_agentfile", 5, 11)]);
     let ledger = v.manifest.spending.ledger.unwrap();
     assert!(!format!("{ledger:?} {}", ledger.redacted()).contains("s3cret"));

@@ -10,6 +10,8 @@ mod human;
 mod mcp;
 mod plan;
 mod run;
+mod spend;
 
 pub use plan::{Item, plan};
 pub use run::{RunError, RunOptions, RunReport, run};
+pub use spend::{caps, ledger_config, ledger_key, spend_plan, usd};

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 
 use crate::human::{GateAbort, GateAborts, HumanGate};
 use crate::run::{RunError, io};
+use crate::spend::SpendMeter;
 
 /// The first port the relays of the MCP gates listen on inside the
 /// sandbox; server `n` (in Agentfile order) gets `MCP_BASE_PORT + n`.
@@ -32,12 +33,13 @@ pub(crate) struct McpGates {
 impl McpGates {
     /// Binds one socket per declared server under `sockets` and starts its
     /// gate. Gated calls go to the human gates (with `terminal` as the host
-    /// terminal, if there is one).
+    /// terminal, if there is one); priced calls to `meter`.
     pub(crate) fn start(
         manifest: &Manifest,
         sockets: &Path,
         log: &Arc<AuditLog>,
         terminal: Option<constle_human_gate::HostTty>,
+        meter: Option<SpendMeter>,
     ) -> Result<McpGates, RunError> {
         let human = HumanGate::new(manifest.name.as_str(), &manifest.human_gates, log, terminal);
         let (human, aborts) = human.unzip();
@@ -57,6 +59,9 @@ impl McpGates {
             })?;
             if let Some(human) = &human {
                 gate = gate.with_approver(human.clone());
+            }
+            if let Some(meter) = &meter {
+                gate = gate.with_meter(meter.clone());
             }
             let name = format!("mcp-{}", server.id);
             let socket = sockets.join(format!("{name}.sock"));

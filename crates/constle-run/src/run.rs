@@ -20,6 +20,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::bridge;
 use crate::mcp::McpGates;
+use crate::spend::SpendMeter;
 
 /// Where the agent finds the proxy inside the sandbox.
 const PROXY_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
@@ -200,7 +201,8 @@ async fn supervise(
         .is_active()
         .then(constle_human_gate::open_host_tty)
         .flatten();
-    let mut gates = McpGates::start(manifest, sockets.path(), log, terminal)?;
+    let meter = SpendMeter::open(manifest, &options.home, log).await;
+    let mut gates = McpGates::start(manifest, sockets.path(), log, terminal, meter)?;
     let spec = SandboxSpec {
         command: manifest.sandbox.command.clone(),
         workdir: manifest.sandbox.workdir.clone(),

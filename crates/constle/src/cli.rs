@@ -39,6 +39,22 @@ pub enum Command {
     /// Check and read audit logs.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// What an agent has spent against its caps.
+    #[command(subcommand)]
+    Spend(SpendCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SpendCommand {
+    /// Today's, this month's and the last run's totals against the caps.
+    Show(SpendShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SpendShowArgs {
+    /// The Agentfile (its identity, caps and ledger).
+    #[arg(default_value = "agent.yaml")]
+    pub file: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -95,6 +95,24 @@ fn main() {
             terminal(&large, "deny? [d]eny only", "a\nd\n", false)
         }),
     ];
+    tests.extend([
+        e2e(
+            "a_hundred_concurrent_calls_against_a_cap_for_ten_forward_ten",
+            hundred_against_ten,
+        ),
+        e2e(
+            "the_day_cap_holds_across_runs_and_spend_show_says_so",
+            day_cap_across_runs,
+        ),
+        e2e(
+            "an_unusable_ledger_refuses_priced_calls_only",
+            unusable_ledger,
+        ),
+        e2e(
+            "runs_on_two_machines_share_caps_through_redis",
+            redis_shared,
+        ),
+    ]);
     for (answer, forwarded, event, reason) in WEBHOOK_ROWS {
         tests.push(e2e(&format!("webhook_{answer:?}"), move || {
             webhook_row(answer, forwarded, event, reason)
@@ -130,6 +148,10 @@ struct Setup<'a> {
     server_url: Option<String>,
     timeout_seconds: u32,
     on_timeout: &'a str,
+    /// `mcp.servers[0].pricing`, as a YAML flow mapping.
+    pricing: &'a str,
+    /// The `spending:` block's lines, indented.
+    spending: String,
 }
 
 impl Default for Setup<'_> {
@@ -139,6 +161,8 @@ impl Default for Setup<'_> {
             server_url: None,
             timeout_seconds: 30,
             on_timeout: "abort",
+            pricing: "{}",
+            spending: String::new(),
         }
     }
 }
@@ -182,6 +206,7 @@ mcp:
     - id: accounting
       url: {url}
       tools: [{tools}]
+      pricing: {pricing}
 human_gates:
   enabled: true
   require_approval_for: [pay_invoice]
@@ -191,6 +216,8 @@ human_gates:
       url_secret_ref: {WEBHOOK_VAR}
   approval_timeout_seconds: {timeout}
   on_timeout: {on_timeout}
+spending:
+  {spending}
 "#,
             did = self.agent_did,
             script = serde_json::to_string(&script).unwrap(),
@@ -198,6 +225,12 @@ human_gates:
             approver = self.approver.did(),
             timeout = setup.timeout_seconds,
             on_timeout = setup.on_timeout,
+            pricing = setup.pricing,
+            spending = if setup.spending.is_empty() {
+                "{}"
+            } else {
+                &setup.spending
+            },
         );
         self.case.agentfile(&body)
     }
@@ -683,4 +716,191 @@ fn terminal(arguments: &str, question: &str, keys: &str, approves: bool) {
     }
     assert_eq!(gate[1]["decided_by"], "terminal");
     assert_eq!(gate[0]["channels"]["terminal"], true);
+}
+
+// ---------------------------------------------------------------------------
+// Spend caps
+
+/// `n` concurrent calls of `get_invoice`; prints `charged N` and `refused N`.
+fn concurrent_calls(n: usize) -> String {
+    format!(
+        r#"for i in $(seq {n}); do ( ./mcp-client {CLIENT_SUBCOMMAND} call "$CONSTLE_MCP_ACCOUNTING_URL" get_invoice '{INVOICE}' > /tmp/out.$i 2>&1 ) & done; wait
+echo "charged $(cat /tmp/out.* | grep -c '^result: invoice')"
+echo "refused $(cat /tmp/out.* | grep -c 'spend cap')""#
+    )
+}
+
+fn count(out: &Output, what: &str) -> usize {
+    text(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{what} ")))
+        .unwrap_or_else(|| panic!("no {what} count\n{}", report(out)))
+        .parse()
+        .unwrap()
+}
+
+fn priced(spending: &str) -> Setup<'static> {
+    Setup {
+        pricing: "{default_usd: \"0.10\"}",
+        spending: spending.to_owned(),
+        ..Setup::default()
+    }
+}
+
+fn hundred_against_ten() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let file = fx.agentfile(
+        &priced("max_per_run_usd: \"1.00\""),
+        &[concurrent_calls(100)],
+    );
+    let out = fx.run(&file, None);
+    assert!(out.status.success(), "{}", report(&out));
+    assert_eq!(
+        (count(&out, "charged"), count(&out, "refused")),
+        (10, 90),
+        "{}",
+        report(&out)
+    );
+    assert_eq!(fx.forwarded().len(), 10);
+    let charged = events(&fx.case, "spend_charged");
+    let refused = events(&fx.case, "spend_refused");
+    assert_eq!((charged.len(), refused.len()), (10, 90));
+    assert!(charged.iter().any(|e| e["run_usd"] == "1.00"));
+    assert!(
+        refused
+            .iter()
+            .all(|e| e["cap"] == "max_per_run_usd" && e["amount_usd"] == "0.10")
+    );
+}
+
+fn day_cap_across_runs() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let setup = priced("max_per_day_usd: \"0.25\"");
+    let calls: Vec<String> = (1..=3)
+        .map(|n| call(&format!("c{n}"), "get_invoice", INVOICE))
+        .collect();
+    let file = fx.agentfile(&setup, &calls);
+    let first = fx.run(&file, None);
+    let statuses: Vec<i32> = (1..=3)
+        .map(|n| outcome(&first, &format!("c{n}")).1)
+        .collect();
+    assert_eq!(statuses, [0, 0, 3], "{}", report(&first));
+    assert!(
+        text(&first.stderr).contains("max_per_day_usd 0.25 USD: 0.00 spent today"),
+        "{}",
+        report(&first)
+    );
+    let second = fx.run(&file, None);
+    let statuses: Vec<i32> = (1..=3)
+        .map(|n| outcome(&second, &format!("c{n}")).1)
+        .collect();
+    assert_eq!(
+        statuses,
+        [3, 3, 3],
+        "the day's total is durable\n{}",
+        report(&second)
+    );
+    assert!(
+        text(&second.stderr).contains("0.20 spent today"),
+        "{}",
+        report(&second)
+    );
+    assert_eq!(fx.forwarded().len(), 2);
+    let shown = fx.case.run(&["spend", "show", file.to_str().unwrap()]);
+    assert!(shown.status.success(), "{}", report(&shown));
+    let shown = text(&shown.stdout);
+    assert!(shown.contains(&fx.agent_did), "{shown}");
+    assert!(
+        shown.contains("0.20 USD of 0.25 (max_per_day_usd)"),
+        "{shown}"
+    );
+    // The second run charged nothing: the last run with charges is the first.
+    assert!(shown.contains("last run with charges"), "{shown}");
+    assert!(shown.contains("0.20 USD (no max_per_run_usd)"), "{shown}");
+}
+
+fn unusable_ledger() {
+    let fx = Fixture::new(McpServerOptions::default());
+    // Where the embedded ledger's directory should be, a file.
+    fs::create_dir_all(fx.case.home()).unwrap();
+    fs::write(fx.case.home().join("ledger"), "not a directory").unwrap();
+    let setup = Setup {
+        pricing: "{tools: {get_invoice: \"0.10\"}}",
+        spending: "max_per_run_usd: 5".into(),
+        ..Setup::default()
+    };
+    let file = fx.agentfile(
+        &setup,
+        &[
+            call("priced", "get_invoice", INVOICE),
+            call("free", "list_invoices", "{}"),
+        ],
+    );
+    let out = fx.run(&file, None);
+    assert!(out.status.success(), "{}", report(&out));
+    let (said, status) = outcome(&out, "priced");
+    assert_eq!(status, 3, "{said}");
+    assert!(said.contains("ledger"), "{said}");
+    assert_eq!(outcome(&out, "free").1, 0);
+    assert_eq!(fx.forwarded(), ["list_invoices"]);
+    let refused = events(&fx.case, "spend_refused");
+    assert_eq!(refused[0]["reason"], "ledger_unavailable");
+}
+
+fn redis_shared() {
+    if !constle_testkit::require_tools("runs share caps through redis", &["redis-server"]) {
+        return;
+    }
+    let redis = constle_testkit::RedisServer::start().unwrap();
+    // Two machines: two homes with the same agent key, one Redis.
+    let one = Fixture::new(McpServerOptions::default());
+    let two = Fixture::new(McpServerOptions::default());
+    fs::remove_dir_all(two.case.home().join("keys")).unwrap();
+    copy_dir(&one.case.home().join("keys"), &two.case.home().join("keys"));
+    let setup = priced(&format!("max_per_day_usd: 1\n  ledger: {}", redis.url()));
+    let spawn = |fx: &Fixture| {
+        let mut fx_file = fx.agentfile(&setup, &[concurrent_calls(20)]);
+        let text = fs::read_to_string(&fx_file)
+            .unwrap()
+            .replace(&fx.agent_did, &one.agent_did);
+        fx_file.set_file_name("shared.yaml");
+        fs::write(&fx_file, text).unwrap();
+        fx.case
+            .command(&["run", fx_file.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(&one), spawn(&two));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert!(
+        a.status.success() && b.status.success(),
+        "{}\n{}",
+        report(&a),
+        report(&b)
+    );
+    assert_eq!(
+        count(&a, "charged") + count(&b, "charged"),
+        10,
+        "{}\n{}",
+        report(&a),
+        report(&b)
+    );
+    assert_eq!(one.forwarded().len() + two.forwarded().len(), 10);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::create_dir_all(to).unwrap();
+    fs::set_permissions(to, fs::Permissions::from_mode(0o700)).unwrap();
+    for entry in fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).unwrap();
+        }
+    }
 }

@@ -3,10 +3,11 @@
 mod audit;
 mod keygen;
 mod run;
+mod spend;
 mod validate;
 
 use crate::Outcome;
-use crate::cli::{AuditCommand, Cli, Command};
+use crate::cli::{AuditCommand, Cli, Command, SpendCommand};
 
 /// Runs the command the user asked for.
 pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
@@ -18,6 +19,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::WebhookKeygen(args) => keygen::run(constle_identity::KeyKind::Approver, &args),
         Command::Audit(AuditCommand::Verify(args)) => audit::verify(&args),
         Command::Audit(AuditCommand::Show(args)) => audit::show(&args),
+        Command::Spend(SpendCommand::Show(args)) => spend::show(&args),
     }
 }
 

@@ -28,8 +28,6 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         }
     };
     let manifest = validated.manifest;
-    print_summary(manifest.name.as_str(), &constle_run::plan(&manifest));
-    print_diagnostics(validated.warnings.iter(), Stream::Err);
     let options = RunOptions {
         home: constle_home()?,
         hosts_file: args.hosts_file.clone(),
@@ -41,6 +39,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let mut summary = constle_run::plan(&manifest);
+    summary.extend(runtime.block_on(constle_run::spend_plan(&manifest, &options.home)));
+    print_summary(manifest.name.as_str(), &summary);
+    print_diagnostics(validated.warnings.iter(), Stream::Err);
     let report = match runtime.block_on(constle_run::run(&manifest, &options)) {
         Ok(report) => report,
         Err(err) => {

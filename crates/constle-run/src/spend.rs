@@ -1,0 +1,302 @@
+//! Spend caps in a run: every priced `tools/call` is charged to the ledger
+//! (embedded, or Redis with `spending.ledger`) before the MCP gate forwards
+//! it, and refused when it would pass a cap or the ledger cannot be read or
+//! written. Each charge and refusal is on disk in the audit log before the
+//! gate acts on it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use constle_audit::{AuditLog, Event, EventError};
+use constle_manifest::{Manifest, McpServer};
+use constle_mcp_gate::{Meter, MeterFuture, Metered, ToolCall};
+use constle_spend::{Cap, Caps, Ledger, LedgerConfig, LedgerKey, RunMeter, SpendError, Totals};
+use rust_decimal::Decimal;
+use serde_json::{Value, json};
+
+use crate::plan::Item;
+
+/// An amount as people read money: at least two decimal places, and every
+/// digit the amount has beyond them (`0.2` → `0.20`, `0.125` stays).
+pub fn usd(amount: Decimal) -> String {
+    let mut shown = amount.normalize();
+    if shown.scale() < 2 {
+        shown.rescale(2);
+    }
+    shown.to_string()
+}
+
+/// The ledger this agent's totals live in.
+pub fn ledger_config(manifest: &Manifest, home: &Path) -> LedgerConfig {
+    match &manifest.spending.ledger {
+        Some(url) => LedgerConfig::Redis {
+            url: url.as_str().to_owned(),
+        },
+        None => LedgerConfig::Embedded {
+            dir: home.join("ledger"),
+        },
+    }
+}
+
+/// Totals are keyed by the agent's DID, or by its name without one.
+pub fn ledger_key(manifest: &Manifest) -> LedgerKey {
+    match manifest.did() {
+        Some(did) => LedgerKey::for_did(did),
+        None => LedgerKey::for_name(&manifest.name),
+    }
+}
+
+/// The caps the Agentfile declares.
+pub fn caps(manifest: &Manifest) -> Caps {
+    let spending = &manifest.spending;
+    Caps {
+        per_run: spending.max_per_run_usd,
+        per_day: spending.max_per_day_usd,
+        per_month: spending.max_per_month_usd,
+    }
+}
+
+/// Whether any call of any declared server has a price.
+pub(crate) fn is_priced(manifest: &Manifest) -> bool {
+    manifest.mcp.servers.iter().any(|s| s.pricing.is_priced())
+}
+
+/// The run summary's spend lines: each declared cap with what has been
+/// spent against it so far, and where the totals are kept.
+pub async fn spend_plan(manifest: &Manifest, home: &Path) -> Vec<Item> {
+    let caps = caps(manifest);
+    if caps.per_run.is_none() && caps.per_day.is_none() && caps.per_month.is_none() {
+        return Vec::new();
+    }
+    let keyed = match manifest.did() {
+        Some(did) => format!("keyed by {did}"),
+        None => format!(
+            "keyed by the agent's name {:?} (no identity.did: any agent of that name shares them)",
+            manifest.name.as_str()
+        ),
+    };
+    let where_kept = match &manifest.spending.ledger {
+        Some(url) => format!("Redis {}", url.redacted()),
+        None => "the embedded ledger".to_owned(),
+    };
+    let stored = match Ledger::open(&ledger_config(manifest, home), ledger_key(manifest)).await {
+        Ok(ledger) => ledger.stored(jiff::Timestamp::now()).await,
+        Err(err) => Err(err),
+    };
+    let stored = match stored {
+        Ok(stored) => stored,
+        Err(err) => {
+            return vec![Item::Enforced {
+                part: "spend",
+                detail: format!(
+                    "{where_kept} cannot be read ({err}): every priced call will be refused"
+                ),
+            }];
+        }
+    };
+    let mut items = Vec::new();
+    for (cap, limit, spent, what) in [
+        (Cap::PerRun, caps.per_run, Decimal::ZERO, "this run"),
+        (Cap::PerDay, caps.per_day, stored.day, "today (UTC)"),
+        (
+            Cap::PerMonth,
+            caps.per_month,
+            stored.month,
+            "this month (UTC)",
+        ),
+    ] {
+        if let Some(limit) = limit {
+            items.push(Item::Enforced {
+                part: "spend",
+                detail: format!(
+                    "{} {} USD: {} spent {what}, in {where_kept}, {keyed}",
+                    cap.field(),
+                    usd(limit),
+                    usd(spent)
+                ),
+            });
+        }
+    }
+    items
+}
+
+/// Charges priced calls for one run, for the MCP gates of all its servers.
+#[derive(Clone)]
+pub(crate) struct SpendMeter(Arc<Inner>);
+
+struct Inner {
+    servers: BTreeMap<String, McpServer>,
+    /// The run's meter, or why the ledger could not be opened.
+    meter: Result<RunMeter, String>,
+    log: Arc<AuditLog>,
+}
+
+impl SpendMeter {
+    /// The meter for a run of `manifest`, or `None` when nothing is priced.
+    /// A ledger that cannot be opened is not an error here: the run starts,
+    /// and every priced call is refused.
+    pub(crate) async fn open(
+        manifest: &Manifest,
+        home: &Path,
+        log: &Arc<AuditLog>,
+    ) -> Option<SpendMeter> {
+        if !is_priced(manifest) {
+            return None;
+        }
+        let meter = Ledger::open(&ledger_config(manifest, home), ledger_key(manifest))
+            .await
+            .map(|ledger| ledger.start_run(caps(manifest)))
+            .map_err(|err| err.to_string());
+        let servers = manifest
+            .mcp
+            .servers
+            .iter()
+            .map(|s| (s.id.to_string(), s.clone()))
+            .collect();
+        Some(SpendMeter(Arc::new(Inner {
+            servers,
+            meter,
+            log: Arc::clone(log),
+        })))
+    }
+}
+
+impl Meter for SpendMeter {
+    fn charge<'a>(&'a self, calls: Vec<&'a ToolCall>) -> MeterFuture<'a> {
+        Box::pin(self.0.charge(calls))
+    }
+}
+
+impl Inner {
+    fn price(&self, call: &ToolCall) -> Option<Decimal> {
+        self.servers.get(&call.server)?.price_of(&call.tool)
+    }
+
+    async fn charge(&self, calls: Vec<&ToolCall>) -> Metered {
+        let priced: Vec<(&ToolCall, Decimal)> = calls
+            .into_iter()
+            .filter_map(|call| self.price(call).map(|price| (call, price)))
+            .collect();
+        let Some((first, _)) = priced.first() else {
+            return Metered::Charged;
+        };
+        let amount: Decimal = priced.iter().map(|(_, price)| price).sum();
+        let subject = json!({
+            "server": first.server,
+            "calls": priced
+                .iter()
+                .map(|(call, price)| json!({"tool": call.tool, "amount_usd": usd(*price)}))
+                .collect::<Vec<_>>(),
+            "amount_usd": usd(amount),
+        });
+        let outcome = match &self.meter {
+            Ok(meter) => meter
+                .reserve(amount, jiff::Timestamp::now())
+                .await
+                .map_err(Refusal::from),
+            Err(why) => Err(Refusal::Ledger(why.clone())),
+        };
+        let (entry, verdict) = match outcome {
+            Ok(totals) => (
+                spend_event("spend_charged", &subject, &totals),
+                Metered::Charged,
+            ),
+            Err(Refusal::Cap {
+                cap,
+                limit,
+                amount,
+                totals,
+            }) => {
+                let spent = cap.total(&totals);
+                let message = format!(
+                    "spend cap {} ({} USD) would be passed: {} spent + {} for this call; the Constle gate did not forward it",
+                    cap.field(),
+                    usd(limit),
+                    usd(spent),
+                    usd(amount)
+                );
+                let entry = spend_event("spend_refused", &subject, &totals).and_then(|e| {
+                    e.with("reason", "cap")?
+                        .with("cap", cap.field())?
+                        .with("cap_usd", usd(limit))
+                });
+                (entry, Metered::Refused { message })
+            }
+            Err(Refusal::Invalid(error)) => {
+                let message = format!(
+                    "this call cannot be charged ({error}); the Constle gate did not forward it"
+                );
+                let entry = spend_event("spend_refused", &subject, &Totals::default())
+                    .and_then(|e| e.with("reason", "charge_invalid")?.with("error", error));
+                (entry, Metered::Refused { message })
+            }
+            Err(Refusal::Ledger(error)) => {
+                let message = format!(
+                    "the spend ledger cannot be read or written ({error}), so priced calls are refused; the Constle gate did not forward it"
+                );
+                let entry = spend_event("spend_refused", &subject, &Totals::default())
+                    .and_then(|e| e.with("reason", "ledger_unavailable")?.with("error", error));
+                (entry, Metered::Refused { message })
+            }
+        };
+        // On disk before the gate acts; a charge that cannot be recorded is
+        // not forwarded (it stays charged: the ledger already holds it).
+        let recorded = match entry {
+            Ok(entry) => self.log.submit(entry).written().await.is_ok(),
+            Err(_) => false,
+        };
+        match verdict {
+            Metered::Charged if !recorded => Metered::Refused {
+                message: "the charge could not be recorded in the audit log; the Constle gate did not forward the call".into(),
+            },
+            verdict => verdict,
+        }
+    }
+}
+
+/// Why a charge was refused.
+enum Refusal {
+    Cap {
+        cap: Cap,
+        limit: Decimal,
+        amount: Decimal,
+        totals: Totals,
+    },
+    Ledger(String),
+    Invalid(String),
+}
+
+impl From<SpendError> for Refusal {
+    fn from(err: SpendError) -> Refusal {
+        match err {
+            SpendError::Refused {
+                cap,
+                limit,
+                amount,
+                totals,
+            } => Refusal::Cap {
+                cap,
+                limit,
+                amount,
+                totals,
+            },
+            SpendError::Ledger(err) => Refusal::Ledger(err.to_string()),
+            // An amount or total the ledger cannot hold: refused, and said so.
+            other => Refusal::Invalid(other.to_string()),
+        }
+    }
+}
+
+fn spend_event(name: &str, subject: &Value, totals: &Totals) -> Result<Event, EventError> {
+    let mut event = Event::new(name)?;
+    if let Value::Object(fields) = subject {
+        for (key, value) in fields {
+            event = event.with(key, value.clone())?;
+        }
+    }
+    event
+        .with("run_usd", usd(totals.run))?
+        .with("day_usd", usd(totals.day))?
+        .with("month_usd", usd(totals.month))
+}
