@@ -835,6 +835,16 @@ async fn only_whitelisted_server_headers_reach_the_agent() {
     assert_eq!(response.headers()["mcp-session-id"], "sess-7");
 }
 
+/// A ping through a gate whose server answers with `headers` added.
+async fn ping_with_server_headers(headers: &[u8]) -> reqwest::Response {
+    let mut reply = answer_with_headers("");
+    let at = reply[0].1.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+    reply[0].1.splice(at..at, headers.iter().copied());
+    let (url, _) = raw_server(reply, false).await;
+    let gate = gate_for(&url, Duration::from_secs(5)).await;
+    post(&gate, PING, &[]).await
+}
+
 #[tokio::test]
 async fn a_server_cannot_put_odd_bytes_in_relayed_headers() {
     // Valid HTTP, but not what MCP allows in a session id: refused (502).
@@ -846,12 +856,7 @@ async fn a_server_cannot_put_odd_bytes_in_relayed_headers() {
         b"Mcp-Session-Id: one\r\nMcp-Session-Id: two\r\n",
         b"MCP-Protocol-Version: 2025-06-18 x\r\n",
     ] {
-        let mut reply = answer_with_headers("");
-        let at = reply[0].1.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
-        reply[0].1.splice(at..at, headers.iter().copied());
-        let (url, _) = raw_server(reply, false).await;
-        let gate = gate_for(&url, Duration::from_secs(5)).await;
-        let response = post(&gate, PING, &[]).await;
+        let response = ping_with_server_headers(headers).await;
         let shown = String::from_utf8_lossy(headers);
         assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{shown}");
         assert!(response.headers().get("mcp-session-id").is_none());
@@ -865,12 +870,7 @@ async fn a_server_cannot_put_odd_bytes_in_relayed_headers() {
         b"Mcp-Session-Id: abc\x00def\r\n",
         b"Mcp-Session-Id: abc\r\n X-Injected: 1\r\n",
     ] {
-        let mut reply = answer_with_headers("");
-        let at = reply[0].1.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
-        reply[0].1.splice(at..at, headers.iter().copied());
-        let (url, _) = raw_server(reply, false).await;
-        let gate = gate_for(&url, Duration::from_secs(5)).await;
-        let response = post(&gate, PING, &[]).await;
+        let response = ping_with_server_headers(headers).await;
         let shown = String::from_utf8_lossy(headers);
         assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{shown}");
         assert!(response.headers().get("x-injected").is_none());

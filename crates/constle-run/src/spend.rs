@@ -195,7 +195,10 @@ impl Inner {
                 .reserve(amount, jiff::Timestamp::now())
                 .await
                 .map_err(Refusal::from),
-            Err(why) => Err(Refusal::Ledger(why.clone())),
+            Err(error) => Err(Refusal::Failed {
+                why: Failure::LedgerUnavailable,
+                error: error.clone(),
+            }),
         };
         let (entry, verdict) = match outcome {
             Ok(totals) => (
@@ -223,20 +226,13 @@ impl Inner {
                 });
                 (entry, Metered::Refused { message })
             }
-            Err(Refusal::Invalid(error)) => {
+            Err(Refusal::Failed { why, error }) => {
                 let message = format!(
-                    "this call cannot be charged ({error}); the Constle gate did not forward it"
+                    "{}; the Constle gate did not forward it",
+                    why.explain(&error)
                 );
                 let entry = spend_event("spend_refused", &subject, &Totals::default())
-                    .and_then(|e| e.with("reason", "charge_invalid")?.with("error", error));
-                (entry, Metered::Refused { message })
-            }
-            Err(Refusal::Ledger(error)) => {
-                let message = format!(
-                    "the spend ledger cannot be read or written ({error}), so priced calls are refused; the Constle gate did not forward it"
-                );
-                let entry = spend_event("spend_refused", &subject, &Totals::default())
-                    .and_then(|e| e.with("reason", "ledger_unavailable")?.with("error", error));
+                    .and_then(|e| e.with("reason", why.as_str())?.with("error", error));
                 (entry, Metered::Refused { message })
             }
         };
@@ -263,27 +259,61 @@ enum Refusal {
         amount: Decimal,
         totals: Totals,
     },
-    Ledger(String),
-    Invalid(String),
+    Failed {
+        why: Failure,
+        error: String,
+    },
+}
+
+/// A charge that could not be made, for a reason other than a cap.
+#[derive(Clone, Copy)]
+enum Failure {
+    /// The ledger cannot be read or written: fail closed.
+    LedgerUnavailable,
+    /// An amount or total the ledger cannot hold.
+    ChargeInvalid,
+}
+
+impl Failure {
+    fn as_str(self) -> &'static str {
+        match self {
+            Failure::LedgerUnavailable => "ledger_unavailable",
+            Failure::ChargeInvalid => "charge_invalid",
+        }
+    }
+
+    fn explain(self, error: &str) -> String {
+        match self {
+            Failure::LedgerUnavailable => format!(
+                "the spend ledger cannot be read or written ({error}), so priced calls are refused"
+            ),
+            Failure::ChargeInvalid => format!("this call cannot be charged ({error})"),
+        }
+    }
 }
 
 impl From<SpendError> for Refusal {
     fn from(err: SpendError) -> Refusal {
-        match err {
+        let why = match err {
             SpendError::Refused {
                 cap,
                 limit,
                 amount,
                 totals,
-            } => Refusal::Cap {
-                cap,
-                limit,
-                amount,
-                totals,
-            },
-            SpendError::Ledger(err) => Refusal::Ledger(err.to_string()),
-            // An amount or total the ledger cannot hold: refused, and said so.
-            other => Refusal::Invalid(other.to_string()),
+            } => {
+                return Refusal::Cap {
+                    cap,
+                    limit,
+                    amount,
+                    totals,
+                };
+            }
+            SpendError::Ledger(_) => Failure::LedgerUnavailable,
+            _ => Failure::ChargeInvalid,
+        };
+        Refusal::Failed {
+            why,
+            error: err.to_string(),
         }
     }
 }

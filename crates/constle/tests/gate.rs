@@ -259,13 +259,7 @@ spending:
     }
 
     fn verify(&self, file: &Path) -> Output {
-        let log = self.case.home().join("logs");
-        let day = fs::read_dir(&log)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .unwrap();
+        let day = self.case.log_file();
         let agentfile = format!("--agentfile={}", file.display());
         self.case
             .run(&["audit", "verify", &agentfile, day.to_str().unwrap()])

@@ -44,16 +44,19 @@ impl Case {
         self.command(args).stdin(Stdio::null()).output().unwrap()
     }
 
-    /// The audit log's lines for today, as JSON.
-    pub fn log(&self) -> Vec<serde_json::Value> {
-        let logs = self.home().join("logs");
-        let file = fs::read_dir(&logs)
+    /// Today's audit log file.
+    pub fn log_file(&self) -> PathBuf {
+        fs::read_dir(self.home().join("logs"))
             .unwrap()
             .flatten()
             .map(|e| e.path())
             .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .unwrap();
-        fs::read_to_string(file)
+            .unwrap()
+    }
+
+    /// The audit log's lines for today, as JSON.
+    pub fn log(&self) -> Vec<serde_json::Value> {
+        fs::read_to_string(self.log_file())
             .unwrap()
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
