@@ -154,8 +154,8 @@ pub const CODES: &[(&str, Severity)] = &[
     ("webhook_url_invalid", Severity::Warning),
     ("on_timeout_proceed", Severity::Warning),
     ("egress_open", Severity::Warning),
-    ("invalid_ledger_url", Severity::Error),
-    ("ledger_password_in_agentfile", Severity::Warning),
+    ("invalid_redis_url", Severity::Error),
+    ("redis_password_in_agentfile", Severity::Warning),
     ("spend_caps_unmetered", Severity::Warning),
     ("method_always_allowed", Severity::Warning),
 ];

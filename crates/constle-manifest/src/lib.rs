@@ -76,9 +76,9 @@ pub use model::{
 };
 pub use validate::RESERVED_ENV;
 pub use values::{
-    EnvVarName, Hostname, HttpUrl, InvalidValue, LEDGER_SCHEMES, LedgerUrl,
-    MAX_AMOUNT_INTEGER_DIGITS, MAX_AMOUNT_SCALE, MAX_ENV_NAME_LEN, MAX_METHOD_NAME_LEN,
-    MAX_TOOL_NAME_LEN, MethodName, Scheme, ServerId, ToolName, UrlHost, parse_amount,
+    EnvVarName, Hostname, HttpUrl, InvalidValue, MAX_AMOUNT_INTEGER_DIGITS, MAX_AMOUNT_SCALE,
+    MAX_ENV_NAME_LEN, MAX_METHOD_NAME_LEN, MAX_TOOL_NAME_LEN, MethodName, REDIS_SCHEMES, RedisUrl,
+    Scheme, ServerId, ToolName, UrlHost, parse_amount,
 };
 pub use yaml::{MAX_DEPTH, MAX_NODES};
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use constle_identity::{DidKey, Name};
 use rust_decimal::Decimal;
 
-use crate::values::{EnvVarName, Hostname, HttpUrl, LedgerUrl, MethodName, ServerId, ToolName};
+use crate::values::{EnvVarName, Hostname, HttpUrl, MethodName, RedisUrl, ServerId, ToolName};
 
 /// A validated Agentfile.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -299,7 +299,7 @@ pub struct Spending {
     pub max_per_month_usd: Option<Decimal>,
     /// Where day and month totals are kept: `None` for the embedded store
     /// under `$CONSTLE_HOME/ledger/`, or a Redis shared by several machines.
-    pub ledger: Option<LedgerUrl>,
+    pub ledger: Option<RedisUrl>,
 }
 
 impl Spending {
@@ -318,6 +318,9 @@ pub struct A2a {
     pub listen: Option<SocketAddr>,
     /// Known peers; DIDs unique.
     pub peers: Vec<A2aPeer>,
+    /// Where seen message ids are kept: `None` for the embedded store under
+    /// `$CONSTLE_HOME/a2a/replay/`, or a Redis several listeners share.
+    pub replay: Option<RedisUrl>,
 }
 
 impl A2a {

@@ -103,6 +103,7 @@ pub(crate) struct RawSpending {
 pub(crate) struct RawA2a {
     pub listen: Field<String>,
     pub peers: Field<Vec<Located<RawPeer>>>,
+    pub replay: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

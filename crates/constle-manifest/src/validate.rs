@@ -24,7 +24,7 @@ use crate::raw::{
     RawSpending, Strings,
 };
 use crate::values::{
-    EnvVarName, Hostname, HttpUrl, InvalidValue, LedgerUrl, MethodName, ServerId, ToolName,
+    EnvVarName, Hostname, HttpUrl, InvalidValue, MethodName, RedisUrl, ServerId, ToolName,
     parse_amount,
 };
 
@@ -925,20 +925,7 @@ impl V<'_, '_> {
         let run = self.amount(&s.max_per_run_usd);
         let day = self.amount(&s.max_per_day_usd);
         let month = self.amount(&s.max_per_month_usd);
-        let ledger = match &s.ledger.0 {
-            None => Some(None),
-            Some(l) => self.check(l, "invalid_ledger_url", LedgerUrl::new).map(|url| {
-                if url.has_password() {
-                    self.sink.warning(
-                        "ledger_password_in_agentfile",
-                        l.pos,
-                        "spending.ledger carries a password, in clear text in the Agentfile",
-                        Some("restrict who can read the Agentfile, or let Redis trust the host (a Unix socket, an ACL by address)".to_string()),
-                    );
-                }
-                Some(url)
-            }),
-        };
+        let ledger = self.redis_url(&s.ledger, "spending.ledger");
         let has_caps = s.max_per_run_usd.0.is_some()
             || s.max_per_day_usd.0.is_some()
             || s.max_per_month_usd.0.is_some();
@@ -1025,10 +1012,30 @@ impl V<'_, '_> {
         if !ok {
             return None;
         }
+        let replay = self.redis_url(&a.replay, "a2a.replay");
         Some(A2a {
             listen: listen?,
             peers,
+            replay: replay?,
         })
+    }
+
+    /// An optional Redis URL in `field`; `Some(None)` when absent, `None`
+    /// when invalid (the error is reported).
+    fn redis_url(&mut self, value: &Field<String>, field: &str) -> Option<Option<RedisUrl>> {
+        let Some(located) = &value.0 else {
+            return Some(None);
+        };
+        let url = self.check(located, "invalid_redis_url", |s| RedisUrl::new(field, s))?;
+        if url.has_password() {
+            self.sink.warning(
+                "redis_password_in_agentfile",
+                located.pos,
+                format!("{field} carries a password, in clear text in the Agentfile"),
+                Some("restrict who can read the Agentfile, or let Redis trust the host (a Unix socket, an ACL by address)".to_string()),
+            );
+        }
+        Some(Some(url))
     }
 }
 

@@ -1002,32 +1002,29 @@ mod tests {
     }
 }
 
-/// `spending.ledger`: where day and month totals are kept when not in the
-/// embedded store under `$CONSTLE_HOME/ledger/`. A Redis URL: `redis://`,
-/// `rediss://` (TLS), or `redis+unix://` / `unix://` for a local socket.
-/// Checked here only for shape; the Redis client reads the rest.
+/// A Redis URL, for state several machines share: `spending.ledger` (spend
+/// totals) and `a2a.replay` (seen message ids). `redis://`, `rediss://`
+/// (TLS), or `redis+unix://` / `unix://` for a local socket. Checked here
+/// only for shape; the Redis client reads the rest.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct LedgerUrl(String);
+pub struct RedisUrl(String);
 
-/// The schemes `spending.ledger` accepts.
-pub const LEDGER_SCHEMES: [&str; 4] = ["redis", "rediss", "redis+unix", "unix"];
+/// The schemes a [`RedisUrl`] may have.
+pub const REDIS_SCHEMES: [&str; 4] = ["redis", "rediss", "redis+unix", "unix"];
 
-impl LedgerUrl {
-    /// Parses and checks a ledger URL.
-    pub fn new(s: &str) -> Result<LedgerUrl, InvalidValue> {
-        let help = || "write a Redis URL, e.g. redis://ledger.internal:6379/0".to_string();
+impl RedisUrl {
+    /// Parses and checks the URL written in the Agentfile field `field`.
+    pub fn new(field: &str, s: &str) -> Result<RedisUrl, InvalidValue> {
+        let help = || "write a Redis URL, e.g. redis://state.internal:6379/0".to_string();
         let Some((scheme, rest)) = s.split_once("://") else {
-            return Err(invalid(
-                format!("spending.ledger {} is not a URL", show(s)),
-                help(),
-            ));
+            return Err(invalid(format!("{field} {} is not a URL", show(s)), help()));
         };
-        if !LEDGER_SCHEMES.contains(&scheme) {
+        if !REDIS_SCHEMES.contains(&scheme) {
             return Err(invalid(
                 format!(
-                    "spending.ledger {} is not a Redis URL (schemes: {})",
+                    "{field} {} is not a Redis URL (schemes: {})",
                     show(s),
-                    LEDGER_SCHEMES.join(", ")
+                    REDIS_SCHEMES.join(", ")
                 ),
                 help(),
             ));
@@ -1035,13 +1032,13 @@ impl LedgerUrl {
         if rest.is_empty() || !s.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(invalid(
                 format!(
-                    "spending.ledger {} has no address, or has spaces or control characters",
+                    "{field} {} has no address, or has spaces or control characters",
                     show(s)
                 ),
                 help(),
             ));
         }
-        Ok(LedgerUrl(s.to_owned()))
+        Ok(RedisUrl(s.to_owned()))
     }
 
     /// The URL as written (it may hold a password: never print it).
@@ -1075,8 +1072,8 @@ impl LedgerUrl {
     }
 }
 
-impl fmt::Debug for LedgerUrl {
+impl fmt::Debug for RedisUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("LedgerUrl").field(&self.redacted()).finish()
+        f.debug_tuple("RedisUrl").field(&self.redacted()).finish()
     }
 }

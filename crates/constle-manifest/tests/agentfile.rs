@@ -1129,14 +1129,30 @@ fn the_ledger_is_a_redis_url() {
         "REDIS://h",
     ] {
         let r = rejected(&with(&format!("spending:\n  ledger: \"{url}\"\n")));
-        assert_eq!(at(&r.errors), [("invalid_ledger_url", 5, 11)], "{url}");
+        assert_eq!(at(&r.errors), [("invalid_redis_url", 5, 11)], "{url}");
     }
     let v = ok(&with(
         "spending:\n  ledger: redis://app:s3cret@ledger:6379\n",
     ));
-    assert_eq!(at(&v.warnings), [("ledger_password_in_agentfile", 5, 11)]);
+    assert_eq!(at(&v.warnings), [("redis_password_in_agentfile", 5, 11)]);
     let ledger = v.manifest.spending.ledger.unwrap();
     assert!(!format!("{ledger:?} {}", ledger.redacted()).contains("s3cret"));
+    let v = ok(&format!(
+        "{MIN}identity:\n  did: {DID_A}\na2a:\n  replay: redis+unix:///run/r.sock\n"
+    ));
+    assert_eq!(
+        v.manifest.a2a.unwrap().replay.unwrap().as_str(),
+        "redis+unix:///run/r.sock"
+    );
+    let r = rejected(&format!(
+        "{MIN}identity:\n  did: {DID_A}\na2a:\n  replay: http://x\n"
+    ));
+    assert_eq!(codes(&r.errors), ["invalid_redis_url"]);
+    assert!(
+        r.errors[0].message.contains("a2a.replay"),
+        "{}",
+        r.errors[0].message
+    );
     // A user name alone is no password.
     let v = ok(&with("spending:\n  ledger: redis://app@ledger:6379\n"));
     assert!(v.warnings.is_empty());
