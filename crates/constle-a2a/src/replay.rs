@@ -1,0 +1,177 @@
+//! The replay store: which message ids a listener has already accepted.
+//!
+//! Two implementations behind one type, [`ReplayStore`]:
+//!
+//! - embedded (the default): an append-only file under
+//!   `$CONSTLE_HOME/a2a/replay/<did>/`, shared by every listener of that
+//!   identity on this machine (see the `embedded` module);
+//! - Redis (`a2a.replay: redis://…`): one `SET key 1 NX PX <ms>` per
+//!   message, shared by every machine listening as that identity.
+//!
+//! An id is remembered until its envelope would be refused as too old
+//! anyway ([`VerifiedEnvelope::remember_until`]) and may be forgotten after.
+//! Ids are kept per sender (`<from> <msg_id>`), so one peer cannot use up
+//! another's ids. Any failure to read or write is a [`ReplayError`], which
+//! the listener answers with a retryable 503: it never accepts a message it
+//! could not record.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use constle_identity::DidKey;
+use jiff::Timestamp;
+
+use crate::VerifiedEnvelope;
+use crate::embedded;
+use crate::redis_store;
+
+/// How long after the clock-skew window an id is still kept, for clocks
+/// stepped backwards.
+pub const REPLAY_MARGIN: Duration = Duration::from_secs(60);
+
+/// Why the replay store could not answer. The listener refuses with 503.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// A file or directory could not be created, read, written or synced.
+    #[error("replay store {path}: {message}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+    /// The seen-ids file holds something this version did not write.
+    #[error(
+        "replay store {path} is corrupt ({reason}); refusing all messages until an operator repairs or removes it (removing it allows replays of messages from the last few minutes)"
+    )]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Another listener held the store's lock too long.
+    #[error("replay store {path}: its lock was held for more than {waited:?}")]
+    LockTimeout {
+        /// The lock file.
+        path: PathBuf,
+        /// How long this listener waited.
+        waited: Duration,
+    },
+    /// The Redis URL is not usable.
+    #[error("replay store {url}: not a usable Redis URL: {message}")]
+    BadUrl {
+        /// The URL, without credentials.
+        url: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Redis answered with an error, or the connection failed.
+    #[error("replay store {url}: {message}")]
+    Redis {
+        /// The URL, without credentials.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+    /// Redis did not answer in time.
+    #[error("replay store {url}: no answer within {after:?}")]
+    Timeout {
+        /// The URL, without credentials.
+        url: String,
+        /// The bound.
+        after: Duration,
+    },
+}
+
+/// Whether an id was new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// First time: it is now recorded durably.
+    New,
+    /// Recorded before: a replay.
+    Before,
+}
+
+enum Inner {
+    Embedded(embedded::Store),
+    Redis(redis_store::Store),
+}
+
+/// The seen message ids of one listening identity.
+pub struct ReplayStore(Inner);
+
+impl std::fmt::Debug for ReplayStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReplayStore({})", self.describe())
+    }
+}
+
+impl ReplayStore {
+    /// The embedded store of `listener` under `home` (`$CONSTLE_HOME`):
+    /// `home/a2a/replay/<did>/`, created 0700 if needed.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError`] if the directory cannot be created or its state read.
+    pub async fn embedded(home: &Path, listener: &DidKey) -> Result<ReplayStore, ReplayError> {
+        let dir = home.join("a2a").join("replay").join(listener.as_str());
+        Ok(ReplayStore(Inner::Embedded(
+            embedded::Store::open(home.to_owned(), dir).await?,
+        )))
+    }
+
+    /// The Redis store of `listener` at `url` (`redis://`, `rediss://`,
+    /// `redis+unix://`). Connects and pings before returning.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError`] if the URL is unusable or the server does not answer.
+    pub async fn redis(url: &str, listener: &DidKey) -> Result<ReplayStore, ReplayError> {
+        Ok(ReplayStore(Inner::Redis(
+            redis_store::Store::open(url, listener).await?,
+        )))
+    }
+
+    /// Where the ids are kept: a directory, or a Redis URL without
+    /// credentials.
+    pub fn describe(&self) -> String {
+        match &self.0 {
+            Inner::Embedded(store) => store.dir().display().to_string(),
+            Inner::Redis(store) => store.url().to_owned(),
+        }
+    }
+
+    /// Records `envelope`'s id (for its sender) unless it was recorded
+    /// before. [`Seen::New`] is returned only once the record is durable
+    /// (fsynced, or acknowledged by Redis).
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError`] if the store cannot be read or written in time.
+    pub async fn remember(
+        &self,
+        envelope: &VerifiedEnvelope,
+        now: Timestamp,
+    ) -> Result<Seen, ReplayError> {
+        let until = envelope.remember_until();
+        match &self.0 {
+            Inner::Embedded(store) => {
+                store
+                    .remember(
+                        envelope.from().as_str(),
+                        envelope.msg_id().as_str(),
+                        until,
+                        now,
+                    )
+                    .await
+            }
+            Inner::Redis(store) => {
+                store
+                    .remember(envelope.from(), envelope.msg_id(), until, now)
+                    .await
+            }
+        }
+    }
+}
