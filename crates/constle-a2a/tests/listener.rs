@@ -1,0 +1,675 @@
+//! The listener over real HTTP on loopback: every refusal, replays after a
+//! restart and across listeners (embedded and Redis), a store that cannot
+//! be read, and the agent's inbox and outbox.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests stop at the first surprise"
+)]
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use constle_a2a::{
+    A2aClient, DeliverError, Envelope, Inbox, Listener, ListenerConfig, ListenerEvent, Outbox,
+    PeerUrl, ReplayStore, sandbox_router, sign_envelope,
+};
+use constle_identity::{DidKey, SigningIdentity};
+use constle_testkit::{RedisServer, require_tools};
+use jiff::{SignedDuration, Timestamp};
+use serde_json::json;
+
+type Events = Arc<Mutex<Vec<ListenerEvent>>>;
+
+struct Running {
+    url: PeerUrl,
+    base: String,
+    inbox: Inbox,
+    events: Events,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.await.unwrap().unwrap();
+    }
+
+    fn reasons(&self) -> Vec<&'static str> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(ListenerEvent::reason)
+            .collect()
+    }
+}
+
+async fn start(me: &DidKey, peers: &[&DidKey], store: ReplayStore, inbox: Inbox) -> Running {
+    start_with(me, peers, store, inbox, |c| c).await
+}
+
+async fn start_with(
+    me: &DidKey,
+    peers: &[&DidKey],
+    store: ReplayStore,
+    inbox: Inbox,
+    tweak: impl FnOnce(ListenerConfig) -> ListenerConfig,
+) -> Running {
+    let events: Events = Arc::default();
+    let sink = Arc::clone(&events);
+    let config = ListenerConfig::new(
+        me.clone(),
+        peers.iter().map(|d| (*d).clone()),
+        store,
+        inbox.clone(),
+    )
+    .on_event(move |event| sink.lock().unwrap().push(event));
+    let listener = Listener::new(tweak(config));
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(listener.serve_with_shutdown(tcp, async {
+        let _ = stopped.await;
+    }));
+    let base = format!("http://{addr}");
+    Running {
+        url: PeerUrl::parse(&base).unwrap(),
+        base,
+        inbox,
+        events,
+        stop: Some(stop),
+        task,
+    }
+}
+
+async fn embedded(home: &Path, me: &DidKey) -> ReplayStore {
+    ReplayStore::embedded(home, me).await.unwrap()
+}
+
+fn keys() -> (SigningIdentity, SigningIdentity) {
+    (SigningIdentity::generate(), SigningIdentity::generate())
+}
+
+fn envelope(from: &SigningIdentity, to: &DidKey) -> Envelope {
+    sign_envelope(from, to, json!({"text": "hi"}), Timestamp::now()).unwrap()
+}
+
+/// POSTs raw bytes; returns the status, the reason code and `Retry-After`.
+async fn post(base: &str, body: Vec<u8>) -> (u16, Option<String>, Option<String>) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/a2a/v1/messages"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let retry = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body: serde_json::Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+    let code = body
+        .get("error")
+        .and_then(|v| v.as_str())
+        .map(str::to_owned);
+    (status, code, retry)
+}
+
+fn refused(result: Result<constle_a2a::Delivery, DeliverError>) -> (u16, String) {
+    match result {
+        Err(DeliverError::Refused { status, reason, .. }) => (status, reason.unwrap()),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn accepts_once_then_refuses_the_replay() {
+    let home = tempfile::tempdir().unwrap();
+    let (alice, bob) = keys();
+    let node = start(
+        bob.did(),
+        &[alice.did()],
+        embedded(home.path(), bob.did()).await,
+        Inbox::default(),
+    )
+    .await;
+    let client = A2aClient::new().unwrap();
+    let sent = envelope(&alice, bob.did());
+    let delivery = client.deliver(&node.url, &sent).await.unwrap();
+    assert_eq!(delivery.status, 202);
+    assert_eq!(&delivery.msg_id, sent.msg_id());
+    let message = node.inbox.pop().unwrap();
+    assert_eq!(message.from(), alice.did());
+    assert_eq!(message.body(), &json!({"text": "hi"}));
+    assert!(node.inbox.pop().is_none());
+    assert_eq!(
+        refused(client.deliver(&node.url, &sent).await),
+        (409, "a2a_replayed".to_owned())
+    );
+    assert!(node.inbox.pop().is_none());
+    assert_eq!(node.reasons(), ["a2a_accepted", "a2a_replayed"]);
+    let events = node.events.lock().unwrap().clone();
+    assert!(events[0].accepted);
+    assert_eq!(events[1].msg_id.as_ref(), Some(sent.msg_id()));
+    assert_eq!(events[1].from.as_ref(), Some(alice.did()));
+    assert_eq!(events[1].status, 409);
+    assert!(events[1].remote.unwrap().ip().is_loopback());
+    // Seen ids live under $CONSTLE_HOME/a2a/replay/<did>/.
+    let seen = std::fs::read_to_string(
+        home.path()
+            .join("a2a/replay")
+            .join(bob.did().as_str())
+            .join("seen"),
+    )
+    .unwrap();
+    assert!(seen.contains(sent.msg_id().as_str()));
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn every_refusal_has_its_status_and_code() {
+    let home = tempfile::tempdir().unwrap();
+    let (alice, bob) = keys();
+    let (mallory, carol) = keys();
+    let node = start_with(
+        bob.did(),
+        &[alice.did(), carol.did()],
+        embedded(home.path(), bob.did()).await,
+        Inbox::default(),
+        |c| c.max_envelope_bytes(4096),
+    )
+    .await;
+    let now = Timestamp::now();
+    let minutes = |m: i64| SignedDuration::from_mins(m);
+
+    // Unknown sender: a valid signature by an undeclared key.
+    let from_mallory = envelope(&mallory, bob.did());
+    assert_eq!(
+        post(&node.base, from_mallory.to_bytes()).await,
+        (403, Some("a2a_unknown_sender".into()), None)
+    );
+
+    // Bad signature: a declared sender, an edited body.
+    let mut edited: serde_json::Value =
+        serde_json::from_slice(&envelope(&alice, bob.did()).to_bytes()).unwrap();
+    edited["body"]["text"] = json!("pay mallory");
+    assert_eq!(
+        post(&node.base, edited.to_string().into_bytes()).await,
+        (401, Some("a2a_bad_signature".into()), None)
+    );
+    // Bad signature: a declared sender's envelope, signed by someone else.
+    let mut forged: serde_json::Value = serde_json::from_slice(&from_mallory.to_bytes()).unwrap();
+    forged["from"] = json!(alice.did().as_str());
+    assert_eq!(
+        post(&node.base, forged.to_string().into_bytes()).await,
+        (401, Some("a2a_bad_signature".into()), None)
+    );
+
+    // Wrong addressee: for carol, sent to bob.
+    let for_carol = envelope(&alice, carol.did());
+    assert_eq!(
+        post(&node.base, for_carol.to_bytes()).await,
+        (403, Some("a2a_wrong_addressee".into()), None)
+    );
+
+    // Too old, from the future; just inside the window both ways.
+    let old = sign_envelope(&alice, bob.did(), json!(1), now - minutes(6)).unwrap();
+    assert_eq!(
+        post(&node.base, old.to_bytes()).await,
+        (400, Some("a2a_too_old".into()), None)
+    );
+    let future = sign_envelope(&alice, bob.did(), json!(1), now + minutes(6)).unwrap();
+    assert_eq!(
+        post(&node.base, future.to_bytes()).await,
+        (400, Some("a2a_from_the_future".into()), None)
+    );
+    let early = sign_envelope(&alice, bob.did(), json!(1), now - minutes(4)).unwrap();
+    assert_eq!(post(&node.base, early.to_bytes()).await.0, 202);
+    let late = sign_envelope(&alice, bob.did(), json!(1), now + minutes(4)).unwrap();
+    assert_eq!(post(&node.base, late.to_bytes()).await.0, 202);
+
+    // Malformed: not JSON, duplicate keys, an extra member, a wrong type,
+    // a non-canonical time, a big integer.
+    let good: serde_json::Value =
+        serde_json::from_slice(&envelope(&alice, bob.did()).to_bytes()).unwrap();
+    let text = good.to_string();
+    let duplicated = text.replacen("{\"body\"", "{\"v\":\"constle-a2a-v1\",\"body\"", 1);
+    let mut extra = good.clone();
+    extra["note"] = json!("x");
+    let mut wrong_type = good.clone();
+    wrong_type["msg_id"] = json!(7);
+    let mut odd_time = good.clone();
+    odd_time["issued_at"] = json!(Timestamp::now().to_string());
+    let mut big = good.clone();
+    big["body"] = json!({"n": 1u64 << 60});
+    for (what, body) in [
+        ("not JSON", b"{not json".to_vec()),
+        ("empty", Vec::new()),
+        ("duplicate key", duplicated.into_bytes()),
+        ("extra member", extra.to_string().into_bytes()),
+        ("wrong type", wrong_type.to_string().into_bytes()),
+        ("time spelling", odd_time.to_string().into_bytes()),
+        ("big integer", big.to_string().into_bytes()),
+        ("trailing data", format!("{text} {{}}").into_bytes()),
+    ] {
+        assert_eq!(
+            post(&node.base, body).await,
+            (400, Some("a2a_malformed".into()), None),
+            "{what}"
+        );
+    }
+
+    // Too large: declared by Content-Length, over the configured 4096.
+    let large = sign_envelope(&alice, bob.did(), json!("x".repeat(5000)), now).unwrap();
+    assert_eq!(
+        post(&node.base, large.to_bytes()).await,
+        (413, Some("a2a_too_large".into()), None)
+    );
+
+    let reasons = node.reasons();
+    for code in [
+        "a2a_unknown_sender",
+        "a2a_bad_signature",
+        "a2a_wrong_addressee",
+        "a2a_too_old",
+        "a2a_from_the_future",
+        "a2a_malformed",
+        "a2a_too_large",
+    ] {
+        assert!(reasons.contains(&code), "{code} reported: {reasons:?}");
+    }
+    assert_eq!(node.inbox.len(), 2);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_replay_is_refused_after_a_restart() {
+    let home = tempfile::tempdir().unwrap();
+    let (alice, bob) = keys();
+    let sent = envelope(&alice, bob.did());
+    let first = start(
+        bob.did(),
+        &[alice.did()],
+        embedded(home.path(), bob.did()).await,
+        Inbox::default(),
+    )
+    .await;
+    assert_eq!(post(&first.base, sent.to_bytes()).await.0, 202);
+    first.stop().await;
+    let second = start(
+        bob.did(),
+        &[alice.did()],
+        embedded(home.path(), bob.did()).await,
+        Inbox::default(),
+    )
+    .await;
+    assert_eq!(
+        post(&second.base, sent.to_bytes()).await,
+        (409, Some("a2a_replayed".into()), None)
+    );
+    assert!(second.inbox.is_empty());
+    second.stop().await;
+}
+
+/// Sends `copies` of one envelope to the listeners, all at once, and counts
+/// the statuses.
+async fn race(bases: &[String], sent: &Envelope, copies: usize) -> (usize, usize) {
+    let mut tasks = Vec::new();
+    for i in 0..copies {
+        let base = bases[i % bases.len()].clone();
+        let bytes = sent.to_bytes();
+        tasks.push(tokio::spawn(async move { post(&base, bytes).await.0 }));
+    }
+    let mut accepted = 0;
+    let mut replayed = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            202 => accepted += 1,
+            409 => replayed += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    (accepted, replayed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_embedded_listeners_of_one_identity_accept_once_in_all() {
+    let home = tempfile::tempdir().unwrap();
+    let (alice, bob) = keys();
+    let a = start(
+        bob.did(),
+        &[alice.did()],
+        embedded(home.path(), bob.did()).await,
+        Inbox::default(),
+    )
+    .await;
+    let b = start(
+        bob.did(),
+        &[alice.did()],
+        embedded(home.path(), bob.did()).await,
+        Inbox::default(),
+    )
+    .await;
+    let bases = [a.base.clone(), b.base.clone()];
+    for _ in 0..10 {
+        let sent = envelope(&alice, bob.did());
+        assert_eq!(race(&bases, &sent, 8).await, (1, 7));
+    }
+    assert_eq!(a.inbox.len() + b.inbox.len(), 10);
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreadable_store_refuses_with_a_retryable_503() {
+    let home = tempfile::tempdir().unwrap();
+    let (alice, bob) = keys();
+    let node = start(
+        bob.did(),
+        &[alice.did()],
+        embedded(home.path(), bob.did()).await,
+        Inbox::default(),
+    )
+    .await;
+    let dir = home.path().join("a2a/replay").join(bob.did().as_str());
+    // Content this version did not write.
+    std::fs::write(dir.join("seen"), "garbage\n").unwrap();
+    let sent = envelope(&alice, bob.did());
+    assert_eq!(
+        post(&node.base, sent.to_bytes()).await,
+        (
+            503,
+            Some("a2a_replay_store_unavailable".into()),
+            Some("1".into())
+        )
+    );
+    // Not a file at all (also refused when running as root).
+    std::fs::remove_file(dir.join("seen")).unwrap();
+    std::fs::create_dir(dir.join("seen")).unwrap();
+    assert_eq!(post(&node.base, sent.to_bytes()).await.0, 503);
+    assert!(node.inbox.is_empty());
+    // Repaired: the same envelope is accepted, it was never recorded.
+    std::fs::remove_dir(dir.join("seen")).unwrap();
+    assert_eq!(post(&node.base, sent.to_bytes()).await.0, 202);
+    let event = node.events.lock().unwrap()[0].clone();
+    assert_eq!(event.reason(), "a2a_replay_store_unavailable");
+    assert!(
+        format!("{:?}", event.refusal).contains("corrupt"),
+        "{event:?}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_full_inbox_refuses_without_recording() {
+    let home = tempfile::tempdir().unwrap();
+    let (alice, bob) = keys();
+    let node = start(
+        bob.did(),
+        &[alice.did()],
+        embedded(home.path(), bob.did()).await,
+        Inbox::new(1),
+    )
+    .await;
+    assert_eq!(
+        post(&node.base, envelope(&alice, bob.did()).to_bytes())
+            .await
+            .0,
+        202
+    );
+    let second = envelope(&alice, bob.did());
+    assert_eq!(
+        post(&node.base, second.to_bytes()).await,
+        (503, Some("a2a_inbox_full".into()), Some("1".into()))
+    );
+    node.inbox.pop().unwrap();
+    assert_eq!(post(&node.base, second.to_bytes()).await.0, 202);
+    assert_eq!(node.inbox.wait().await.msg_id(), second.msg_id());
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_machines_sharing_redis_accept_once_in_all() {
+    if !require_tools("two listeners sharing Redis accept once", &["redis-server"]) {
+        return;
+    }
+    let redis = RedisServer::start().unwrap();
+    let (alice, bob) = keys();
+    // Two "machines": separate homes, one Redis.
+    let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let _ = (home_a.path(), home_b.path());
+    let a = start(
+        bob.did(),
+        &[alice.did()],
+        ReplayStore::redis(&redis.url(), bob.did()).await.unwrap(),
+        Inbox::default(),
+    )
+    .await;
+    let b = start(
+        bob.did(),
+        &[alice.did()],
+        ReplayStore::redis(&redis.url(), bob.did()).await.unwrap(),
+        Inbox::default(),
+    )
+    .await;
+    let bases = [a.base.clone(), b.base.clone()];
+    for _ in 0..10 {
+        let sent = envelope(&alice, bob.did());
+        assert_eq!(race(&bases, &sent, 8).await, (1, 7));
+    }
+    assert_eq!(a.inbox.len() + b.inbox.len(), 10);
+    // Replayed later, to a listener started afterwards.
+    let sent = envelope(&alice, bob.did());
+    assert_eq!(post(&a.base, sent.to_bytes()).await.0, 202);
+    let c = start(
+        bob.did(),
+        &[alice.did()],
+        ReplayStore::redis(&redis.url(), bob.did()).await.unwrap(),
+        Inbox::default(),
+    )
+    .await;
+    assert_eq!(
+        post(&c.base, sent.to_bytes()).await,
+        (409, Some("a2a_replayed".into()), None)
+    );
+    a.stop().await;
+    b.stop().await;
+    c.stop().await;
+}
+
+#[tokio::test]
+async fn a_redis_that_is_down_or_frozen_refuses_with_503() {
+    if !require_tools("a Redis that is down refuses with 503", &["redis-server"]) {
+        return;
+    }
+    let mut redis = RedisServer::start().unwrap();
+    let (alice, bob) = keys();
+    let node = start(
+        bob.did(),
+        &[alice.did()],
+        ReplayStore::redis(&redis.url(), bob.did()).await.unwrap(),
+        Inbox::default(),
+    )
+    .await;
+    redis.stop().unwrap();
+    let frozen = envelope(&alice, bob.did());
+    let started = std::time::Instant::now();
+    assert_eq!(
+        post(&node.base, frozen.to_bytes()).await,
+        (
+            503,
+            Some("a2a_replay_store_unavailable".into()),
+            Some("1".into())
+        )
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded: {:?}",
+        started.elapsed()
+    );
+    redis.resume().unwrap();
+    redis.kill().unwrap();
+    assert_eq!(
+        post(&node.base, envelope(&alice, bob.did()).to_bytes())
+            .await
+            .0,
+        503
+    );
+    assert!(node.inbox.is_empty());
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn the_agent_sends_through_its_outbox_and_reads_its_inbox() {
+    let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let alice = Arc::new(SigningIdentity::generate());
+    let bob = SigningIdentity::generate();
+    let stranger = SigningIdentity::generate();
+    // Bob's listener and his agent's side.
+    let bob_node = start(
+        bob.did(),
+        &[alice.did()],
+        embedded(home_b.path(), bob.did()).await,
+        Inbox::default(),
+    )
+    .await;
+    let bob_side = serve(sandbox_router(bob_node.inbox.clone(), None)).await;
+    // Alice's agent's side, with an outbox to bob.
+    let sent: Arc<Mutex<Vec<constle_a2a::OutboxEvent>>> = Arc::default();
+    let log = Arc::clone(&sent);
+    let outbox = Outbox::new(
+        Arc::clone(&alice),
+        [(bob.did().clone(), bob_node.url.clone())],
+        A2aClient::new().unwrap(),
+    )
+    .on_send(move |event| log.lock().unwrap().push(event));
+    let alice_inbox = Inbox::default();
+    let _ = home_a;
+    let alice_side = serve(sandbox_router(alice_inbox, Some(outbox))).await;
+    let http = reqwest::Client::new();
+
+    let empty = http
+        .get(format!("{bob_side}/inbox/next"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(empty.status().as_u16(), 204);
+
+    let answer = http
+        .post(format!("{alice_side}/outbox"))
+        .body(json!({"to": bob.did().as_str(), "body": {"q": "price?"}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 202);
+    let answer: serde_json::Value = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
+    assert_eq!(answer["delivered"], true);
+
+    let next = http
+        .get(format!("{bob_side}/inbox/next"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(next.status().as_u16(), 200);
+    let message: serde_json::Value = serde_json::from_slice(&next.bytes().await.unwrap()).unwrap();
+    assert_eq!(message["from"], alice.did().as_str());
+    assert_eq!(message["to"], bob.did().as_str());
+    assert_eq!(message["body"], json!({"q": "price?"}));
+    assert_eq!(message["msg_id"], answer["msg_id"]);
+
+    // Only declared peers; only strict JSON of the right shape.
+    for (body, status, code) in [
+        (
+            json!({"to": stranger.did().as_str(), "body": 1}).to_string(),
+            403,
+            "a2a_unknown_peer",
+        ),
+        (
+            json!({"to": "did:web:example.com", "body": 1}).to_string(),
+            400,
+            "a2a_malformed",
+        ),
+        (
+            json!({"to": bob.did().as_str()}).to_string(),
+            400,
+            "a2a_malformed",
+        ),
+        (
+            json!({"to": bob.did().as_str(), "body": 1, "from": "x"}).to_string(),
+            400,
+            "a2a_malformed",
+        ),
+        (
+            format!("{{\"to\":\"{}\",\"body\":1,\"body\":2}}", bob.did()),
+            400,
+            "a2a_malformed",
+        ),
+        (
+            json!({"to": bob.did().as_str(), "body": {"n": 1u64 << 60}}).to_string(),
+            400,
+            "a2a_malformed",
+        ),
+    ] {
+        let answer = http
+            .post(format!("{alice_side}/outbox"))
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), status, "{body}");
+        let answer: serde_json::Value =
+            serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
+        assert_eq!(answer["error"], code, "{body}");
+    }
+    let events = sent.lock().unwrap().clone();
+    assert_eq!(events.len(), 1);
+    assert!(events[0].delivered);
+    bob_node.stop().await;
+}
+
+#[tokio::test]
+async fn a_refused_delivery_reports_the_peers_reason() {
+    let home = tempfile::tempdir().unwrap();
+    let (alice, bob) = keys();
+    // Bob does not know alice.
+    let node = start(
+        bob.did(),
+        &[],
+        embedded(home.path(), bob.did()).await,
+        Inbox::default(),
+    )
+    .await;
+    let alice = Arc::new(alice);
+    let outbox = Outbox::new(
+        Arc::clone(&alice),
+        [(bob.did().clone(), node.url.clone())],
+        A2aClient::new().unwrap(),
+    );
+    let side = serve(sandbox_router(Inbox::default(), Some(outbox))).await;
+    let answer = reqwest::Client::new()
+        .post(format!("{side}/outbox"))
+        .body(json!({"to": bob.did().as_str(), "body": "hi"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 502);
+    let answer: serde_json::Value = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
+    assert_eq!(answer["error"], "a2a_peer_refused");
+    assert_eq!(answer["peer_status"], 403);
+    assert_eq!(answer["peer_reason"], "a2a_unknown_sender");
+    assert_eq!(answer["retryable"], false);
+    node.stop().await;
+}
+
+async fn serve(router: axum::Router) -> String {
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(tcp, router).await });
+    format!("http://{addr}")
+}
