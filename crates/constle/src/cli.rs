@@ -4,10 +4,19 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// What `constle --version` prints after the name: the version and the
+/// commit the binary was built from (see build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("CONSTLE_BUILD_COMMIT"),
+    ")"
+);
+
 /// Run AI agents you cannot trust: a sandbox whose only exits are an egress
 /// allowlist and an MCP gate, and a signed audit log of every decision.
 #[derive(Debug, Parser)]
-#[command(name = "constle", version, about, long_about = None)]
+#[command(name = "constle", version = VERSION, about, long_about = None)]
 pub struct Cli {
     /// When to colour output.
     #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
