@@ -4,9 +4,9 @@
 //! Each case builds a release (archives holding a stand-in `constle`,
 //! checksums.txt, and when asked a signature), serves it from a small HTTP
 //! server on 127.0.0.1 laid out as GitHub lays out releases, and runs
-//! install.sh with a PATH that holds only the tools it needs, a stand-in
-//! `uname` and, when the case says so, the stand-in `cosign` from
-//! tests/install/cosign. Every refusal is checked for its message, for
+//! install.sh with a PATH that holds only the tools it needs, the stand-in
+//! `uname` from tests/install and, when the case says so, the stand-in
+//! `cosign` from there too. Every refusal is checked for its message, for
 //! leaving the install directory as it was, and for leaving no temporary
 //! files.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -54,8 +54,15 @@ fn install_sh() -> PathBuf {
     repo_root().join("install.sh")
 }
 
+/// A file in tests/install: the stand-ins for `cosign` and `uname`.
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/install")
+        .join(name)
+}
+
 fn stand_in_cosign() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/install/cosign")
+    fixture("cosign")
 }
 
 fn have_tools(test: &str) -> bool {
@@ -309,10 +316,21 @@ impl Case {
     }
 
     /// A constle already installed, which a refused install must leave alone.
+    /// (Copied by `cp`: a file this multithreaded process had open for
+    /// writing could still be open in a child another test is forking, and
+    /// running it would then fail with ETXTBSY.)
     fn preinstall(&self) {
         fs::create_dir_all(self.install_dir()).unwrap();
-        fs::write(self.installed(), "#!/bin/sh\necho 'the old constle'\n").unwrap();
-        fs::set_permissions(self.installed(), fs::Permissions::from_mode(0o755)).unwrap();
+        let out = Command::new(find_tool("cp").unwrap())
+            .arg(fixture("old-constle"))
+            .arg(self.installed())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     fn cosign_calls(&self) -> Vec<String> {
@@ -334,15 +352,9 @@ impl Case {
             }
         }
         let uname = bin.join("uname");
-        fs::write(
-            &uname,
-            format!(
-                "#!/bin/sh\ncase $1 in -s) echo Linux ;; -m) echo '{}' ;; *) exit 1 ;; esac\n",
-                self.machine
-            ),
-        )
-        .unwrap();
-        fs::set_permissions(&uname, fs::Permissions::from_mode(0o755)).unwrap();
+        if !uname.exists() {
+            std::os::unix::fs::symlink(fixture("uname"), uname).unwrap();
+        }
         if self.cosign {
             let cosign = bin.join("cosign");
             if !cosign.exists() {
@@ -357,6 +369,7 @@ impl Case {
             .env("HOME", self.path("home"))
             .env("TMPDIR", self.path("tmp"))
             .env("COSIGN_STANDIN_LOG", self.path("cosign.log"))
+            .env("STANDIN_MACHINE", &self.machine)
             .env("CONSTLE_BASE_URL", &self.server.url)
             .env("CONSTLE_INSTALL_DIR", self.install_dir())
             .current_dir(self.dir.path());
@@ -751,7 +764,7 @@ fn install_sh_passes_shellcheck() {
     let out = Command::new(find_tool("shellcheck").unwrap())
         .args(["--shell=sh", "--severity=style"])
         .arg(install_sh())
-        .arg(stand_in_cosign())
+        .args(["cosign", "uname", "old-constle"].map(fixture))
         .output()
         .unwrap();
     assert!(
