@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod a2a;
 mod bridge;
 mod human;
 mod mcp;
@@ -12,6 +13,7 @@ mod plan;
 mod run;
 mod spend;
 
+pub use a2a::{listener as a2a_listener, listener_event as a2a_event};
 pub use plan::{Item, plan};
 pub use run::{RunError, RunOptions, RunReport, run};
 pub use spend::{caps, ledger_config, ledger_key, spend_plan, usd};

@@ -28,6 +28,7 @@ pub fn plan(manifest: &Manifest) -> Vec<Item> {
     let mut items = vec![sandbox(manifest), egress(manifest), audit(manifest)];
     items.extend(mcp(manifest));
     items.extend(spending(manifest));
+    items.extend(a2a(manifest));
     items
 }
 
@@ -154,4 +155,26 @@ fn spending(manifest: &Manifest) -> Option<Item> {
             "traffic to allowed hosts (direct LLM API calls included) is never metered: Constle does not intercept TLS, so spend over allowed_hosts has no cap".into(),
         )
     })
+}
+
+fn a2a(manifest: &Manifest) -> Option<Item> {
+    let a2a = manifest.a2a.as_ref()?;
+    let replay = match &a2a.replay {
+        Some(url) => format!("seen ids in Redis {}", url.redacted()),
+        None => "seen ids in the embedded store (this machine only)".to_owned(),
+    };
+    let listening = match a2a.listen {
+        Some(listen) => format!(
+            "listening on {listen} for envelopes from {} declared peer(s), signed, addressed to this agent, within ±5 min, never seen before ({replay}); ",
+            a2a.peers.len()
+        ),
+        None => "not listening; ".to_owned(),
+    };
+    let senders = a2a.peers.iter().filter(|p| p.url.is_some()).count();
+    Some(enforced(
+        "a2a",
+        format!(
+            "{listening}the agent sends to {senders} peer(s) through CONSTLE_A2A_URL, signed on the host"
+        ),
+    ))
 }

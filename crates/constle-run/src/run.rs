@@ -18,6 +18,7 @@ use constle_manifest::{Egress, Manifest};
 use constle_sandbox::{Relay, SandboxSpec};
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::a2a::A2aLink;
 use crate::bridge;
 use crate::mcp::McpGates;
 use crate::spend::SpendMeter;
@@ -82,6 +83,9 @@ pub enum RunError {
         /// The gated tool.
         tool: String,
     },
+    /// Agent-to-agent messaging could not start.
+    #[error("a2a: {0}")]
+    A2a(String),
     /// A filesystem operation for the run's private files failed.
     #[error("{what}: {source}")]
     Io {
@@ -203,15 +207,19 @@ async fn supervise(
         .flatten();
     let meter = SpendMeter::open(manifest, &options.home, log).await;
     let mut gates = McpGates::start(manifest, sockets.path(), log, terminal, meter)?;
+    let a2a = A2aLink::start(manifest, &options.home, sockets.path(), log).await?;
+    let mut env = agent_env(manifest, proxy.is_some(), gates.env());
+    env.extend(a2a.as_ref().map(A2aLink::env));
     let spec = SandboxSpec {
         command: manifest.sandbox.command.clone(),
         workdir: manifest.sandbox.workdir.clone(),
-        env: agent_env(manifest, proxy.is_some(), gates.env()),
+        env,
         rootfs: manifest.sandbox.rootfs.clone(),
         relays: proxy
             .iter()
             .map(|p| p.relay.clone())
             .chain(gates.relays().iter().cloned())
+            .chain(a2a.iter().map(|a| a.relay().clone()))
             .collect(),
         constle_exe: options.constle_exe.clone(),
     };
@@ -236,6 +244,7 @@ async fn supervise(
     let _ = agent.start_kill();
     let _ = agent.wait().await;
     drop(gates);
+    drop(a2a);
     let recorded = match proxy {
         Some(proxy) => proxy.stop().await,
         None => Ok(()),

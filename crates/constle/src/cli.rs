@@ -51,6 +51,37 @@ pub enum Command {
     /// What an agent has spent against its caps.
     #[command(subcommand)]
     Spend(SpendCommand),
+    /// Signed agent-to-agent messages.
+    #[command(subcommand)]
+    A2a(A2aCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum A2aCommand {
+    /// Sign a message with the agent's key and deliver it to a declared peer.
+    Send(A2aSendArgs),
+    /// Listen for envelopes from the declared peers; print accepted messages
+    /// as JSON lines until interrupted.
+    Listen(A2aListenArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct A2aSendArgs {
+    /// The sender's Agentfile (its identity and a2a.peers).
+    #[arg(long, default_value = "agent.yaml")]
+    pub agentfile: PathBuf,
+    /// The peer's did:key, declared in a2a.peers with a url.
+    #[arg(long)]
+    pub to: String,
+    /// The message body, JSON.
+    pub body: String,
+}
+
+#[derive(Debug, Args)]
+pub struct A2aListenArgs {
+    /// The listener's Agentfile (its identity, a2a.listen, a2a.peers).
+    #[arg(long, default_value = "agent.yaml")]
+    pub agentfile: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

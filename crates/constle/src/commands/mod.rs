@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+mod a2a;
 mod audit;
 mod keygen;
 mod run;
@@ -7,7 +8,7 @@ mod spend;
 mod validate;
 
 use crate::Outcome;
-use crate::cli::{AuditCommand, Cli, Command, SpendCommand};
+use crate::cli::{A2aCommand, AuditCommand, Cli, Command, SpendCommand};
 
 /// Runs the command the user asked for.
 pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
@@ -20,6 +21,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Audit(AuditCommand::Verify(args)) => audit::verify(&args),
         Command::Audit(AuditCommand::Show(args)) => audit::show(&args),
         Command::Spend(SpendCommand::Show(args)) => spend::show(&args),
+        Command::A2a(A2aCommand::Send(args)) => a2a::send(&args),
+        Command::A2a(A2aCommand::Listen(args)) => a2a::listen(&args),
     }
 }
 

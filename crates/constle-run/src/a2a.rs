@@ -1,0 +1,172 @@
+//! Agent-to-agent messaging in a run. With `a2a.listen`, the host listens
+//! for signed envelopes from the declared peers and puts the accepted ones in
+//! an inbox; with peers that have a URL, the agent can send. Either way the
+//! agent reaches both through one relay, `CONSTLE_A2A_URL`
+//! (`GET /inbox/next`, `POST /outbox`), and the host signs for it: the key
+//! never enters the sandbox. Every acceptance, refusal and delivery goes
+//! into the audit log.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+use std::sync::Arc;
+
+use constle_a2a::{
+    A2aClient, Inbox, Listener, ListenerConfig, ListenerEvent, Outbox, OutboxEvent, PeerUrl,
+    ReplayStore, sandbox_router,
+};
+use constle_audit::{AuditLog, Event, EventError};
+use constle_identity::{DidKey, KeyKind, KeyStore};
+use constle_manifest::{A2a, Manifest};
+use constle_sandbox::Relay;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::task::JoinHandle;
+
+use crate::run::{RunError, io};
+
+/// Where the agent finds its inbox and outbox inside the sandbox.
+const A2A_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 4000);
+
+/// The running A2A parts of a run. Dropping them stops serving.
+pub(crate) struct A2aLink {
+    relay: Relay,
+    tasks: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+impl A2aLink {
+    /// Starts the listener (with `a2a.listen`) and the agent's inbox and
+    /// outbox; `None` without an `a2a` section.
+    pub(crate) async fn start(
+        manifest: &Manifest,
+        home: &Path,
+        sockets: &Path,
+        log: &Arc<AuditLog>,
+    ) -> Result<Option<A2aLink>, RunError> {
+        let (Some(a2a), Some(identity)) = (&manifest.a2a, &manifest.identity) else {
+            return Ok(None);
+        };
+        let failed = |what: String| RunError::A2a(what);
+        let signer = KeyStore::open(home)
+            .and_then(|store| store.find(KeyKind::Agent, &identity.did))
+            .map_err(|err| failed(format!("cannot load the agent key: {err}")))?;
+        let inbox = Inbox::default();
+        let mut tasks = Vec::new();
+        if let Some(listen) = a2a.listen {
+            let listener = listener(a2a, &identity.did, home, inbox.clone(), log).await?;
+            let tcp = TcpListener::bind(listen)
+                .await
+                .map_err(|err| failed(format!("a2a.listen: cannot listen on {listen}: {err}")))?;
+            tasks.push(tokio::spawn(listener.serve(tcp)));
+        }
+        let client = A2aClient::new().map_err(|err| failed(err.to_string()))?;
+        let log = Arc::clone(log);
+        let outbox = Outbox::new(Arc::new(signer), peer_urls(a2a)?, client)
+            .on_send(move |sent| submit(&log, sent_event(&sent)));
+        let socket = sockets.join("a2a.sock");
+        let unix =
+            UnixListener::bind(&socket).map_err(io(format!("cannot bind {}", socket.display())))?;
+        let router = sandbox_router(inbox, Some(outbox));
+        tasks.push(tokio::spawn(async move { axum::serve(unix, router).await }));
+        Ok(Some(A2aLink {
+            relay: Relay {
+                name: "a2a".into(),
+                listen: A2A_LISTEN,
+                host_socket: socket,
+            },
+            tasks,
+        }))
+    }
+
+    /// The relay to put into the sandbox.
+    pub(crate) fn relay(&self) -> &Relay {
+        &self.relay
+    }
+
+    /// `CONSTLE_A2A_URL`.
+    pub(crate) fn env(&self) -> (String, String) {
+        ("CONSTLE_A2A_URL".into(), format!("http://{A2A_LISTEN}"))
+    }
+}
+
+impl Drop for A2aLink {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// The listener for `me`, its seen ids in `a2a.replay` or under `home`.
+pub async fn listener(
+    a2a: &A2a,
+    me: &DidKey,
+    home: &Path,
+    inbox: Inbox,
+    log: &Arc<AuditLog>,
+) -> Result<Listener, RunError> {
+    let replay = match &a2a.replay {
+        Some(url) => ReplayStore::redis(url.as_str(), me).await,
+        None => ReplayStore::embedded(home, me).await,
+    }
+    .map_err(|err| RunError::A2a(format!("the replay store cannot be opened: {err}")))?;
+    let peers = a2a.peers.iter().map(|p| p.did.clone());
+    let log = Arc::clone(log);
+    let config = ListenerConfig::new(me.clone(), peers, replay, inbox)
+        .on_event(move |event| submit(&log, listener_event(&event)));
+    Ok(Listener::new(config))
+}
+
+/// The declared peers the agent can send to: those with a URL.
+fn peer_urls(a2a: &A2a) -> Result<Vec<(DidKey, PeerUrl)>, RunError> {
+    a2a.peers
+        .iter()
+        .filter_map(|peer| peer.url.as_ref().map(|url| (peer, url)))
+        .map(|(peer, url)| {
+            PeerUrl::parse(url.as_str())
+                .map(|url| (peer.did.clone(), url))
+                .map_err(|err| RunError::A2a(format!("a2a.peers: {}: {err}", peer.did)))
+        })
+        .collect()
+}
+
+/// The audit write happens on the log's writer; the listener does not wait.
+fn submit(log: &AuditLog, event: Result<Event, EventError>) {
+    if let Ok(event) = event {
+        drop(log.submit(event));
+    }
+}
+
+/// `a2a_accepted` or `a2a_refused`, with what the envelope claims.
+pub fn listener_event(event: &ListenerEvent) -> Result<Event, EventError> {
+    let name = if event.accepted {
+        "a2a_accepted"
+    } else {
+        "a2a_refused"
+    };
+    let mut entry = Event::new(name)?
+        .with("status", i64::from(event.status))?
+        .with(
+            "msg_id",
+            event.msg_id.as_ref().map(|m| m.as_str().to_owned()),
+        )?
+        .with("from", event.from.as_ref().map(ToString::to_string))?
+        .with(
+            "issued_at",
+            event.issued_at.map(constle_audit::format_timestamp),
+        )?;
+    if !event.accepted {
+        entry = entry.with("reason", event.reason())?;
+    }
+    if let Some(remote) = event.remote {
+        entry = entry.with("remote", remote.to_string())?;
+    }
+    Ok(entry)
+}
+
+fn sent_event(sent: &OutboxEvent) -> Result<Event, EventError> {
+    Event::new("a2a_sent")?
+        .with("to", sent.to.to_string())?
+        .with("msg_id", sent.msg_id.as_str())?
+        .with("delivered", sent.delivered)?
+        .with("status", sent.status.map(i64::from))?
+        .with("reason", sent.reason.clone())
+}

@@ -1,0 +1,210 @@
+//! Agent-to-agent messages end to end: an agent in `constle run` sends to a
+//! peer and reads its inbox through `CONSTLE_A2A_URL`, a second agent
+//! listens with `constle a2a listen` and answers with `constle a2a send`,
+//! and a third, undeclared one is refused. Each side has its own
+//! `CONSTLE_HOME`, as on two machines. Loopback only.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use constle_testkit::require_root;
+
+mod common;
+use common::{Case, text};
+
+/// The agent inside the sandbox: sends to the peer, then waits for one
+/// message in its inbox and prints it.
+const AGENT: &str = r#"
+import json, os, sys, time, urllib.request
+base = os.environ["CONSTLE_A2A_URL"]
+http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+req = urllib.request.Request(base + "/outbox", json.dumps({"to": sys.argv[1], "body": {"text": "hello bob"}}).encode(), {"Content-Type": "application/json"})
+print("sent", http.open(req, timeout=20).status, flush=True)
+for _ in range(400):
+    answer = http.open(base + "/inbox/next", timeout=20)
+    if answer.status == 200:
+        print("inbox", answer.read().decode(), flush=True)
+        break
+    time.sleep(0.05)
+"#;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Agent {
+    case: Case,
+    name: &'static str,
+    did: String,
+    port: u16,
+}
+
+impl Agent {
+    fn new(name: &'static str) -> Agent {
+        let case = Case::new();
+        let keygen = case.run(&["keygen", name]);
+        assert!(keygen.status.success(), "{}", text(&keygen.stderr));
+        let did = text(&keygen.stdout).trim().to_owned();
+        Agent {
+            case,
+            name,
+            did,
+            port: free_port(),
+        }
+    }
+
+    /// Writes its Agentfile: listening on its port, `peers` with their URLs,
+    /// running `command`.
+    fn agentfile(&self, peers: &[&Agent], command: &[String]) -> std::path::PathBuf {
+        let peers: String = peers
+            .iter()
+            .map(|p| {
+                format!(
+                    "    - did: {}\n      url: http://127.0.0.1:{}\n",
+                    p.did, p.port
+                )
+            })
+            .collect();
+        let body = format!(
+            "identity:\n  did: {}\nsandbox:\n  command: {}\n  workdir: ./work\n  network:\n    egress: none\na2a:\n  listen: 127.0.0.1:{}\n  peers:\n{peers}",
+            self.did,
+            serde_json::to_string(command).unwrap(),
+            self.port
+        );
+        let path = self.case.agentfile(&body);
+        // `Case::agentfile` names every agent test-agent; give this one its own.
+        let named = std::fs::read_to_string(&path).unwrap().replacen(
+            "name: test-agent",
+            &format!("name: {}", self.name),
+            1,
+        );
+        std::fs::write(&path, named).unwrap();
+        path
+    }
+
+    fn spawn(&self, args: &[&str]) -> Child {
+        self.case
+            .command(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn events(&self, name: &str) -> Vec<serde_json::Value> {
+        self.case.events(name)
+    }
+}
+
+/// Lines of `child`'s stdout, as they come.
+fn lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+fn wait_for(lines: &mpsc::Receiver<String>, what: &str) -> String {
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no line with {what:?} in time"));
+        if line.contains(what) {
+            return line;
+        }
+    }
+}
+
+#[test]
+fn agents_exchange_signed_messages_and_strangers_are_refused() {
+    if !require_root("a2a end to end", &["bwrap"]) {
+        return;
+    }
+    let alice = Agent::new("alice");
+    let bob = Agent::new("bob");
+    let carol = Agent::new("carol");
+    let script = alice.case.path("work/agent.py");
+    std::fs::write(&script, AGENT).unwrap();
+    let command = ["python3".to_owned(), "agent.py".to_owned(), bob.did.clone()];
+    let alice_file = alice.agentfile(&[&bob], &command);
+    let bob_file = bob.agentfile(&[&alice], &["true".to_owned()]);
+    let carol_file = carol.agentfile(&[&alice], &["true".to_owned()]);
+
+    let mut listening = bob.spawn(&["a2a", "listen", "--agentfile", bob_file.to_str().unwrap()]);
+    let bob_heard = lines(&mut listening);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut run = alice.spawn(&["run", alice_file.to_str().unwrap()]);
+    let alice_said = lines(&mut run);
+
+    // Alice's agent sent through the host, which signed for it.
+    assert_eq!(wait_for(&alice_said, "sent"), "sent 202");
+    let heard: serde_json::Value =
+        serde_json::from_str(&wait_for(&bob_heard, "hello bob")).unwrap();
+    assert_eq!(heard["from"], alice.did.as_str());
+    assert_eq!(heard["body"]["text"], "hello bob");
+
+    // A stranger (Alice does not list Carol) is refused.
+    let stranger = carol.case.run(&[
+        "a2a",
+        "send",
+        "--agentfile",
+        carol_file.to_str().unwrap(),
+        "--to",
+        &alice.did,
+        r#"{"text":"let me in"}"#,
+    ]);
+    assert_eq!(
+        stranger.status.code(),
+        Some(1),
+        "{}",
+        text(&stranger.stderr)
+    );
+    assert!(text(&stranger.stderr).contains("a2a_unknown_sender"));
+
+    // Bob answers from the command line; Alice's agent reads it.
+    let answer = bob.case.run(&[
+        "a2a",
+        "send",
+        "--agentfile",
+        bob_file.to_str().unwrap(),
+        "--to",
+        &alice.did,
+        r#"{"text":"hello alice"}"#,
+    ]);
+    assert!(answer.status.success(), "{}", text(&answer.stderr));
+    let inbox = wait_for(&alice_said, "inbox");
+    assert!(
+        inbox.contains("hello alice") && inbox.contains(&bob.did),
+        "{inbox}"
+    );
+    assert!(run.wait().unwrap().success());
+    let _ = Command::new("kill")
+        .arg("-INT")
+        .arg(listening.id().to_string())
+        .status();
+    let _ = listening.wait();
+
+    let sent = alice.events("a2a_sent");
+    assert_eq!(sent[0]["to"], bob.did.as_str());
+    assert_eq!(sent[0]["delivered"], true);
+    let accepted = alice.events("a2a_accepted");
+    assert_eq!(accepted.len(), 1);
+    assert_eq!(accepted[0]["from"], bob.did.as_str());
+    let refused = alice.events("a2a_refused");
+    assert_eq!(refused[0]["reason"], "a2a_unknown_sender");
+    assert_eq!(bob.events("a2a_accepted")[0]["from"], alice.did.as_str());
+    assert_eq!(bob.events("a2a_sent")[0]["delivered"], true);
+    assert_eq!(carol.events("a2a_sent")[0]["delivered"], false);
+}
