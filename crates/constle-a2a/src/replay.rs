@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use constle_identity::DidKey;
+use constle_redis::RedisFailure;
 use jiff::Timestamp;
 
 use crate::VerifiedEnvelope;
@@ -83,6 +84,20 @@ pub enum ReplayError {
         /// The bound.
         after: Duration,
     },
+}
+
+impl From<RedisFailure> for ReplayError {
+    fn from(failure: RedisFailure) -> Self {
+        match failure {
+            RedisFailure::BadUrl { url, message } => ReplayError::BadUrl { url, message },
+            RedisFailure::Redis { url, message } => ReplayError::Redis { url, message },
+            RedisFailure::Timeout { url, after } => ReplayError::Timeout { url, after },
+            other => ReplayError::Redis {
+                url: other.url().to_owned(),
+                message: other.to_string(),
+            },
+        }
+    }
 }
 
 /// Whether an id was new.

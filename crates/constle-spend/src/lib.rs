@@ -84,6 +84,7 @@ mod redis_store;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use constle_redis::RedisFailure;
 use rust_decimal::Decimal;
 
 pub use amount::AmountError;
@@ -278,4 +279,18 @@ pub enum LedgerError {
         /// What it holds (shortened).
         found: String,
     },
+}
+
+impl From<RedisFailure> for LedgerError {
+    fn from(failure: RedisFailure) -> Self {
+        match failure {
+            RedisFailure::BadUrl { url, message } => LedgerError::BadUrl { url, message },
+            RedisFailure::Redis { url, message } => LedgerError::Redis { url, message },
+            RedisFailure::Timeout { url, after } => LedgerError::Timeout { url, after },
+            other => LedgerError::Redis {
+                url: other.url().to_owned(),
+                message: other.to_string(),
+            },
+        }
+    }
 }

@@ -14,27 +14,22 @@
 //! A charge is one Lua script (EVALSHA, loaded on first use) that checks the
 //! run, day and month caps and writes both totals, so concurrent charges from
 //! any number of machines are serialized by Redis. Every command is bounded
-//! by [`TIMEOUT`]; a server that is down or does not answer is a
-//! [`LedgerError`] and the call is refused. The connection reconnects by
-//! itself once the server is back.
+//! by [`constle_redis::TIMEOUT`]; a server that is down or does not answer
+//! is a [`LedgerError`] and the call is refused. The connection reconnects
+//! by itself once the server is back.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::LazyLock;
-use std::time::Duration;
 
+use constle_redis::{Connection, bounded};
 use jiff::Timestamp;
 use jiff::civil::Date;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, RedisResult};
 
 use crate::amount::{Outcome, Tally, Units};
 use crate::ledger::{Charge, RunRecord, Stored};
 use crate::period::Month;
 use crate::{Cap, LedgerError, LedgerKey};
 
-/// The bound on every Redis command, connecting included.
-pub(crate) const TIMEOUT: Duration = Duration::from_secs(2);
 const DAY_TTL_SECONDS: u64 = 3 * 86_400;
 const MONTH_TTL_SECONDS: u64 = 70 * 86_400;
 
@@ -100,57 +95,22 @@ return { 'ok', after[1], after[2], after[3] }
 
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RESERVE));
 
-/// The URL without credentials or query (which may hold `pass=`), for
-/// messages.
-pub(crate) fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "(not a URL)".to_owned();
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    let host = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    let path = path.split(['?', '#']).next().unwrap_or_default();
-    format!("{scheme}://{host}{path}")
-}
-
 /// One key's totals in one Redis.
 pub(crate) struct Store {
-    conn: ConnectionManager,
-    url: String,
+    conn: Connection,
     prefix: String,
 }
 
 impl Store {
     pub(crate) async fn open(url: &str, key: &LedgerKey) -> Result<Store, LedgerError> {
-        let shown = redacted(url);
-        let bad_url = |err: RedisError| LedgerError::BadUrl {
-            url: shown.clone(),
-            message: err.to_string(),
-        };
-        if url.starts_with("rediss://") {
-            // rustls needs a process-wide provider; if one is installed
-            // already (reqwest's, the same one), that one is used.
-            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        }
-        let client = redis::Client::open(url).map_err(bad_url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(TIMEOUT))
-            .set_response_timeout(Some(TIMEOUT))
-            .set_number_of_retries(1);
-        let connecting = ConnectionManager::new_with_config(client, config);
-        let mut conn = bounded(&shown, connecting).await?;
-        bounded(&shown, redis::cmd("PING").query_async::<()>(&mut conn)).await?;
         Ok(Store {
-            conn,
-            url: shown,
+            conn: constle_redis::connect(url).await?,
             prefix: format!("constle:spend:{key}"),
         })
     }
 
     pub(crate) fn url(&self) -> &str {
-        &self.url
+        self.conn.url()
     }
 
     fn day_key(&self, day: Date) -> String {
@@ -187,8 +147,9 @@ impl Store {
             .arg(&charge.run_id)
             .arg(sortable(charge.started_at))
             .arg(i64::MAX);
-        let mut conn = self.conn.clone();
-        let reply: Vec<String> = bounded(&self.url, invocation.invoke_async(&mut conn)).await?;
+        let mut conn = self.conn.manager();
+        let reply: Vec<String> =
+            bounded(self.conn.url(), invocation.invoke_async(&mut conn)).await?;
         self.outcome(&charge, &reply)
     }
 
@@ -228,7 +189,7 @@ impl Store {
                 before: tally(totals)?,
             }),
             [status, key, found] if status == "corrupt" => Err(LedgerError::RedisCorrupt {
-                url: self.url.clone(),
+                url: self.conn.url().to_owned(),
                 key: key.clone(),
                 found: shorten(found),
             }),
@@ -238,7 +199,7 @@ impl Store {
 
     fn unexpected(&self, reply: &[String]) -> LedgerError {
         LedgerError::Redis {
-            url: self.url.clone(),
+            url: self.conn.url().to_owned(),
             message: format!(
                 "unexpected reply from the reserve script: {}",
                 shorten(&reply.join(" "))
@@ -260,7 +221,7 @@ impl Store {
             .flatten()
             .and_then(Units::from_raw)
             .ok_or_else(|| LedgerError::RedisCorrupt {
-                url: self.url.clone(),
+                url: self.conn.url().to_owned(),
                 key: key.to_owned(),
                 found: shorten(value),
             })
@@ -272,7 +233,7 @@ impl Store {
             self.month_key(month),
             self.last_run_key(),
         );
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.manager();
         let mut pipe = redis::pipe();
         pipe.atomic()
             .get(&day_key)
@@ -283,13 +244,13 @@ impl Store {
             Option<String>,
             Option<String>,
             HashMap<String, String>,
-        ) = bounded(&self.url, query).await?;
+        ) = bounded(self.conn.url(), query).await?;
         let last_run = if last.is_empty() {
             None
         } else {
             let field = |name: &str| {
                 last.get(name).ok_or_else(|| LedgerError::RedisCorrupt {
-                    url: self.url.clone(),
+                    url: self.conn.url().to_owned(),
                     key: last_key.clone(),
                     found: format!("a hash without `{name}`"),
                 })
@@ -298,7 +259,7 @@ impl Store {
             Some(RunRecord {
                 id: field("id")?.clone(),
                 started_at: started_at.parse().map_err(|_| LedgerError::RedisCorrupt {
-                    url: self.url.clone(),
+                    url: self.conn.url().to_owned(),
                     key: last_key.clone(),
                     found: shorten(started_at),
                 })?,
@@ -327,44 +288,9 @@ fn shorten(s: &str) -> String {
     }
 }
 
-/// Runs one Redis command with the [`TIMEOUT`] bound, whatever the client's
-/// own timeouts and reconnection attempts do.
-async fn bounded<T>(
-    url: &str,
-    command: impl Future<Output = RedisResult<T>>,
-) -> Result<T, LedgerError> {
-    let timeout = || LedgerError::Timeout {
-        url: url.to_owned(),
-        after: TIMEOUT,
-    };
-    match tokio::time::timeout(TIMEOUT, command).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(err)) if err.is_timeout() => Err(timeout()),
-        Ok(Err(err)) => Err(LedgerError::Redis {
-            url: url.to_owned(),
-            message: err.to_string(),
-        }),
-        Err(_) => Err(timeout()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls_are_shown_without_credentials() {
-        assert_eq!(
-            redacted("redis://user:secret@ledger.example:6379/0"),
-            "redis://ledger.example:6379/0"
-        );
-        assert_eq!(
-            redacted("redis+unix:///run/redis.sock?db=1&pass=secret"),
-            "redis+unix:///run/redis.sock"
-        );
-        assert_eq!(redacted("rediss://:pw@h#insecure"), "rediss://h");
-        assert_eq!(redacted("nonsense"), "(not a URL)");
-    }
 
     #[test]
     fn starts_sort_as_text() {
