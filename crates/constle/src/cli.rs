@@ -54,6 +54,39 @@ pub enum Command {
     /// Signed agent-to-agent messages.
     #[command(subcommand)]
     A2a(A2aCommand),
+    /// A decision endpoint for webhook human gates, with a web page to
+    /// approve or deny (docs/approver.md).
+    #[command(subcommand)]
+    Approver(ApproverCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApproverCommand {
+    /// Serve the gate's webhook and the approval page, signing decisions
+    /// with an approver key from `constle webhook-keygen`.
+    Serve(ApproverServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ApproverServeArgs {
+    /// The approver key's name (`$CONSTLE_HOME/keys/approver/NAME.pem`).
+    #[arg(long)]
+    pub key: String,
+    /// Where to listen. Keep it on loopback unless a TLS proxy is in front:
+    /// the login cookie is `Secure`.
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    pub listen: std::net::SocketAddr,
+    /// The database; default `$CONSTLE_HOME/approver/NAME.sqlite`.
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    /// Read a new password for `--user` from the first line of standard
+    /// input (replacing any old one, and ending that user's sessions).
+    #[arg(long)]
+    pub set_password: bool,
+    /// The approver user whose password `--set-password` (or the first-start
+    /// prompt) sets.
+    #[arg(long, default_value = "admin")]
+    pub user: String,
 }
 
 #[derive(Debug, Subcommand)]

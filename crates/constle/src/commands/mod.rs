@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 mod a2a;
+mod approver;
 mod audit;
 mod keygen;
 mod run;
@@ -8,7 +9,7 @@ mod spend;
 mod validate;
 
 use crate::Outcome;
-use crate::cli::{A2aCommand, AuditCommand, Cli, Command, SpendCommand};
+use crate::cli::{A2aCommand, ApproverCommand, AuditCommand, Cli, Command, SpendCommand};
 
 /// Runs the command the user asked for.
 pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
@@ -23,6 +24,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Spend(SpendCommand::Show(args)) => spend::show(&args),
         Command::A2a(A2aCommand::Send(args)) => a2a::send(&args),
         Command::A2a(A2aCommand::Listen(args)) => a2a::listen(&args),
+        Command::Approver(ApproverCommand::Serve(args)) => approver::serve(&args),
     }
 }
 

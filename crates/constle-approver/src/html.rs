@@ -1,0 +1,199 @@
+//! The pages, written by hand. Everything that came from the gate (and so,
+//! possibly, from the agent) goes through [`escape`] and lands in text
+//! content or a quoted attribute value, never in markup, a URL or a style:
+//! the page shows arguments, it never interprets them. There is no
+//! JavaScript at all, and the Content-Security-Policy forbids any.
+
+use std::fmt::Write as _;
+
+use crate::store::StoredRequest;
+
+/// HTML-escapes `s` for text content and double-quoted attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn page(title: &str, refresh: bool, body: &str) -> String {
+    let refresh = if refresh {
+        // A person waiting for requests sees new ones without JavaScript.
+        "<meta http-equiv=\"refresh\" content=\"20\">"
+    } else {
+        ""
+    };
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">{refresh}\
+         <title>{title} · Constle approver</title>\
+         <link rel=\"stylesheet\" href=\"/style.css\"></head>\
+         <body>{body}</body></html>\n",
+        title = escape(title),
+    )
+}
+
+/// The login form, with an optional error line.
+pub fn login(error: Option<&str>) -> String {
+    let error = error
+        .map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(e)))
+        .unwrap_or_default();
+    page(
+        "Sign in",
+        false,
+        &format!(
+            "<main class=\"narrow\"><h1>Constle approver</h1>{error}\
+             <form method=\"post\" action=\"/login\" class=\"login\">\
+             <label>User <input name=\"user\" id=\"user\" autocomplete=\"username\" value=\"admin\" required></label>\
+             <label>Password <input name=\"password\" id=\"password\" type=\"password\" autocomplete=\"current-password\" required></label>\
+             <button type=\"submit\" id=\"sign-in\">Sign in</button></form></main>"
+        ),
+    )
+}
+
+/// A short page for a refused action.
+pub fn message(title: &str, text: &str) -> String {
+    page(
+        title,
+        false,
+        &format!(
+            "<main class=\"narrow\"><h1>{}</h1><p>{}</p><p><a href=\"/\">Back to the requests</a></p></main>",
+            escape(title),
+            escape(text)
+        ),
+    )
+}
+
+/// "4 min 12 s".
+fn time_left(seconds: i64) -> String {
+    let seconds = seconds.max(0);
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    if h > 0 {
+        format!("{h} h {m} min")
+    } else if m > 0 {
+        format!("{m} min {s} s")
+    } else {
+        format!("{s} s")
+    }
+}
+
+fn when(unix: i64) -> String {
+    jiff::Timestamp::from_second(unix)
+        .map(|t| t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_default()
+}
+
+/// Pretty JSON for display; the stored compact text if it somehow does not
+/// parse.
+fn pretty(arguments: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(arguments)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| arguments.to_owned())
+}
+
+/// The main page: pending requests with their buttons, then the history.
+pub fn requests(
+    user: &str,
+    csrf: &str,
+    pending: &[StoredRequest],
+    history: &[StoredRequest],
+    now: i64,
+) -> String {
+    let csrf = escape(csrf);
+    let mut body = format!(
+        "<header><h1>Constle approver</h1><div class=\"who\">Signed in as <b>{}</b>\
+         <form method=\"post\" action=\"/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+         <button type=\"submit\" class=\"quiet\">Sign out</button></form></div></header><main>",
+        escape(user)
+    );
+    let _ = write!(body, "<h2>Waiting for a decision ({})</h2>", pending.len());
+    if pending.is_empty() {
+        body.push_str(
+            "<p class=\"empty\">Nothing is waiting. This page reloads every 20 seconds.</p>",
+        );
+    }
+    for r in pending {
+        let id = escape(&r.request_id);
+        let _ = write!(
+            body,
+            "<article class=\"request\" id=\"req-{id}\">\
+             <h3><span class=\"tool\">{tool}</span> <span class=\"on\">on</span> <span class=\"server\">{server}</span></h3>\
+             <dl><dt>Agent</dt><dd>{agent}</dd>\
+             <dt>Time left</dt><dd class=\"left\">{left}</dd>\
+             <dt>Request</dt><dd><code>{id}</code></dd>\
+             <dt>Subject digest</dt><dd><code class=\"digest\">{digest}</code></dd></dl>\
+             <h4>Arguments</h4><pre class=\"args\">{args}</pre>\
+             <div class=\"actions\">\
+             <form method=\"post\" action=\"/decide\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+             <input type=\"hidden\" name=\"request_id\" value=\"{id}\"><input type=\"hidden\" name=\"decision\" value=\"approved\">\
+             <button type=\"submit\" class=\"approve\">Approve</button></form>\
+             <form method=\"post\" action=\"/decide\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+             <input type=\"hidden\" name=\"request_id\" value=\"{id}\"><input type=\"hidden\" name=\"decision\" value=\"denied\">\
+             <button type=\"submit\" class=\"deny\">Deny</button></form>\
+             </div></article>",
+            tool = escape(&r.tool),
+            server = escape(&r.server),
+            agent = escape(&r.agent),
+            left = time_left(r.expires_at_unix - now),
+            digest = escape(&r.subject_digest),
+            args = escape(&pretty(&r.arguments)),
+        );
+    }
+    body.push_str("<h2>History</h2>");
+    if history.is_empty() {
+        body.push_str("<p class=\"empty\">No decisions yet.</p>");
+    } else {
+        body.push_str("<ul class=\"history\">");
+    }
+    for r in history {
+        let (class, word, by) = match (&r.decision, &r.decided_by) {
+            (Some(d), Some(by)) => (d.as_str(), d.as_str(), format!("by {}", escape(by))),
+            _ => ("expired", "expired", "nobody decided".to_owned()),
+        };
+        let at = r.decided_at.unwrap_or(r.expires_at_unix);
+        let _ = write!(
+            body,
+            "<li class=\"{class}\" id=\"hist-{id}\"><span class=\"badge\">{word}</span> \
+             <b>{tool}</b> on {server} for {agent}, {by}, {at}\
+             <details><summary>Details</summary><dl><dt>Request</dt><dd><code>{id}</code></dd>\
+             <dt>Subject digest</dt><dd><code class=\"digest\">{digest}</code></dd></dl>\
+             <pre class=\"args\">{args}</pre></details></li>",
+            id = escape(&r.request_id),
+            tool = escape(&r.tool),
+            server = escape(&r.server),
+            agent = escape(&r.agent),
+            at = when(at),
+            digest = escape(&r.subject_digest),
+            args = escape(&pretty(&r.arguments)),
+        );
+    }
+    if !history.is_empty() {
+        body.push_str("</ul>");
+    }
+    body.push_str("</main>");
+    page("Requests", true, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_is_escaped() {
+        assert_eq!(
+            escape(r#"<script>alert("x")&'</script>"#),
+            "&lt;script&gt;alert(&quot;x&quot;)&amp;&#39;&lt;/script&gt;"
+        );
+        assert_eq!(time_left(252), "4 min 12 s");
+        assert_eq!(time_left(-3), "0 s");
+    }
+}

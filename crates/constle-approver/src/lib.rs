@@ -1,0 +1,30 @@
+//! A decision endpoint for Constle's human gates: the server side of
+//! `docs/spec/human-gates-webhook.md`, with a web page where a person
+//! approves or denies gated calls.
+//!
+//! - [`request`]: the gate's `POST <url>`, checked strictly (shapes, sizes,
+//!   and that the digest is the digest of the call shown).
+//! - [`store`]: requests, decisions and who made them, approver passwords
+//!   and login sessions, durably in SQLite. A decision is final: the
+//!   database itself refuses to change one.
+//! - [`auth`]: Argon2id passwords, random 256-bit session ids (kept only as
+//!   hashes) and CSRF tokens.
+//! - [`web`]: the routes. The key signs only in `POST /decide`, for a
+//!   logged-in person whose form carries the session's CSRF token, over
+//!   exactly the request id and digest the gate sent.
+//!
+//! `constle approver serve` (in the `constle` crate) puts these together;
+//! `docs/approver.md` is the manual.
+
+#![forbid(unsafe_code)]
+
+pub mod auth;
+mod html;
+pub mod request;
+pub mod store;
+pub mod web;
+
+pub use auth::AuthError;
+pub use html::escape;
+pub use store::{Store, StoreError};
+pub use web::{Approver, CONTENT_SECURITY_POLICY, SESSION_COOKIE, router, serve};

@@ -1,0 +1,402 @@
+//! The HTTP side: the gate's protocol (`POST /gate`,
+//! `GET /gate/<request_id>/decision`) and the person's page (`/`, `/login`,
+//! `/decide`, `/logout`).
+//!
+//! Only [`decide`] ever signs, and only after it has found a live session
+//! and the session's CSRF token in the form: the key signs what a logged-in
+//! person clicked, nothing else.
+
+use std::sync::Arc;
+
+use axum::Form;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::StatusCode;
+use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use base64::Engine as _;
+use constle_human_gate::signed_message;
+use constle_identity::SigningIdentity;
+use serde::Deserialize;
+
+use crate::auth::{hash_token, new_token, same_token, verify_password};
+use crate::html;
+use crate::request::{MAX_POST_BYTES, RequestError, parse_gate_request};
+use crate::store::{Decided, Decision, Inserted, Session, Store, StoreError};
+
+/// The session cookie. `__Host-` makes the browser insist on `Secure`,
+/// `Path=/` and no `Domain`, so no other site or subdomain can plant it.
+pub const SESSION_COOKIE: &str = "__Host-constle-approver";
+
+/// How long a login lasts.
+pub const SESSION_SECONDS: i64 = 12 * 3600;
+
+/// What every response carries: no script, no external anything, no
+/// framing, forms only to this origin.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'";
+
+/// The largest form accepted (login, decide, logout).
+const MAX_FORM_BYTES: usize = 16 * 1024;
+
+/// How many past requests the page lists.
+const HISTORY_LEN: u32 = 100;
+
+const STYLE: &str = include_str!("style.css");
+
+/// The endpoint's state: the store and the key it signs with.
+pub struct Approver {
+    store: Store,
+    signer: SigningIdentity,
+    /// A hash to check passwords of unknown users against, so that a wrong
+    /// user name takes as long as a wrong password.
+    dummy_phc: String,
+}
+
+impl Approver {
+    /// An endpoint signing with `signer`.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::AuthError`] if hashing the timing-equaliser fails.
+    pub fn new(store: Store, signer: SigningIdentity) -> Result<Approver, crate::AuthError> {
+        let dummy = new_token()?;
+        Ok(Approver {
+            store,
+            signer,
+            dummy_phc: crate::auth::hash_password(&dummy)?,
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
+/// The routes.
+pub fn router(approver: Arc<Approver>) -> Router {
+    Router::new()
+        .route(
+            "/gate",
+            post(receive).layer(DefaultBodyLimit::max(MAX_POST_BYTES)),
+        )
+        .route("/gate/{id}/decision", get(decision))
+        .route("/", get(index))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .route("/decide", post(decide))
+        .route("/style.css", get(style))
+        .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
+        .layer(axum::middleware::map_response(security_headers))
+        .with_state(approver)
+}
+
+/// Serves until `shutdown` completes.
+///
+/// # Errors
+///
+/// An I/O error from the listener.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    approver: Arc<Approver>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(approver))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        // Pending arguments and CSRF tokens must not sit in caches.
+        (header::CACHE_CONTROL, "no-store"),
+        (
+            HeaderName::from_static("cross-origin-opener-policy"),
+            "same-origin",
+        ),
+        (
+            HeaderName::from_static("cross-origin-resource-policy"),
+            "same-origin",
+        ),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+fn internal(err: impl std::fmt::Display) -> Response {
+    // The person sees that something failed; the operator sees what.
+    eprintln!("approver: {err}");
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Html(html::message("Error", "The approver failed; see its log.")),
+    )
+        .into_response()
+}
+
+// ---------------------------------------------------------------------------
+// The gate's side
+
+async fn receive(State(approver): State<Arc<Approver>>, body: Bytes) -> Response {
+    let request = match parse_gate_request(&body) {
+        Ok(request) => request,
+        Err(RequestError::TooLarge) => {
+            return (StatusCode::PAYLOAD_TOO_LARGE, "request too large\n").into_response();
+        }
+        Err(err) => return (StatusCode::BAD_REQUEST, format!("{err}\n")).into_response(),
+    };
+    match approver.store.insert_request(&request, now()) {
+        Ok(Inserted::New | Inserted::Same) => StatusCode::ACCEPTED.into_response(),
+        Ok(Inserted::Conflict) => (
+            StatusCode::CONFLICT,
+            "another request already has this request_id\n",
+        )
+            .into_response(),
+        Err(err) => internal(err),
+    }
+}
+
+async fn decision(State(approver): State<Arc<Approver>>, Path(id): Path<String>) -> Response {
+    let stored = match approver.store.request(&id) {
+        Ok(stored) => stored,
+        Err(err) => return internal(err),
+    };
+    let Some((request, word, signature)) = stored.and_then(|r| {
+        let word = r.decision.clone()?;
+        let signature = r.signature.clone()?;
+        Some((r, word, signature))
+    }) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let body = serde_json::json!({
+        "request_id": request.request_id,
+        "decision": word,
+        "subject_digest": request.subject_digest,
+        "signature": signature,
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+// ---------------------------------------------------------------------------
+// The person's side
+
+fn session_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, value)| value.to_owned())
+}
+
+fn session(approver: &Approver, headers: &HeaderMap) -> Result<Option<Session>, StoreError> {
+    let Some(token) = session_token(headers) else {
+        return Ok(None);
+    };
+    approver.store.session(&hash_token(&token), now())
+}
+
+/// Browsers say where a request came from; a form posted from another site
+/// is refused even before the cookie (SameSite) and the CSRF token are.
+fn cross_site(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v != "same-origin" && v != "none")
+}
+
+fn refused(status: StatusCode, title: &str, text: &str) -> Response {
+    (status, Html(html::message(title, text))).into_response()
+}
+
+async fn style() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
+}
+
+async fn index(State(approver): State<Arc<Approver>>, headers: HeaderMap) -> Response {
+    let session = match session(&approver, &headers) {
+        Ok(Some(session)) => session,
+        Ok(None) => return Redirect::to("/login").into_response(),
+        Err(err) => return internal(err),
+    };
+    let now = now();
+    let lists = approver
+        .store
+        .pending(now)
+        .and_then(|pending| Ok((pending, approver.store.history(now, HISTORY_LEN)?)));
+    match lists {
+        Ok((pending, history)) => Html(html::requests(
+            &session.user,
+            &session.csrf,
+            &pending,
+            &history,
+            now,
+        ))
+        .into_response(),
+        Err(err) => internal(err),
+    }
+}
+
+async fn login_page() -> Response {
+    Html(html::login(None)).into_response()
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    user: String,
+    password: String,
+}
+
+async fn login(
+    State(approver): State<Arc<Approver>>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    if cross_site(&headers) {
+        return refused(StatusCode::FORBIDDEN, "Refused", "Cross-site form.");
+    }
+    let phc = match approver.store.password_hash(&form.user) {
+        Ok(phc) => phc,
+        Err(err) => return internal(err),
+    };
+    let known = phc.is_some();
+    let phc = phc.unwrap_or_else(|| approver.dummy_phc.clone());
+    let password = zeroize::Zeroizing::new(form.password);
+    // Argon2 takes tens of milliseconds of CPU: not on the async workers.
+    let matches = tokio::task::spawn_blocking(move || verify_password(&password, &phc))
+        .await
+        .unwrap_or(false);
+    if !(known && matches) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Html(html::login(Some("Wrong user name or password."))),
+        )
+            .into_response();
+    }
+    let (token, csrf) = match (new_token(), new_token()) {
+        (Ok(token), Ok(csrf)) => (token, csrf),
+        (Err(err), _) | (_, Err(err)) => return internal(err),
+    };
+    let now = now();
+    if let Err(err) = approver.store.create_session(
+        &hash_token(&token),
+        &form.user,
+        &csrf,
+        now + SESSION_SECONDS,
+        now,
+    ) {
+        return internal(err);
+    }
+    let cookie = format!(
+        "{SESSION_COOKIE}={token}; HttpOnly; Secure; SameSite=Strict; Path=/; Max-Age={SESSION_SECONDS}"
+    );
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
+}
+
+#[derive(Deserialize)]
+struct LogoutForm {
+    csrf: String,
+}
+
+async fn logout(
+    State(approver): State<Arc<Approver>>,
+    headers: HeaderMap,
+    Form(form): Form<LogoutForm>,
+) -> Response {
+    let session = match session(&approver, &headers) {
+        Ok(Some(session)) => session,
+        Ok(None) => return Redirect::to("/login").into_response(),
+        Err(err) => return internal(err),
+    };
+    if cross_site(&headers) || !same_token(&form.csrf, &session.csrf) {
+        return refused(StatusCode::FORBIDDEN, "Refused", "Bad form token.");
+    }
+    if let Some(token) = session_token(&headers)
+        && let Err(err) = approver.store.delete_session(&hash_token(&token))
+    {
+        return internal(err);
+    }
+    let cookie = format!("{SESSION_COOKIE}=; HttpOnly; Secure; SameSite=Strict; Path=/; Max-Age=0");
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
+}
+
+#[derive(Deserialize)]
+struct DecideForm {
+    csrf: String,
+    request_id: String,
+    decision: String,
+}
+
+async fn decide(
+    State(approver): State<Arc<Approver>>,
+    headers: HeaderMap,
+    Form(form): Form<DecideForm>,
+) -> Response {
+    let session = match session(&approver, &headers) {
+        Ok(Some(session)) => session,
+        Ok(None) => {
+            return refused(
+                StatusCode::FORBIDDEN,
+                "Sign in first",
+                "Only a signed-in approver can decide.",
+            );
+        }
+        Err(err) => return internal(err),
+    };
+    if cross_site(&headers) || !same_token(&form.csrf, &session.csrf) {
+        return refused(
+            StatusCode::FORBIDDEN,
+            "Refused",
+            "The form's token does not match this session; reload the page and try again.",
+        );
+    }
+    let decision = match form.decision.as_str() {
+        "approved" => Decision::Approved,
+        "denied" => Decision::Denied,
+        _ => return refused(StatusCode::BAD_REQUEST, "Refused", "Unknown decision."),
+    };
+    let signer = &approver.signer;
+    let outcome = approver.store.decide(
+        &form.request_id,
+        decision,
+        &session.user,
+        now(),
+        |id, digest| {
+            let message = signed_message(id, decision.as_str(), digest);
+            base64::engine::general_purpose::STANDARD
+                .encode(signer.sign(message.as_bytes()).to_bytes())
+        },
+    );
+    match outcome {
+        Ok(Decided::Recorded) => Redirect::to("/").into_response(),
+        Ok(Decided::NotFound) => refused(StatusCode::NOT_FOUND, "Not found", "No such request."),
+        Ok(Decided::AlreadyDecided) => refused(
+            StatusCode::CONFLICT,
+            "Already decided",
+            "This request already has a decision; it stands.",
+        ),
+        Ok(Decided::Expired) => refused(
+            StatusCode::CONFLICT,
+            "Expired",
+            "The gate has stopped waiting for this request; it can no longer be decided.",
+        ),
+        Err(err) => internal(err),
+    }
+}

@@ -1,0 +1,423 @@
+//! `constle approver serve` over HTTP, without a browser: the gate's side of
+//! the protocol against the real binary (decisions checked with
+//! `constle_human_gate::verify_decision`, exactly as the gate checks them),
+//! and every way to get a signature without a logged-in person's click
+//! refused. The browser test is `approver_browser.rs`.
+
+// Helpers outside `#[test]` functions report through panics too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use constle_human_gate::{PendingRequest, Verdict, verify_decision};
+use constle_identity::{DidKey, KeyKind, KeyStore, Name};
+use serde_json::{Value, json};
+
+mod common;
+#[path = "approver/http.rs"]
+mod http;
+#[path = "approver/server.rs"]
+mod server;
+
+use common::Case;
+use server::{Approver, PASSWORD, Person};
+
+const KEY: &str = "desk";
+
+fn did(case: &Case) -> DidKey {
+    KeyStore::open(&case.home())
+        .unwrap()
+        .load(KeyKind::Approver, &Name::new(KEY).unwrap())
+        .unwrap()
+        .did()
+        .clone()
+}
+
+fn pending(arguments: Value, expires_in: i64) -> PendingRequest {
+    let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(expires_in);
+    PendingRequest::new(
+        "invoice-processor",
+        "accounting",
+        "pay_invoice",
+        arguments,
+        expires,
+    )
+    .unwrap()
+}
+
+fn invoice() -> PendingRequest {
+    pending(json!({"invoice_id": "INV-0042"}), 300)
+}
+
+fn id(request: &PendingRequest) -> String {
+    request.request_id().to_string()
+}
+
+#[test]
+fn an_approval_is_signed_only_after_a_person_clicks_and_the_gate_accepts_it() {
+    let case = Case::new();
+    let approver = Approver::start(&case, KEY, None);
+    let request = invoice();
+    assert_eq!(approver.post_gate(request.post_body()).status, 202);
+    assert_eq!(approver.decision(&id(&request)).status, 404);
+    // The page needs a login.
+    let anonymous = Person::anonymous(&approver).get("/");
+    assert_eq!(anonymous.status, 303);
+    assert_eq!(anonymous.header("location"), Some("/login"));
+    let (person, _) = Person::login(&approver, PASSWORD);
+    let page = person.get("/").text();
+    assert!(page.contains(&id(&request)), "{page}");
+    assert!(
+        page.contains(&request.subject_digest().to_string()),
+        "{page}"
+    );
+    assert!(page.contains("INV-0042"), "{page}");
+    let decided = person.decide(&person.csrf(), &id(&request), "approved");
+    assert_eq!(decided.status, 303, "{}", decided.text());
+    let answer = approver.decision(&id(&request));
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    let body: Value = serde_json::from_slice(&answer.body).unwrap();
+    assert_eq!(body["request_id"], id(&request));
+    assert_eq!(body["subject_digest"], request.subject_digest().to_string());
+    let verdict = verify_decision(request, &did(&case), &answer.body);
+    assert!(matches!(verdict, Ok(Verdict::Approved(_))), "{verdict:?}");
+    let history = person.get("/").text();
+    assert!(history.contains("approved</span>"), "{history}");
+    assert!(history.contains("by admin"), "{history}");
+}
+
+#[test]
+fn a_denial_is_signed_and_denies() {
+    let case = Case::new();
+    let approver = Approver::start(&case, KEY, None);
+    let request = invoice();
+    approver.post_gate(request.post_body());
+    let (person, _) = Person::login(&approver, PASSWORD);
+    assert_eq!(
+        person
+            .decide(&person.csrf(), &id(&request), "denied")
+            .status,
+        303
+    );
+    let answer = approver.decision(&id(&request));
+    let verdict = verify_decision(request, &did(&case), &answer.body);
+    assert!(matches!(verdict, Ok(Verdict::Denied(_))), "{verdict:?}");
+}
+
+#[test]
+fn no_signature_without_a_session_a_matching_csrf_token_or_a_same_site_form() {
+    let case = Case::new();
+    let approver = Approver::start(&case, KEY, None);
+    let request = invoice();
+    approver.post_gate(request.post_body());
+    let rid = id(&request);
+    let (person, _) = Person::login(&approver, PASSWORD);
+    let (other, _) = Person::login(&approver, PASSWORD);
+    let csrf = person.csrf();
+
+    let no_session = Person::anonymous(&approver).decide(&csrf, &rid, "approved");
+    assert_eq!(no_session.status, 403);
+    let forged_cookie = Person {
+        approver: &approver,
+        cookie: Some(format!(
+            "{}={}",
+            constle_approver::SESSION_COOKIE,
+            "0".repeat(64)
+        )),
+    };
+    assert_eq!(forged_cookie.decide(&csrf, &rid, "approved").status, 403);
+    assert_eq!(person.decide(&"0".repeat(64), &rid, "approved").status, 403);
+    assert_eq!(person.decide("", &rid, "approved").status, 403);
+    // A token is bound to its own session.
+    assert_eq!(other.decide(&csrf, &rid, "approved").status, 403);
+    let cross = person.post(
+        "/decide",
+        &[
+            ("csrf", &csrf),
+            ("request_id", &rid),
+            ("decision", "approved"),
+        ],
+        &[("Sec-Fetch-Site", "cross-site")],
+    );
+    assert_eq!(cross.status, 403);
+    assert_eq!(person.decide(&csrf, &rid, "APPROVED").status, 400);
+    assert_eq!(person.decide(&csrf, "hgr_nope", "approved").status, 404);
+    assert_eq!(approver.decision(&rid).status, 404, "nothing was signed");
+    assert!(
+        person
+            .get("/")
+            .text()
+            .contains("Waiting for a decision (1)")
+    );
+}
+
+#[test]
+fn an_expired_request_cannot_be_decided() {
+    let case = Case::new();
+    let approver = Approver::start(&case, KEY, None);
+    let request = pending(json!({"invoice_id": "INV-0042"}), -5);
+    assert_eq!(approver.post_gate(request.post_body()).status, 202);
+    let (person, _) = Person::login(&approver, PASSWORD);
+    let page = person.get("/").text();
+    assert!(page.contains("Waiting for a decision (0)"), "{page}");
+    assert!(page.contains("expired</span>"), "{page}");
+    let refused = person.decide(&person.csrf(), &id(&request), "approved");
+    assert_eq!(refused.status, 409);
+    assert!(refused.text().contains("Expired"));
+    assert_eq!(approver.decision(&id(&request)).status, 404);
+}
+
+#[test]
+fn a_replayed_form_changes_nothing() {
+    let case = Case::new();
+    let approver = Approver::start(&case, KEY, None);
+    let request = invoice();
+    approver.post_gate(request.post_body());
+    let rid = id(&request);
+    let (person, _) = Person::login(&approver, PASSWORD);
+    let csrf = person.csrf();
+    assert_eq!(person.decide(&csrf, &rid, "approved").status, 303);
+    let first = approver.decision(&rid).body;
+    for word in ["approved", "denied", "approved"] {
+        let again = person.decide(&csrf, &rid, word);
+        assert_eq!(again.status, 409, "{}", again.text());
+    }
+    let (someone_else, _) = Person::login(&approver, PASSWORD);
+    assert_eq!(
+        someone_else
+            .decide(&someone_else.csrf(), &rid, "denied")
+            .status,
+        409
+    );
+    assert_eq!(approver.decision(&rid).body, first);
+}
+
+#[test]
+fn oversized_and_malformed_gate_posts_are_refused() {
+    let case = Case::new();
+    let approver = Approver::start(&case, KEY, None);
+    let big = pending(json!({"blob": "x".repeat(300 * 1024)}), 300);
+    assert_eq!(approver.post_gate(big.post_body()).status, 413);
+
+    let good: Value = serde_json::from_slice(invoice().post_body()).unwrap();
+    let with = |key: &str, value: Value| {
+        let mut body = good.clone();
+        body[key] = value;
+        body.to_string().into_bytes()
+    };
+    let without = |key: &str| {
+        let mut body = good.clone();
+        body.as_object_mut().unwrap().remove(key);
+        body.to_string().into_bytes()
+    };
+    let text = good.to_string();
+    let malformed: Vec<(&str, Vec<u8>)> = vec![
+        ("not JSON", b"hello".to_vec()),
+        ("empty", Vec::new()),
+        ("an array", b"[]".to_vec()),
+        ("trailing data", format!("{text} {{}}").into_bytes()),
+        (
+            "a repeated member",
+            text.replacen('{', r#"{"tool":"get_invoice","#, 1)
+                .into_bytes(),
+        ),
+        (
+            "invalid UTF-8",
+            [&text.as_bytes()[..10], b"\xff", &text.as_bytes()[10..]].concat(),
+        ),
+        ("a missing member", without("expires_at")),
+        ("another member", with("note", json!("hi"))),
+        ("a short request id", with("request_id", json!("hgr_1234"))),
+        (
+            "an upper-case request id",
+            with("request_id", json!(format!("hgr_{}", "A".repeat(32)))),
+        ),
+        ("a numeric request id", with("request_id", json!(7))),
+        (
+            "a digest of another call",
+            with(
+                "subject_digest",
+                json!(format!("sha256:{}", "0".repeat(64))),
+            ),
+        ),
+        (
+            "a digest without prefix",
+            with("subject_digest", json!("0".repeat(64))),
+        ),
+        (
+            "arguments of another call",
+            with("arguments", json!({"invoice_id": "INV-9999"})),
+        ),
+        (
+            "a fractional expiry",
+            with("expires_at", json!("2026-08-08T12:05:00.5Z")),
+        ),
+        (
+            "a local expiry",
+            with("expires_at", json!("2026-08-08T14:05:00+02:00")),
+        ),
+        ("a huge tool name", with("tool", json!("t".repeat(300)))),
+        ("an empty agent", with("agent", json!(""))),
+    ];
+    for (what, body) in malformed {
+        let response = approver.post_gate(&body);
+        assert_eq!(response.status, 400, "{what}: {}", response.text());
+    }
+    let (person, _) = Person::login(&approver, PASSWORD);
+    let page = person.get("/").text();
+    assert!(page.contains("Waiting for a decision (0)"), "{page}");
+    assert!(page.contains("No decisions yet."), "{page}");
+}
+
+#[test]
+fn a_reposted_request_is_idempotent_and_a_different_one_under_its_id_conflicts() {
+    let case = Case::new();
+    let approver = Approver::start(&case, KEY, None);
+    let request = invoice();
+    for _ in 0..3 {
+        assert_eq!(approver.post_gate(request.post_body()).status, 202);
+    }
+    // The same id with another (self-consistent) call.
+    let other = pending(json!({"invoice_id": "INV-0666"}), 300);
+    let mut swapped: Value = serde_json::from_slice(other.post_body()).unwrap();
+    swapped["request_id"] = json!(id(&request));
+    let response = approver.post_gate(swapped.to_string().as_bytes());
+    assert_eq!(response.status, 409, "{}", response.text());
+    let (person, _) = Person::login(&approver, PASSWORD);
+    let page = person.get("/").text();
+    assert!(page.contains("Waiting for a decision (1)"), "{page}");
+    assert!(
+        page.contains("INV-0042") && !page.contains("INV-0666"),
+        "{page}"
+    );
+    // Once decided, the same POST is still just the same request.
+    assert_eq!(
+        person
+            .decide(&person.csrf(), &id(&request), "denied")
+            .status,
+        303
+    );
+    assert_eq!(approver.post_gate(request.post_body()).status, 202);
+    let body: Value = serde_json::from_slice(&approver.decision(&id(&request)).body).unwrap();
+    assert_eq!(body["decision"], "denied");
+}
+
+#[test]
+fn script_in_arguments_is_shown_as_text() {
+    let case = Case::new();
+    let approver = Approver::start(&case, KEY, None);
+    let script = "<script>alert(1)</script>";
+    let request = PendingRequest::new(
+        "agent\"><img src=x>",
+        "accounting",
+        "pay_invoice",
+        json!({"invoice_id": script, "memo": "'\"&</pre>"}),
+        jiff::Timestamp::now() + jiff::SignedDuration::from_secs(300),
+    )
+    .unwrap();
+    assert_eq!(approver.post_gate(request.post_body()).status, 202);
+    let (person, _) = Person::login(&approver, PASSWORD);
+    let page = person.get("/");
+    let html = page.text();
+    assert!(
+        html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{html}"
+    );
+    assert!(!html.to_lowercase().contains("<script"), "{html}");
+    assert!(!html.contains("<img"), "{html}");
+    assert!(html.contains("agent&quot;&gt;&lt;img src=x&gt;"), "{html}");
+    assert!(html.contains("&#39;\\&quot;&amp;&lt;/pre&gt;"), "{html}");
+    assert_eq!(
+        page.header("content-security-policy"),
+        Some(constle_approver::CONTENT_SECURITY_POLICY)
+    );
+}
+
+#[test]
+fn logins_sessions_and_headers() {
+    let case = Case::new();
+    let approver = Approver::start(&case, KEY, None);
+    let (nobody, refused) = Person::login(&approver, "not the password");
+    assert_eq!(refused.status, 401);
+    assert!(nobody.cookie.is_none());
+    assert!(refused.text().contains("Wrong user name or password."));
+
+    let (person, response) = Person::login(&approver, PASSWORD);
+    assert_eq!(response.status, 303);
+    let cookie = response.header("set-cookie").unwrap();
+    for attribute in ["HttpOnly", "Secure", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.split("; ").any(|a| a == attribute), "{cookie}");
+    }
+    assert!(cookie.starts_with("__Host-constle-approver="), "{cookie}");
+    let token = person.cookie.clone().unwrap();
+    assert_eq!(token.split('=').nth(1).unwrap().len(), 64, "256 bits");
+    let page = person.get("/");
+    assert_eq!(page.status, 200);
+    assert_eq!(
+        page.header("content-security-policy"),
+        Some(
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'"
+        )
+    );
+    assert_eq!(page.header("x-frame-options"), Some("DENY"));
+    assert_eq!(page.header("cache-control"), Some("no-store"));
+    assert!(page.text().contains("<meta name=\"viewport\""));
+    let style = person.get("/style.css");
+    assert_eq!(style.status, 200);
+    assert!(style.text().contains("@media"));
+
+    // The database keeps only a hash of the session id.
+    let db = case.home().join(format!("approver/{KEY}.sqlite"));
+    let raw = std::fs::read(&db).unwrap();
+    let wal = std::fs::read(db.with_extension("sqlite-wal")).unwrap_or_default();
+    let id = token.split('=').nth(1).unwrap().as_bytes();
+    for bytes in [&raw, &wal] {
+        assert!(
+            !bytes.windows(id.len()).any(|w| w == id),
+            "session id stored in clear"
+        );
+        assert!(
+            !bytes
+                .windows(PASSWORD.len())
+                .any(|w| w == PASSWORD.as_bytes())
+        );
+    }
+
+    let csrf = person.csrf();
+    let out = person.post("/logout", &[("csrf", &csrf)], &[]);
+    assert_eq!(out.status, 303);
+    assert_eq!(person.get("/").status, 303, "the session ended");
+}
+
+#[test]
+fn a_restart_loses_nothing() {
+    let case = Case::new();
+    let db = case.path("approver.sqlite");
+    let approver = Approver::start(&case, KEY, Some(&db));
+    let (approved, waiting) = (invoice(), invoice());
+    approver.post_gate(approved.post_body());
+    approver.post_gate(waiting.post_body());
+    let (person, _) = Person::login(&approver, PASSWORD);
+    let csrf = person.csrf();
+    assert_eq!(person.decide(&csrf, &id(&approved), "approved").status, 303);
+    let before = approver.decision(&id(&approved)).body;
+    approver.stop();
+
+    let approver = Approver::start(&case, KEY, Some(&db));
+    assert_eq!(approver.decision(&id(&approved)).body, before);
+    assert_eq!(approver.decision(&id(&waiting)).status, 404);
+    // The same POST again, as a gate retrying across the restart would.
+    assert_eq!(approver.post_gate(waiting.post_body()).status, 202);
+    let (person, _) = Person::login(&approver, PASSWORD);
+    let page = person.get("/").text();
+    assert!(page.contains("Waiting for a decision (1)"), "{page}");
+    assert!(page.contains(&id(&waiting)), "{page}");
+    assert!(page.contains("by admin"), "{page}");
+    assert_eq!(
+        person
+            .decide(&person.csrf(), &id(&approved), "denied")
+            .status,
+        409
+    );
+    let verdict = verify_decision(approved, &did(&case), &before);
+    assert!(matches!(verdict, Ok(Verdict::Approved(_))), "{verdict:?}");
+}
