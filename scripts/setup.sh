@@ -8,6 +8,8 @@ packages=(
   bubblewrap        # the sandbox (0.8 or newer)
   build-essential   # cc and c++: libFuzzer for the fuzz targets
   ca-certificates
+  chromium          # the approver page's end-to-end test, in a real headless browser
+  chromium-driver   # drives it over WebDriver
   curl
   git
   iproute2          # tests and the quickstart simulate outside hosts in network namespaces

@@ -45,13 +45,25 @@ pub fn request(
     head.push_str("\r\n");
     stream.write_all(head.as_bytes())?;
     stream.write_all(body)?;
+    // Read the head, then exactly the body it announces: chromedriver says
+    // `Connection: close` but keeps the socket open.
     let mut raw = Vec::new();
-    // The server may reset the connection after answering early (413).
-    let _ = stream.read_to_end(&mut raw);
-    parse(&raw).ok_or_else(|| std::io::Error::other("malformed HTTP response"))
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(response) = parse(&raw, false) {
+            return Ok(response);
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
+    // The server closed (or reset, after answering early: 413).
+    parse(&raw, true).ok_or_else(|| std::io::Error::other("malformed HTTP response"))
 }
 
-fn parse(raw: &[u8]) -> Option<Response> {
+/// The response in `raw`, if it is all there (or, at `eof`, whatever is).
+fn parse(raw: &[u8], eof: bool) -> Option<Response> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&raw[..end]).ok()?;
     let mut lines = head.split("\r\n");
@@ -61,10 +73,26 @@ fn parse(raw: &[u8]) -> Option<Response> {
         .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
         .collect();
     let mut body = raw[end + 4..].to_vec();
+    let length = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse::<usize>().ok());
+    if let Some(length) = length {
+        if body.len() < length && !eof {
+            return None;
+        }
+        body.truncate(length);
+    }
     let chunked = headers.iter().any(|(n, v)| {
         n.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
     });
+    if !chunked && length.is_none() && !eof {
+        return None;
+    }
     if chunked {
+        if !eof && !body.ends_with(b"0\r\n\r\n") {
+            return None;
+        }
         let mut out = Vec::new();
         let mut rest = &body[..];
         loop {

@@ -1,0 +1,288 @@
+//! The approver end to end, in a real browser: an agent's gated calls go
+//! through the real `constle run` (bubblewrap, the MCP gate, a real MCP
+//! server on the host and client in the sandbox, as in `gate.rs`) to
+//! `constle approver serve`, and a person signs in and clicks Approve, then
+//! Deny, in headless Chromium driven over WebDriver (chromedriver). The
+//! approved call is forwarded, the denied one is not, both are in the audit
+//! log, and the log verifies against the Agentfile.
+//!
+//! One browser start for the whole file. With `CONSTLE_SCREENSHOTS=DIR` it
+//! also writes the page's screenshots there (`docs/img/` holds the ones the
+//! docs show).
+//!
+//! This binary has its own `main`: started as `<exe> mcp-client …` it is
+//! the MCP client that runs inside the sandbox.
+
+// A harness-less test binary is not compiled with `cfg(test)`, so clippy's
+// test allowances do not apply; the test reports through panics.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use constle_testkit::mcp::{McpServerOptions, TestMcpServer, client_main};
+use constle_testkit::require_root;
+use libtest_mimic::{Arguments, Trial};
+use serde_json::Value;
+
+mod common;
+#[path = "approver/http.rs"]
+mod http;
+#[path = "approver/server.rs"]
+mod server;
+#[path = "approver/webdriver.rs"]
+mod webdriver;
+
+use common::{Case, text};
+use server::{Approver, PASSWORD};
+use webdriver::Browser;
+
+const CLIENT_SUBCOMMAND: &str = "mcp-client";
+const WEBHOOK_VAR: &str = "TEST_APPROVER_WEBHOOK_URL";
+const KEY: &str = "desk";
+const SCRIPT: &str = "<script>alert(1)</script>";
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).is_some_and(|a| a == CLIENT_SUBCOMMAND) {
+        std::process::exit(client_main(&args[2..]));
+    }
+    let name = "a_person_approves_one_call_and_denies_another_in_a_real_browser";
+    let tests = vec![Trial::test(name, move || {
+        if require_root(name, &["bwrap", "chromium", "chromedriver"]) {
+            approve_and_deny_in_a_browser();
+        }
+        Ok(())
+    })];
+    libtest_mimic::run(&Arguments::from_args(), tests).exit();
+}
+
+/// A shell step for the agent, as in `gate.rs`: `== NAME`, the MCP
+/// client's output, `== NAME exit N`.
+fn call(name: &str, tool: &str, arguments: &str) -> String {
+    format!(
+        "echo '== {name}'; ./mcp-client {CLIENT_SUBCOMMAND} call \"$CONSTLE_MCP_ACCOUNTING_URL\" {tool} '{arguments}' 2>&1; echo \"== {name} exit $?\""
+    )
+}
+
+fn outcome(stdout: &str, name: &str) -> (String, i32) {
+    let begin = format!("== {name}\n");
+    let end = format!("== {name} exit ");
+    let start = stdout
+        .find(&begin)
+        .unwrap_or_else(|| panic!("no step {name}\n{stdout}"))
+        + begin.len();
+    let stop = stdout[start..].find(&end).unwrap() + start;
+    let status = stdout[stop + end.len()..]
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    (stdout[start..stop].to_owned(), status)
+}
+
+fn agentfile(case: &Case, server: &TestMcpServer, agent_did: &str, approver_did: &str) -> PathBuf {
+    let script = [
+        call("pay", "pay_invoice", r#"{"invoice_id":"INV-0042"}"#),
+        call(
+            "pay-script",
+            "pay_invoice",
+            &format!(r#"{{"invoice_id":"{SCRIPT}"}}"#),
+        ),
+    ]
+    .join("\n");
+    case.agentfile(&format!(
+        r#"identity:
+  did: {agent_did}
+sandbox:
+  command: ["sh", "-c", {script}]
+  workdir: ./work
+  network:
+    egress: none
+mcp:
+  servers:
+    - id: accounting
+      url: {url}
+      tools: [pay_invoice]
+human_gates:
+  enabled: true
+  require_approval_for: [pay_invoice]
+  approver_pubkey: {approver_did}
+  notify:
+    - channel: webhook
+      url_secret_ref: {WEBHOOK_VAR}
+  approval_timeout_seconds: 180
+  on_timeout: abort
+"#,
+        script = serde_json::to_string(&script).unwrap(),
+        url = server.url(),
+    ))
+}
+
+/// Reloads the page until `ready` says yes about its DOM.
+fn wait_for(browser: &Browser, url: &str, what: &str, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        browser.goto(url);
+        let source = browser.source();
+        if ready(&source) {
+            return source;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}:\n{source}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn screenshot(browser: &Browser, name: &str) {
+    let png = browser.screenshot();
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+    if let Some(dir) = std::env::var_os("CONSTLE_SCREENSHOTS") {
+        fs::write(Path::new(&dir).join(name), png).unwrap();
+    }
+}
+
+fn wait_exit(mut child: Child) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(200);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn approve_and_deny_in_a_browser() {
+    let case = Case::new();
+    let keygen = case.run(&["keygen", "test-agent"]);
+    assert!(keygen.status.success(), "{}", text(&keygen.stderr));
+    let agent_did = text(&keygen.stdout).trim().to_owned();
+    let made = case.run(&["webhook-keygen", KEY]);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let approver_did = text(&made.stdout).trim().to_owned();
+    let exe = std::env::current_exe().unwrap();
+    let client = case.path("work/mcp-client");
+    if fs::hard_link(&exe, &client).is_err() {
+        fs::copy(&exe, &client).unwrap();
+    }
+    let server = TestMcpServer::start(McpServerOptions::default()).unwrap();
+    let approver = Approver::start(&case, KEY, None);
+    let file = agentfile(&case, &server, &agent_did, &approver_did);
+
+    let run = case
+        .command(&["run", file.to_str().unwrap()])
+        .env(WEBHOOK_VAR, approver.gate_url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // A phone-sized window first.
+    let browser = Browser::start(412, 915);
+    let page = format!("http://{}/", approver.addr);
+    browser.goto(&page);
+    let login = browser.source();
+    assert!(login.contains("Sign in"), "{login}");
+    browser.type_into(&browser.find("#password"), PASSWORD);
+    browser.click(&browser.find("#sign-in"));
+    assert!(
+        browser.source().contains("Signed in as"),
+        "the login did not stick"
+    );
+
+    let first = wait_for(&browser, &page, "the first request", |s| {
+        s.contains("INV-0042")
+    });
+    assert!(first.contains("Waiting for a decision (1)"), "{first}");
+    // Headless Chromium starts no narrower than 500 px; resizing goes below.
+    browser.resize(412, 915);
+    screenshot(&browser, "approver-pending-phone.png");
+    browser.resize(1280, 900);
+    screenshot(&browser, "approver-pending-desktop.png");
+    browser.click(&browser.find("button.approve"));
+
+    let second = wait_for(&browser, &page, "the second request", |s| {
+        s.contains("Waiting for a decision (1)") && s.contains("alert(1)")
+    });
+    // Shown as text, never as markup: the DOM has no script element at all,
+    // and a person reads the argument exactly as the agent wrote it.
+    assert!(browser.find_all("script").is_empty(), "{second}");
+    assert!(
+        second.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{second}"
+    );
+    let shown = browser.text(&browser.find("article.request pre.args"));
+    assert!(shown.contains(SCRIPT), "{shown}");
+    browser.click(&browser.find("button.deny"));
+
+    let out = wait_exit(run);
+    let stdout = text(&out.stdout);
+    let report = format!("status {:?}\n{stdout}\n{}", out.status, text(&out.stderr));
+    assert!(out.status.success(), "{report}");
+
+    browser.resize(412, 915);
+    let history = wait_for(&browser, &page, "the history", |s| {
+        s.contains("denied</span>")
+    });
+    assert!(history.contains("Waiting for a decision (0)"), "{history}");
+    assert!(history.contains("approved</span>"), "{history}");
+    screenshot(&browser, "approver-history-phone.png");
+    drop(browser);
+
+    let (paid, status) = outcome(&stdout, "pay");
+    assert_eq!(
+        (paid.trim(), status),
+        ("result: paid INV-0042", 0),
+        "{report}"
+    );
+    let (_, status) = outcome(&stdout, "pay-script");
+    assert_eq!(status, 3, "{report}");
+    let calls = server.calls();
+    assert_eq!(calls.len(), 1, "only the approved call is forwarded");
+    assert_eq!(calls[0].tool, "pay_invoice");
+    assert_eq!(calls[0].arguments["invoice_id"], "INV-0042");
+
+    let gate: Vec<Value> = case
+        .log()
+        .into_iter()
+        .filter(|e| e["event"].as_str().unwrap().starts_with("gate_"))
+        .collect();
+    let names: Vec<&str> = gate.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "gate_triggered",
+            "gate_approved",
+            "gate_triggered",
+            "gate_denied"
+        ],
+        "{gate:?}"
+    );
+    assert_eq!(gate[1]["decided_by"], "webhook");
+    assert_eq!(gate[1]["approver"], approver_did.as_str());
+    assert_eq!(gate[1]["request_id"], gate[0]["request_id"]);
+    assert_eq!(gate[3]["reason"], "denied");
+    assert_eq!(gate[3]["request_id"], gate[2]["request_id"]);
+
+    let day = case.log_file();
+    let verified = case.run(&[
+        "audit",
+        "verify",
+        &format!("--agentfile={}", file.display()),
+        day.to_str().unwrap(),
+    ]);
+    assert!(
+        verified.status.success(),
+        "{}{}",
+        text(&verified.stdout),
+        text(&verified.stderr)
+    );
+}
