@@ -158,18 +158,12 @@ pub(crate) fn seal(header: &Header, event: Event, signer: Option<&SigningIdentit
         header.prev.map_or(Value::Null, |h| h.to_string().into()),
     );
     let Some(signer) = signer else {
-        return canonical(&object);
+        return strict_json::canonical_object(&object);
     };
     object.insert("did".into(), signer.did().to_string().into());
-    let signature = signer.sign(&canonical(&object));
+    let signature = signer.sign(&strict_json::canonical_object(&object));
     object.insert("sig".into(), BASE64.encode(signature.to_bytes()).into());
-    canonical(&object)
-}
-
-/// RFC 8785 bytes of an object whose numbers were checked by [`Event::with`]
-/// or came from [`strict_json`]; JCS cannot fail on those.
-pub(crate) fn canonical(object: &Map<String, Value>) -> Vec<u8> {
-    serde_json_canonicalizer::to_vec(object).unwrap_or_default()
+    strict_json::canonical_object(&object)
 }
 
 /// Timestamps are UTC with microseconds, so that one clock reading has
@@ -258,12 +252,18 @@ pub(crate) fn parse_line_cached(line: &[u8], dids: &mut DidCache) -> Result<Entr
     let Value::Object(mut object) = value else {
         return Err(malformed("the line is not a JSON object"));
     };
-    if canonical(&object) != line {
+    let (canonical_line, sig_member) = strict_json::canonical_with_cut(&object, "sig");
+    if canonical_line != line {
         return Err(LineError::NotCanonical);
     }
-    let signature = match object.remove("sig") {
-        None => None,
-        Some(sig) => Some((parse_signature(&sig)?, canonical(&object))),
+    // The line is canonical, so without its `sig` member it is exactly the
+    // canonical form of the rest: the bytes that were signed.
+    let signature = match (object.remove("sig"), sig_member) {
+        (Some(sig), Some(member)) => Some((
+            parse_signature(&sig)?,
+            [&line[..member.start], &line[member.end..]].concat(),
+        )),
+        _ => None,
     };
     let version = take(&mut object, "v", Value::as_u64)?;
     if version != FORMAT_VERSION {

@@ -12,7 +12,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use constle_identity::{DidKey, Name};
 use ed25519_dalek::Signature;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::batch;
 use crate::entry::{DidCache, Entry, LineError, LineHash, parse_line, parse_line_cached, utc_date};
@@ -364,11 +364,7 @@ impl<'a> Check<'a> {
     /// Re-verifies a webhook decision recorded in the log against the pinned
     /// approver key (or, unpinned, the key the entry names).
     fn approval_problem(&self, entry: &Entry) -> Option<String> {
-        let expected = match entry.event.as_str() {
-            "gate_approved" => "approved",
-            "gate_denied" => "denied",
-            _ => return None,
-        };
+        let expected = recorded_decision(&entry.event)?;
         if entry.fields.get("decided_by").and_then(Value::as_str) != Some("webhook") {
             return None;
         }
@@ -616,6 +612,16 @@ fn link_problem(entry: &Entry, hash: LineHash, seq: Option<u64>) -> Option<Strin
     }
 }
 
+/// The decision an event records, for the events whose fields the check
+/// re-verifies.
+fn recorded_decision(event: &str) -> Option<&'static str> {
+    match event {
+        "gate_approved" => Some("approved"),
+        "gate_denied" => Some("denied"),
+        _ => None,
+    }
+}
+
 fn line_error_code(err: &LineError) -> FindingCode {
     match err {
         LineError::DuplicateKey(_) => FindingCode::DuplicateKey,
@@ -695,6 +701,14 @@ fn read_chunk<'a>(first_number: usize, raw: &[&'a [u8]]) -> Vec<Line<'a>> {
     drop(items);
     for (index, valid) in indices.into_iter().zip(valid) {
         lines[index].signature_valid = valid;
+    }
+    // Free here, on this worker's core, what the sequential check never
+    // reads; otherwise one thread frees every parsed entry at the end.
+    for entry in lines.iter_mut().filter_map(|l| l.entry.as_mut().ok()) {
+        entry.signature = None;
+        if recorded_decision(&entry.event).is_none() {
+            entry.fields = Map::new();
+        }
     }
     lines
 }

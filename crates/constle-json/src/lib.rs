@@ -10,9 +10,14 @@
 //! `serde_json` itself; the tests pin that.
 //!
 //! Nesting is bounded by [`MAX_DEPTH`], and [`parse_limited`] also bounds the
-//! input size.
+//! input size. [`canonical_object`] writes the RFC 8785 form that signatures
+//! cover.
 
 #![forbid(unsafe_code)]
+
+mod canonical;
+
+pub use canonical::{canonical_object, canonical_with_cut};
 
 use std::fmt;
 
