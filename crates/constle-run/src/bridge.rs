@@ -9,12 +9,9 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 
+use constle_sandbox::splice_bidirectional;
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::task::JoinHandle;
-
-/// Bytes copied per read in each direction: tokio's 8 KiB default costs four
-/// times the system calls of the relay and Squid on bulk transfers.
-const BUFFER: usize = 64 * 1024;
 
 /// Binds `socket` and forwards each connection to `target` until the
 /// returned task is aborted.
@@ -27,13 +24,11 @@ pub fn forward(socket: &Path, target: SocketAddr) -> io::Result<JoinHandle<()>> 
     }))
 }
 
-async fn splice(mut client: UnixStream, target: SocketAddr) {
+async fn splice(client: UnixStream, target: SocketAddr) {
     // A refused or broken connection is the proxy's answer to give; the
     // agent sees its connection close, and Squid logs what it decided.
-    if let Ok(mut upstream) = TcpStream::connect(target).await {
+    if let Ok(upstream) = TcpStream::connect(target).await {
         let _ = upstream.set_nodelay(true);
-        let _ =
-            tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, BUFFER, BUFFER)
-                .await;
+        let _ = splice_bidirectional(&client, &upstream).await;
     }
 }

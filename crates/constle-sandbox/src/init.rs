@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::task::TaskTracker;
 
 use crate::layout::INIT_SUBCOMMAND;
+use crate::splice::splice_bidirectional;
 use crate::wire::{self, InitRelay};
 
 /// Exit status when `sandbox-init` itself fails: bad arguments, a relay that
@@ -26,9 +27,6 @@ pub const EXIT_SANDBOX_FAILED: i32 = 125;
 pub const EXIT_CANNOT_EXECUTE: i32 = 126;
 /// Exit status when the agent's command is not found.
 pub const EXIT_NOT_FOUND: i32 = 127;
-
-/// Buffer per direction per connection.
-const COPY_BUFFER: usize = 64 * 1024;
 
 /// How long connections may keep flushing after the agent exits. Bytes the
 /// agent wrote just before exiting are still in the relay; dropping them
@@ -292,14 +290,9 @@ fn is_transient(err: &io::Error) -> bool {
     })
 }
 
-async fn forward(
-    mut tcp: TcpStream,
-    socket: Arc<PathBuf>,
-    name: Arc<str>,
-    reported: Arc<AtomicBool>,
-) {
+async fn forward(tcp: TcpStream, socket: Arc<PathBuf>, name: Arc<str>, reported: Arc<AtomicBool>) {
     let _ = tcp.set_nodelay(true);
-    let mut upstream = match UnixStream::connect(socket.as_path()).await {
+    let upstream = match UnixStream::connect(socket.as_path()).await {
         Ok(upstream) => upstream,
         Err(err) => {
             // Fail closed: the agent's connection is dropped. Say so once.
@@ -313,9 +306,7 @@ async fn forward(
             return;
         }
     };
-    let _ =
-        tokio::io::copy_bidirectional_with_sizes(&mut tcp, &mut upstream, COPY_BUFFER, COPY_BUFFER)
-            .await;
+    let _ = splice_bidirectional(&tcp, &upstream).await;
 }
 
 #[cfg(test)]

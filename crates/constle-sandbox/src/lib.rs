@@ -124,6 +124,7 @@ mod error;
 mod init;
 mod layout;
 mod spec;
+mod splice;
 mod wire;
 
 pub use bwrap::bwrap_command;
@@ -131,3 +132,4 @@ pub use error::SandboxError;
 pub use init::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, init_main};
 pub use layout::{DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, RUN_DIR};
 pub use spec::{Relay, SandboxSpec};
+pub use splice::{SpliceSocket, splice_bidirectional};
