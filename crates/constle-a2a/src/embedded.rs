@@ -28,10 +28,10 @@ use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use constle_lockfile::Failure;
 use jiff::Timestamp;
 
 use crate::envelope::MsgId;
@@ -163,19 +163,9 @@ impl Store {
         &self,
         work: impl FnOnce(&Shared, &mut Cache) -> Result<T, ReplayError> + Send + 'static,
     ) -> Result<T, ReplayError> {
-        const WAITING: u8 = 0;
-        const WORKING: u8 = 1;
-        const ABANDONED: u8 = 2;
-        let claim = Arc::new(AtomicU8::new(WAITING));
-        let claimed = Arc::clone(&claim);
         let shared = Arc::clone(&self.shared);
         let lock_path = self.shared.dir.join(LOCK);
-        let timeout = ReplayError::LockTimeout {
-            path: lock_path.clone(),
-            waited: LOCK_WAIT,
-        };
-        let abandoned = timeout.clone();
-        let mut task = tokio::task::spawn_blocking(move || {
+        constle_lockfile::locked(LOCK_WAIT, move |claim| {
             let mut cache = shared.cache.lock().unwrap_or_else(|poisoned| {
                 // A panic midway may have left the cache half updated:
                 // forget it and reread the file.
@@ -183,36 +173,26 @@ impl Store {
                 *cache = Cache::default();
                 cache
             });
-            shared.lock.lock().map_err(io_error(&lock_path, "lock"))?;
-            let result = claimed
-                .compare_exchange(WAITING, WORKING, Ordering::AcqRel, Ordering::Acquire)
-                .map_err(|_| abandoned)
-                .and_then(|_| {
-                    let done = work(&shared, &mut cache);
-                    if done.is_err() {
-                        // Whatever failed may have left the cache ahead of
-                        // the file: reread next time.
-                        *cache = Cache::default();
-                    }
-                    done
-                });
-            let _ = shared.lock.unlock();
-            result
-        });
-        let joined = match tokio::time::timeout(LOCK_WAIT, &mut task).await {
-            Ok(joined) => joined,
-            Err(_) => {
-                let gave_up = claim
-                    .compare_exchange(WAITING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok();
-                if gave_up {
-                    return Err(timeout);
-                }
-                // It holds the lock and is writing: its result is the truth.
-                task.await
+            let _held = claim
+                .lock(&shared.lock)
+                .map_err(io_error(&lock_path, "lock"))?;
+            let done = work(&shared, &mut cache);
+            if done.is_err() {
+                // Whatever failed may have left the cache ahead of the
+                // file: reread next time.
+                *cache = Cache::default();
             }
-        };
-        joined.map_err(|err| stopped(&self.shared.dir, &err))?
+            done
+        })
+        .await
+        .map_err(|failure| match failure {
+            Failure::TimedOut => ReplayError::LockTimeout {
+                path: self.shared.dir.join(LOCK),
+                waited: LOCK_WAIT,
+            },
+            Failure::Stopped(err) => stopped(&self.shared.dir, &err),
+            Failure::Job(err) => err,
+        })
     }
 }
 

@@ -24,10 +24,9 @@ use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
+use constle_lockfile::Failure;
 use jiff::Timestamp;
 use jiff::civil::Date;
 
@@ -202,42 +201,22 @@ impl Store {
         &self,
         work: impl FnOnce(&Path) -> Result<T, LedgerError> + Send + 'static,
     ) -> Result<T, LedgerError> {
-        const WAITING: u8 = 0;
-        const WORKING: u8 = 1;
-        const ABANDONED: u8 = 2;
-        let claim = Arc::new(AtomicU8::new(WAITING));
-        let claimed = Arc::clone(&claim);
         let dir = self.dir.clone();
         let lock_path = dir.join(LOCK);
-        let timeout = LedgerError::LockTimeout {
-            path: lock_path.clone(),
-            waited: LOCK_WAIT,
-        };
-        let abandoned = timeout.clone();
-        let mut task = tokio::task::spawn_blocking(move || {
+        constle_lockfile::locked(LOCK_WAIT, move |claim| {
             let lock = open_lock(&lock_path)?;
-            lock.lock().map_err(io_error(&lock_path, "lock"))?;
-            claimed
-                .compare_exchange(WAITING, WORKING, Ordering::AcqRel, Ordering::Acquire)
-                .map_err(|_| abandoned)?;
-            let done = work(&dir);
-            drop(lock);
-            done
-        });
-        let joined = match tokio::time::timeout(LOCK_WAIT, &mut task).await {
-            Ok(joined) => joined,
-            Err(_) => {
-                let gave_up = claim
-                    .compare_exchange(WAITING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok();
-                if gave_up {
-                    return Err(timeout);
-                }
-                // It has the lock and is writing: its result is the truth.
-                task.await
-            }
-        };
-        joined.map_err(|err| stopped(&self.dir, &err))?
+            let _held = claim.lock(&lock).map_err(io_error(&lock_path, "lock"))?;
+            work(&dir)
+        })
+        .await
+        .map_err(|failure| match failure {
+            Failure::TimedOut => LedgerError::LockTimeout {
+                path: self.dir.join(LOCK),
+                waited: LOCK_WAIT,
+            },
+            Failure::Stopped(err) => stopped(&self.dir, &err),
+            Failure::Job(err) => err,
+        })
     }
 }
 
