@@ -19,7 +19,8 @@ use jiff::Timestamp;
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 
-use constle_json as strict_json;
+use constle_json::{self as strict_json, Member};
+use serde::Deserialize;
 
 /// The format version written in every entry's `v`.
 pub const FORMAT_VERSION: u64 = 1;
@@ -216,7 +217,7 @@ pub enum LineError {
 
 /// Parses one line (without its newline) into an [`Entry`].
 pub fn parse_line(line: &[u8]) -> Result<Entry, LineError> {
-    parse_line_cached(line, &mut DidCache::default())
+    parse_line_cached(line, &mut DidCache::default(), |_| true)
 }
 
 /// The last signer parsed. Decoding a did:key decompresses a curve point,
@@ -226,10 +227,7 @@ pub fn parse_line(line: &[u8]) -> Result<Entry, LineError> {
 pub(crate) struct DidCache(Option<(String, DidKey)>);
 
 impl DidCache {
-    fn parse(&mut self, value: &Value) -> Result<DidKey, LineError> {
-        let text = value
-            .as_str()
-            .ok_or_else(|| malformed("`did` is not a string"))?;
+    fn parse(&mut self, text: &str) -> Result<DidKey, LineError> {
         if let Some((_, did)) = self.0.as_ref().filter(|(cached, _)| cached == text) {
             return Ok(did.clone());
         }
@@ -240,73 +238,106 @@ impl DidCache {
     }
 }
 
-pub(crate) fn parse_line_cached(line: &[u8], dids: &mut DidCache) -> Result<Entry, LineError> {
-    let value = strict_json::parse(line).map_err(|err| {
-        let message = err.to_string();
-        if message.contains("duplicate key") {
-            LineError::DuplicateKey(message)
-        } else {
-            LineError::Malformed(format!("not valid JSON: {message}"))
-        }
-    })?;
-    let Value::Object(mut object) = value else {
-        return Err(malformed("the line is not a JSON object"));
-    };
-    let (canonical_line, sig_member) = strict_json::canonical_with_cut(&object, "sig");
-    if canonical_line != line {
-        return Err(LineError::NotCanonical);
-    }
+/// Parses one line. The event's own fields are read only when `keep_fields`
+/// holds for the event's name (otherwise [`Entry::fields`] is empty):
+/// building them is most of the cost of a line, and the verifier looks at
+/// the fields of few events.
+pub(crate) fn parse_line_cached(
+    line: &[u8],
+    dids: &mut DidCache,
+    keep_fields: impl Fn(&str) -> bool,
+) -> Result<Entry, LineError> {
+    let members = strict_json::canonical_members(line).ok_or_else(|| refusal(line))?;
     // The line is canonical, so without its `sig` member it is exactly the
     // canonical form of the rest: the bytes that were signed.
-    let signature = match (object.remove("sig"), sig_member) {
-        (Some(sig), Some(member)) => Some((
-            parse_signature(&sig)?,
-            [&line[..member.start], &line[member.end..]].concat(),
+    let signature = match members.iter().position(|m| m.name == "sig") {
+        None => None,
+        Some(index) => Some((
+            signature_from(serde_json::from_str(members[index].value.get()).ok())?,
+            strict_json::without_member(line, &members, index),
         )),
-        _ => None,
     };
-    let version = take(&mut object, "v", Value::as_u64)?;
+    let version: u64 = take(&members, "v", Some)?;
     if version != FORMAT_VERSION {
         return Err(malformed(&format!(
             "format version {version} is not {FORMAT_VERSION}"
         )));
     }
-    let did = match object.remove("did") {
-        None => None,
-        Some(did) => Some(dids.parse(&did)?),
+    let did = match members.iter().any(|m| m.name == "did") {
+        false => None,
+        true => Some(dids.parse(take(&members, "did", Some)?)?),
     };
     if did.is_some() != signature.is_some() {
         return Err(malformed("`did` and `sig` must appear together"));
     }
+    let event: String = take(&members, "event", Some)?;
     Ok(Entry {
-        seq: take(&mut object, "seq", Value::as_u64)?,
-        ts: take(&mut object, "ts", |v| v.as_str().and_then(parse_ts))?,
-        agent: take(&mut object, "agent", |v| v.as_str().map(str::to_owned))?,
-        event: take(&mut object, "event", |v| v.as_str().map(str::to_owned))?,
-        prev: take(&mut object, "prev", |v| match v {
-            Value::Null => Some(None),
-            Value::String(s) => LineHash::parse(s).map(Some),
-            _ => None,
+        seq: take(&members, "seq", Some)?,
+        ts: take(&members, "ts", parse_ts)?,
+        agent: take(&members, "agent", Some)?,
+        prev: take(&members, "prev", |prev: Option<&str>| match prev {
+            None => Some(None),
+            Some(hash) => LineHash::parse(hash).map(Some),
         })?,
         did,
         signature,
-        fields: object,
+        fields: match keep_fields(&event) {
+            true => fields(&members)?,
+            false => Map::new(),
+        },
+        event,
     })
+}
+
+/// Why a line that is not a canonical JSON object is refused.
+fn refusal(line: &[u8]) -> LineError {
+    match strict_json::parse(line) {
+        Ok(Value::Object(_)) => LineError::NotCanonical,
+        Ok(_) => malformed("the line is not a JSON object"),
+        Err(err) if err.to_string().contains("duplicate key") => {
+            LineError::DuplicateKey(err.to_string())
+        }
+        Err(err) => LineError::Malformed(format!("not valid JSON: {err}")),
+    }
 }
 
 fn malformed(what: &str) -> LineError {
     LineError::Malformed(what.to_owned())
 }
 
-fn take<T>(
-    object: &mut Map<String, Value>,
+/// Reads the envelope member `key` as a `T` and checks it with `read`.
+fn take<'a, T: Deserialize<'a>, U>(
+    members: &[Member<'a>],
     key: &str,
-    read: impl FnOnce(&Value) -> Option<T>,
-) -> Result<T, LineError> {
-    let value = object
-        .remove(key)
-        .ok_or_else(|| malformed(&format!("missing `{key}`")))?;
-    read(&value).ok_or_else(|| malformed(&format!("`{key}` has the wrong type or form: {value}")))
+    read: impl FnOnce(T) -> Option<U>,
+) -> Result<U, LineError> {
+    let raw = members
+        .iter()
+        .find(|m| m.name == key)
+        .ok_or_else(|| malformed(&format!("missing `{key}`")))?
+        .value;
+    serde_json::from_str(raw.get())
+        .ok()
+        .and_then(read)
+        .ok_or_else(|| {
+            malformed(&format!(
+                "`{key}` has the wrong type or form: {}",
+                raw.get()
+            ))
+        })
+}
+
+/// The members that are not part of the envelope.
+fn fields(members: &[Member]) -> Result<Map<String, Value>, LineError> {
+    members
+        .iter()
+        .filter(|m| !ENVELOPE_KEYS.contains(&m.name.as_ref()))
+        .map(|m| {
+            let value = serde_json::from_str(m.value.get())
+                .map_err(|err| malformed(&format!("field `{}`: {err}", m.name)))?;
+            Ok((m.name.to_string(), value))
+        })
+        .collect()
 }
 
 fn parse_ts(text: &str) -> Option<Timestamp> {
@@ -316,8 +347,11 @@ fn parse_ts(text: &str) -> Option<Timestamp> {
 
 /// Reads a standard-base64 Ed25519 signature (64 bytes).
 pub fn parse_signature(value: &Value) -> Result<Signature, LineError> {
-    let bytes = value
-        .as_str()
+    signature_from(value.as_str())
+}
+
+fn signature_from(text: Option<&str>) -> Result<Signature, LineError> {
+    let bytes = text
         .and_then(|s| BASE64.decode(s).ok())
         .ok_or_else(|| malformed("`sig` is not standard base64"))?;
     let bytes: [u8; 64] = bytes

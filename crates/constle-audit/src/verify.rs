@@ -12,7 +12,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use constle_identity::{DidKey, Name};
 use ed25519_dalek::Signature;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::batch;
 use crate::entry::{DidCache, Entry, LineError, LineHash, parse_line, parse_line_cached, utc_date};
@@ -673,7 +673,7 @@ fn read_chunk<'a>(first_number: usize, raw: &[&'a [u8]]) -> Vec<Line<'a>> {
             number: first_number + i,
             bytes,
             hash: LineHash::of(bytes),
-            entry: parse_line_cached(bytes, &mut dids),
+            entry: parse_line_cached(bytes, &mut dids, |event| recorded_decision(event).is_some()),
             signature_valid: false,
         })
         .collect();
@@ -702,13 +702,10 @@ fn read_chunk<'a>(first_number: usize, raw: &[&'a [u8]]) -> Vec<Line<'a>> {
     for (index, valid) in indices.into_iter().zip(valid) {
         lines[index].signature_valid = valid;
     }
-    // Free here, on this worker's core, what the sequential check never
-    // reads; otherwise one thread frees every parsed entry at the end.
+    // Free the signed bytes here, on this worker's core, rather than on one
+    // thread at the end: the sequential check never reads them.
     for entry in lines.iter_mut().filter_map(|l| l.entry.as_mut().ok()) {
         entry.signature = None;
-        if recorded_decision(&entry.event).is_none() {
-            entry.fields = Map::new();
-        }
     }
     lines
 }

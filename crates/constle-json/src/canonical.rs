@@ -7,14 +7,18 @@
 //! order without copying. Other numbers still go through the crate, so the
 //! output is byte for byte what it produces (a property test pins that).
 //!
-//! [`canonical_with_cut`] also tells where one top-level member sits, so a
-//! reader can derive the canonical form without that member (the signed
-//! bytes of an entry, without its `sig`) from the line itself, instead of
-//! serialising a second time.
+//! [`canonical_members`] goes the other way for the verifier: it decides
+//! whether bytes are the canonical form of an object and hands back each
+//! top-level member as written, building no value but nested arrays and
+//! objects (which are checked by the strict parser, as everywhere else).
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
+use std::fmt;
 use std::ops::Range;
 
+use serde::de::{self, DeserializeSeed, Deserializer as _, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 /// Integers of at most this magnitude are exact in an IEEE double, which is
@@ -28,26 +32,118 @@ pub fn canonical_object(object: &Map<String, Value>) -> Vec<u8> {
     out
 }
 
-/// The canonical bytes of `object`, and the range of its member `key`
-/// together with one comma that joins it to a neighbour: cutting that range
-/// out leaves exactly the canonical bytes of `object` without `key`.
-pub fn canonical_with_cut(
-    object: &Map<String, Value>,
-    key: &str,
-) -> (Vec<u8>, Option<Range<usize>>) {
-    let mut out = Vec::with_capacity(256);
-    let mut cut = None;
-    write_object(object, &mut out, |name, range| {
-        if name == key {
-            cut = Some(range);
+/// One top-level member of a canonical object, as written.
+#[derive(Debug)]
+pub struct Member<'a> {
+    /// The member's name, unescaped.
+    pub name: Cow<'a, str>,
+    /// The member's value, exactly as it appears in the input.
+    pub value: &'a RawValue,
+    /// Where the member sits in the input, with the comma before it if any.
+    span: Range<usize>,
+}
+
+/// The members of `bytes`, in order, if `bytes` are exactly the canonical
+/// form of a JSON object that [`crate::parse`] accepts; `None` otherwise
+/// (use [`crate::parse`] to learn why).
+pub fn canonical_members(bytes: &[u8]) -> Option<Vec<Member<'_>>> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let written = deserializer.deserialize_map(Members).ok()?;
+    deserializer.end().ok()?;
+    let mut rebuilt = Vec::with_capacity(bytes.len());
+    let mut members: Vec<Member> = Vec::with_capacity(written.len());
+    rebuilt.push(b'{');
+    for (name, value) in written {
+        let start = rebuilt.len();
+        if let Some(previous) = members.last() {
+            // Strictly increasing names: sorted, and no name twice.
+            if utf16_order(&previous.name, &name) != Ordering::Less {
+                return None;
+            }
+            rebuilt.push(b',');
         }
-    });
-    let cut = cut.map(|range| match out.get(range.end) {
+        write_string(&name, &mut rebuilt);
+        rebuilt.push(b':');
+        write_raw(value, &mut rebuilt)?;
+        let span = start..rebuilt.len();
+        members.push(Member { name, value, span });
+    }
+    rebuilt.push(b'}');
+    (rebuilt == bytes).then_some(members)
+}
+
+/// The canonical bytes of the object `members` came from, without the member
+/// at `index`.
+pub fn without_member(bytes: &[u8], members: &[Member], index: usize) -> Vec<u8> {
+    let mut cut = members[index].span.clone();
+    if index == 0 && members.len() > 1 {
         // The first member has no comma before it; take the one after.
-        Some(b',') if range.start == 1 => range.start..range.end + 1,
-        _ => range,
-    });
-    (out, cut)
+        cut.end += 1;
+    }
+    [&bytes[..cut.start], &bytes[cut.end..]].concat()
+}
+
+/// Writes the canonical form of one member's value.
+fn write_raw(value: &RawValue, out: &mut Vec<u8>) -> Option<()> {
+    let text = value.get();
+    if text.starts_with('"') && !text.contains('\\') {
+        // A JSON string without escapes holds no quote, backslash or control
+        // character, so it is already canonical.
+        out.extend_from_slice(text.as_bytes());
+        return Some(());
+    }
+    let value = crate::parse_member(text.as_bytes()).ok()?;
+    write_value(&value, out);
+    Some(())
+}
+
+/// Reads an object's members without building their values.
+struct Members;
+
+impl<'de> Visitor<'de> for Members {
+    type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut members = Vec::with_capacity(16);
+        while let Some(name) = map.next_key_seed(Name)? {
+            members.push((name, map.next_value()?));
+        }
+        Ok(members)
+    }
+}
+
+/// A member name, borrowed from the input unless it had to be unescaped.
+struct Name;
+
+impl<'de> DeserializeSeed<'de> for Name {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Name {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_borrowed_str<E>(self, name: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(name))
+    }
+
+    fn visit_str<E>(self, name: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(name.to_owned()))
+    }
 }
 
 fn write_value(value: &Value, out: &mut Vec<u8>) {
@@ -205,18 +301,87 @@ mod tests {
         }
 
         #[test]
-        fn cutting_a_member_leaves_the_rest_canonical(
-            value in any_value(),
-            key in "[a-z]{0,2}",
-        ) {
-            let Value::Object(mut object) = value else { return Ok(()) };
-            object.insert(key.clone(), json!("x"));
-            let (bytes, cut) = canonical_with_cut(&object, &key);
-            let cut = cut.unwrap();
-            object.remove(&key);
-            let rest = [&bytes[..cut.start], &bytes[cut.end..]].concat();
-            prop_assert_eq!(rest, jcs(&Value::Object(object)));
+        fn canonical_objects_are_read_back_member_by_member(value in any_object()) {
+            let bytes = jcs(&value);
+            let members = canonical_members(&bytes).expect("canonical");
+            // Compared with what the bytes say: JCS rounds large integers.
+            let object: Map<String, Value> = serde_json::from_slice(&bytes).unwrap();
+            prop_assert_eq!(members.len(), object.len());
+            for (index, member) in members.iter().enumerate() {
+                let written: Value = serde_json::from_str(member.value.get()).unwrap();
+                prop_assert_eq!(Some(&written), object.get(member.name.as_ref()));
+                let mut rest = object.clone();
+                rest.remove(member.name.as_ref());
+                prop_assert_eq!(without_member(&bytes, &members, index), jcs(&Value::Object(rest)));
+            }
         }
+
+    }
+
+    proptest! {
+        // Few random edits leave valid JSON; many cases find those that do.
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn only_canonical_bytes_are_accepted(
+            value in any_object(),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), edit()), 1..4),
+        ) {
+            let mut bytes = jcs(&value);
+            for (at, edit) in edits {
+                let at = at.index(bytes.len() + 1);
+                match edit {
+                    Edit::Insert(snippet) => drop(bytes.splice(at..at, snippet.iter().copied())),
+                    Edit::Replace(byte) if at < bytes.len() => bytes[at] = byte,
+                    Edit::Delete if at < bytes.len() => { bytes.remove(at); }
+                    _ => {}
+                }
+            }
+            if canonical_members(&bytes).is_some() {
+                let parsed = crate::parse(&bytes).expect("strict JSON");
+                prop_assert_eq!(jcs(&parsed), bytes);
+            }
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Edit {
+        Insert(&'static [u8]),
+        Replace(u8),
+        Delete,
+    }
+
+    /// Edits that keep JSON valid often enough to matter: escapes of plain
+    /// characters, repeated or reordered members, other number spellings.
+    fn edit() -> impl Strategy<Value = Edit> {
+        let snippet = prop::sample::select(vec![
+            &b" "[..],
+            b"\\u0061",
+            b"\\/",
+            b"\\u00e9",
+            b"\"\":0,",
+            b",\"\":0",
+            b",\"a\":0",
+            b"\"a\":0,",
+            b".0",
+            b"e0",
+            b"E+0",
+            b"-",
+            b"0",
+            b"a",
+            b"\\",
+        ]);
+        let byte = prop::sample::select(b" \"\\,:{}[]01.e-+uaAtfn/\t\x7f".to_vec());
+        prop_oneof![
+            snippet.prop_map(Edit::Insert),
+            byte.prop_map(Edit::Replace),
+            Just(Edit::Delete),
+        ]
+    }
+
+    fn any_object() -> impl Strategy<Value = Value> {
+        prop::collection::btree_map("[a-z\"\\\n\u{e000}\u{10000}]{0,3}", any_value(), 0..8)
+            .prop_map(|m| Value::Object(m.into_iter().collect()))
     }
 
     #[test]
@@ -240,15 +405,49 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_member_has_no_cut() {
-        let Value::Object(object) = json!({"a": 1}) else {
-            unreachable!()
-        };
-        assert_eq!(
-            canonical_with_cut(&object, "b"),
-            (b"{\"a\":1}".to_vec(), None)
+    fn refuses_what_is_not_canonical() {
+        for bytes in [
+            &br#"{"a":1,"a":1}"#[..],
+            br#"{"b":1,"a":1}"#,
+            br#"{"a": 1}"#,
+            br#"{"a":1.0}"#,
+            br#"{"a":"\u0041"}"#,
+            br#"{"a":{"b":1,"b":1}}"#,
+            br#"{"a":{"c":1,"b":1}}"#,
+            br#"{"a":1}x"#,
+            br#"[1]"#,
+        ] {
+            assert!(
+                canonical_members(bytes).is_none(),
+                "{}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+        let members = canonical_members(br#"{"a\n":"\t","b":[1,{"c":null}]}"#).unwrap();
+        assert_eq!(members[0].name, "a\n");
+        assert_eq!(members[1].value.get(), r#"[1,{"c":null}]"#);
+    }
+
+    #[test]
+    fn nesting_is_bounded_as_in_parse() {
+        let nested =
+            |depth: usize| format!(r#"{{"a":{}1{}}}"#, "[".repeat(depth), "]".repeat(depth));
+        let verdicts: Vec<(bool, bool)> = (crate::MAX_DEPTH - 2..crate::MAX_DEPTH + 2)
+            .map(|depth| {
+                let bytes = nested(depth);
+                (
+                    crate::parse(bytes.as_bytes()).is_ok(),
+                    canonical_members(bytes.as_bytes()).is_some(),
+                )
+            })
+            .collect();
+        assert!(
+            verdicts.iter().all(|(parse, members)| parse == members),
+            "{verdicts:?}"
         );
-        let (bytes, cut) = canonical_with_cut(&object, "a");
-        assert_eq!((bytes.as_slice(), cut), (&b"{\"a\":1}"[..], Some(1..6)));
+        assert!(
+            verdicts.first().unwrap().0 && !verdicts.last().unwrap().0,
+            "{verdicts:?}"
+        );
     }
 }

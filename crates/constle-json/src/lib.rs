@@ -17,7 +17,7 @@
 
 mod canonical;
 
-pub use canonical::{canonical_object, canonical_with_cut};
+pub use canonical::{Member, canonical_members, canonical_object, without_member};
 
 use std::fmt;
 
@@ -31,8 +31,18 @@ pub const MAX_DEPTH: usize = 64;
 /// Parses exactly one JSON value from `bytes`, refusing duplicate object keys
 /// and more than [`MAX_DEPTH`] levels of nested arrays and objects.
 pub fn parse(bytes: &[u8]) -> Result<Value, serde_json::Error> {
+    parse_at_depth(bytes, 0)
+}
+
+/// Parses the value of a top-level member the way [`parse`] parses it inside
+/// its object: one level down.
+fn parse_member(bytes: &[u8]) -> Result<Value, serde_json::Error> {
+    parse_at_depth(bytes, 1)
+}
+
+fn parse_at_depth(bytes: &[u8], depth: usize) -> Result<Value, serde_json::Error> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    let value = StrictValue { depth: 0 }.deserialize(&mut deserializer)?;
+    let value = StrictValue { depth }.deserialize(&mut deserializer)?;
     deserializer.end()?;
     Ok(value)
 }
