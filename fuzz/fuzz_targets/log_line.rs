@@ -13,6 +13,10 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(entry) = constle_audit::parse_line(data) {
         assert!(!data.contains(&b'\n'));
         assert!(entry.signature.is_some() == entry.did.is_some());
+        let value: serde_json::Value =
+            serde_json::from_slice(data).expect("accepted lines are JSON");
+        let canonical = serde_json_canonicalizer::to_vec(&value).expect("JSON has a JCS form");
+        assert_eq!(canonical, data, "an accepted line is not its own JCS form");
     }
     let path = Path::new("fuzz-2026-08-08.jsonl");
     let day = DayFile::from_path(path);
