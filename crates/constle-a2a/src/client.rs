@@ -1,9 +1,9 @@
 //! The outbound side: POST a signed envelope to a peer's listener.
 
 use std::fmt;
-use std::net::IpAddr;
 use std::time::Duration;
 
+use constle_manifest::is_loopback_host;
 use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{Client, Url, redirect};
 
@@ -59,6 +59,8 @@ impl PeerUrl {
     ///
     /// [`PeerUrlError`] if it is unusable.
     pub fn parse(text: &str) -> Result<PeerUrl, PeerUrlError> {
+        // Not redundant with the Agentfile's `HttpUrl`: that allows a query,
+        // and this is public, so it cannot assume its text came from there.
         let url = Url::parse(text).map_err(|_| PeerUrlError::Invalid)?;
         if url.cannot_be_a_base() || url.host().is_none() {
             return Err(PeerUrlError::Invalid);
@@ -72,7 +74,7 @@ impl PeerUrl {
         }
         match url.scheme() {
             "https" => {}
-            "http" if is_loopback(&url) => {}
+            "http" if url.host_str().is_some_and(is_loopback_host) => {}
             "http" => return Err(PeerUrlError::Insecure),
             _ => return Err(PeerUrlError::Scheme),
         }
@@ -87,20 +89,6 @@ impl PeerUrl {
         url.set_path(&path);
         url
     }
-}
-
-fn is_loopback(url: &Url) -> bool {
-    let Some(host) = url.host_str() else {
-        return false;
-    };
-    if host.eq_ignore_ascii_case("localhost") {
-        return true;
-    }
-    let bare = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// A delivery the peer accepted (202).

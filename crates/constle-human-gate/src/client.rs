@@ -1,10 +1,10 @@
 //! The gate's side of the webhook: POST the request, poll for a decision.
 
 use std::fmt;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use constle_identity::DidKey;
+use constle_manifest::is_loopback_host;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use reqwest::{Client, Response, StatusCode, Url, redirect};
 use tokio::time::{Instant, sleep_until, timeout_at};
@@ -79,7 +79,7 @@ impl WebhookUrl {
         }
         match url.scheme() {
             "https" => {}
-            "http" if is_loopback(&url) => {}
+            "http" if url.host_str().is_some_and(is_loopback_host) => {}
             "http" => return Err(WebhookUrlError::Insecure),
             _ => return Err(WebhookUrlError::Scheme),
         }
@@ -98,20 +98,6 @@ impl WebhookUrl {
         }
         url
     }
-}
-
-fn is_loopback(url: &Url) -> bool {
-    let Some(host) = url.host_str() else {
-        return false;
-    };
-    if host.eq_ignore_ascii_case("localhost") {
-        return true;
-    }
-    let bare = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Why the webhook gave no decision by the deadline: the last thing seen.

@@ -78,7 +78,7 @@ pub use validate::RESERVED_ENV;
 pub use values::{
     EnvVarName, Hostname, HttpUrl, InvalidValue, MAX_AMOUNT_INTEGER_DIGITS, MAX_AMOUNT_SCALE,
     MAX_ENV_NAME_LEN, MAX_METHOD_NAME_LEN, MAX_TOOL_NAME_LEN, MethodName, REDIS_SCHEMES, RedisUrl,
-    Scheme, ServerId, ToolName, UrlHost, parse_amount,
+    Scheme, ServerId, ToolName, UrlHost, is_loopback_host, parse_amount,
 };
 pub use yaml::{MAX_DEPTH, MAX_NODES};
 

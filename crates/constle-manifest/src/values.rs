@@ -4,7 +4,7 @@
 
 use std::borrow::Borrow;
 use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 use rust_decimal::Decimal;
@@ -653,14 +653,26 @@ impl HttpUrl {
         self.text.get(self.path_start..).unwrap_or("")
     }
 
-    /// Whether the host is loopback: `localhost`, `127.0.0.0/8` or `::1`.
+    /// Whether the host is loopback: see [`is_loopback_host`].
     pub fn is_loopback(&self) -> bool {
-        match &self.host {
-            UrlHost::Domain(d) => d == "localhost",
-            UrlHost::Ipv4(a) => a.is_loopback(),
-            UrlHost::Ipv6(a) => a.is_loopback(),
-        }
+        is_loopback_host(&self.host.to_string())
     }
+}
+
+/// Whether a URL's host is loopback: `localhost` (in any case),
+/// `127.0.0.0/8` or `::1` (with or without its brackets). Plain `http` may
+/// go to these hosts only: the one rule for the Agentfile's URLs and for
+/// those other crates parse themselves (a webhook URL from the environment,
+/// a peer URL).
+pub fn is_loopback_host(host: &str) -> bool {
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 impl fmt::Display for HttpUrl {
@@ -892,6 +904,32 @@ mod tests {
         ] {
             assert!(HttpUrl::new(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn loopback_hosts() {
+        for host in [
+            "localhost",
+            "LocalHost",
+            "127.0.0.1",
+            "127.9.9.9",
+            "::1",
+            "[::1]",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "",
+            "localhost.",
+            "10.0.0.1",
+            "0x7f.1",
+            "[::2]",
+            "[localhost]",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+        assert!(HttpUrl::new("http://127.1.2.3:1/").unwrap().is_loopback());
+        assert!(!HttpUrl::new("https://[::2]/").unwrap().is_loopback());
     }
 
     #[test]
