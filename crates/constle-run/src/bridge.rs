@@ -4,6 +4,13 @@
 //!
 //! The sandbox has no network, so a Unix socket is the only thing both sides
 //! can reach; the in-sandbox relay carries the agent's TCP connections to it.
+//!
+//! Bytes are spliced, not copied (see [`splice_bidirectional`]). Handing the
+//! sandbox a TCP socket already connected to Squid (`SCM_RIGHTS`) would save
+//! this hop but is not done: a socket of the host's network namespace can be
+//! dissolved with `connect(AF_UNSPEC)` and connected anywhere the host can
+//! reach, and whatever can connect to this Unix socket, the agent included,
+//! would receive one.
 
 use std::io;
 use std::net::SocketAddr;
