@@ -20,10 +20,11 @@
 //!   a two-worker multi-thread runtime (TCP, threads `bench-gate-mt`), to
 //!   see what the single thread costs;
 //! - with `--relays`, two plain relays without any policy, each on one
-//!   current-thread runtime (TCP): one on the gate's own stack (axum
+//!   current-thread runtime (TCP): one on a general-purpose stack (axum
 //!   server, reqwest client; threads `bench-gate-ax`) and one on bare hyper
-//!   (threads `bench-gate-hy`). They read the body, post it upstream and
-//!   relay the answer: what any HTTP hop costs, the floor under the gate;
+//!   (threads `bench-gate-hy`), the stack the gate itself is built on. They
+//!   read the body, post it upstream and relay the answer: what any HTTP
+//!   hop costs, the floor under the gate;
 //! - the load: a hyper HTTP/1.1 client on its own current-thread runtime
 //!   (thread `bench-client`) with `-c` keep-alive connections, each with one
 //!   request in flight at a time, so `-c` requests are in flight. Each
@@ -339,8 +340,9 @@ where
     addr
 }
 
-/// A relay on the gate's stack (axum server, reqwest client, same client
-/// settings), without any policy: body in, body out.
+/// A relay on a general-purpose stack (axum server, reqwest client, with
+/// the settings the gate's client has), without any policy: body in, body
+/// out.
 fn start_axum_relay(upstream: SocketAddr) -> SocketAddr {
     spawn_server("bench-gate-ax", move |listener| async move {
         let client = reqwest::Client::builder()

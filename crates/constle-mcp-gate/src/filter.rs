@@ -1,6 +1,7 @@
 //! Server to agent: `tools/list` results filtered to the declared tools, and
 //! server-to-client requests the policy does not allow kept from the agent.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde_json::{Map, Value};
@@ -77,11 +78,21 @@ fn filter_tools_list_response(
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[must_use]
 pub struct ServerMessage {
-    /// Relay this to the agent; `None`: relay nothing.
+    /// Relay this to the agent; `None`: relay nothing. The server's own
+    /// bytes when the gate changed nothing in them.
     pub to_agent: Option<Vec<u8>>,
     /// POST this to the server: errors answering the requests the agent
     /// never saw.
     pub to_server: Option<Vec<u8>>,
+}
+
+/// A [`ServerMessage`] that borrows the server's bytes when they are
+/// relayed unchanged, as nearly every message is: the gate then neither
+/// re-serialises nor copies them.
+#[derive(Debug)]
+pub(crate) struct Filtered<'a> {
+    pub(crate) to_agent: Option<Cow<'a, [u8]>>,
+    pub(crate) to_server: Option<Vec<u8>>,
 }
 
 /// Filters one message from the server (or a batch of them):
@@ -103,8 +114,23 @@ pub struct ServerMessage {
 pub fn filter_server_message(
     policy: &ServerPolicy,
     message: &[u8],
-    mut is_tools_list: impl FnMut(&RequestId) -> bool,
+    is_tools_list: impl FnMut(&RequestId) -> bool,
 ) -> Result<ServerMessage, FilterError> {
+    let filtered = filter(policy, message, is_tools_list)?;
+    Ok(ServerMessage {
+        to_agent: filtered.to_agent.map(Cow::into_owned),
+        to_server: filtered.to_server,
+    })
+}
+
+/// [`filter_server_message`], relaying a message the gate leaves as it is
+/// (no tool list in it, no server request taken out) in its own bytes.
+/// They parsed strictly, so the agent reads in them what the gate read.
+pub(crate) fn filter<'a>(
+    policy: &ServerPolicy,
+    message: &'a [u8],
+    mut is_tools_list: impl FnMut(&RequestId) -> bool,
+) -> Result<Filtered<'a>, FilterError> {
     let value = parse(message)?;
     let (items, batch) = match value {
         Value::Array(items) => (items, true),
@@ -112,6 +138,7 @@ pub fn filter_server_message(
     };
     let mut to_agent = Vec::new();
     let mut to_server = Vec::new();
+    let mut changed = false;
     for item in items {
         let Value::Object(mut object) = item else {
             return Err(FilterError::Malformed(
@@ -147,6 +174,7 @@ pub fn filter_server_message(
         };
         if answers_list || carries_tool_list(&object) {
             filter_tools_list_response(policy, &mut object)?;
+            changed = true;
         }
         to_agent.push(Value::Object(object));
     }
@@ -155,8 +183,13 @@ pub fn filter_server_message(
         1 if !batch => values.pop().map(|v| to_bytes(&v)),
         _ => Some(to_bytes(&Value::Array(values))),
     };
-    Ok(ServerMessage {
-        to_agent: pack(to_agent),
+    let to_agent = if changed || !to_server.is_empty() {
+        pack(to_agent).map(Cow::Owned)
+    } else {
+        Some(Cow::Borrowed(message))
+    };
+    Ok(Filtered {
+        to_agent,
         to_server: pack(to_server),
     })
 }

@@ -24,9 +24,10 @@
 //! What comes back: JSON bodies and each `data` of an SSE stream pass
 //! through [`filter_server_message`] (tool lists filtered, server-to-client
 //! requests the policy does not allow answered to the server with -32601
-//! and never relayed). A message the gate cannot parse is not relayed: a
-//! JSON body becomes a 502 JSON-RPC error, an SSE stream is cut. Other
-//! bodies are dropped; the status is kept. Of the server's headers only
+//! and never relayed); a message the filter leaves as it is goes to the
+//! agent in the server's own bytes. A message the gate cannot parse is not
+//! relayed: a JSON body becomes a 502 JSON-RPC error, an SSE stream is
+//! cut. Other bodies are dropped; the status is kept. Of the server's headers only
 //! `Mcp-Session-Id` and `MCP-Protocol-Version` are relayed, each only if
 //! sent once and made of visible ASCII (else 502), besides the
 //! `Content-Type` the gate sets itself.
@@ -45,29 +46,38 @@
 //! standing channel for server-initiated messages, silence is its normal
 //! state, and the agent ends it by disconnecting.
 
+use std::borrow::Cow;
+use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
-use axum::response::Response;
 use axum::serve::Listener;
+use bytes::Bytes;
 use constle_manifest::McpServer;
-use futures_util::StreamExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Either, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
-use crate::filter::filter_server_message;
+use crate::filter::filter;
 use crate::inspect::{Decision, Forward, Inspection, MAX_BODY_BYTES, ToolCall, inspect};
 use crate::pending::{MAX_PENDING_TOOLS_LISTS, PendingLists};
 use crate::policy::ServerPolicy;
 use crate::revision::Revision;
 use crate::rpc::{Reason, RequestId, error_response, to_bytes};
 use crate::sse;
+use crate::upstream::{self, Client};
+
+/// What the agent gets back: a whole body, or a filtered SSE stream.
+type Body = Either<Full<Bytes>, UnsyncBoxBody<Bytes, std::io::Error>>;
+
+type Response = hyper::Response<Body>;
 
 /// Agent headers forwarded to the server; no other is.
 pub const FORWARDED_REQUEST_HEADERS: [&str; 5] = [
@@ -87,7 +97,23 @@ pub const RELAYED_RESPONSE_HEADERS: [&str; 2] = ["mcp-session-id", "mcp-protocol
 /// [`Gate::with_response_timeout`] says otherwise: two minutes.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(120);
 
-const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+// The header lists as header names, made at compile time: looking a
+// header up by a `&str` parses the name again on every call.
+const FORWARDED: [HeaderName; 5] = [
+    HeaderName::from_static(FORWARDED_REQUEST_HEADERS[0]),
+    HeaderName::from_static(FORWARDED_REQUEST_HEADERS[1]),
+    HeaderName::from_static(FORWARDED_REQUEST_HEADERS[2]),
+    HeaderName::from_static(FORWARDED_REQUEST_HEADERS[3]),
+    HeaderName::from_static(FORWARDED_REQUEST_HEADERS[4]),
+];
+const RELAYED: [HeaderName; 2] = [
+    HeaderName::from_static(RELAYED_RESPONSE_HEADERS[0]),
+    HeaderName::from_static(RELAYED_RESPONSE_HEADERS[1]),
+];
+const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 
 /// A human (or other) decision on a gated call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,8 +198,8 @@ impl Approver for RefuseGated {
 pub enum GateError {
     /// The server's URL is not one the HTTP client accepts.
     Url(String),
-    /// The HTTP client could not be set up.
-    Client(reqwest::Error),
+    /// The HTTP client could not be set up (its TLS configuration).
+    Client(std::io::Error),
 }
 
 impl fmt::Display for GateError {
@@ -199,8 +225,8 @@ impl std::error::Error for GateError {}
 /// ```
 pub struct Gate {
     policy: ServerPolicy,
-    url: reqwest::Url,
-    client: reqwest::Client,
+    uri: Uri,
+    client: Client,
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
     response_timeout: Duration,
@@ -221,17 +247,11 @@ impl Gate {
     /// waiting [`DEFAULT_RESPONSE_TIMEOUT`] for responses. The client
     /// follows no redirects and uses no proxy.
     pub fn new(server: &McpServer, policy: ServerPolicy) -> Result<Gate, GateError> {
-        let url = reqwest::Url::parse(server.url.as_str())
-            .map_err(|err| GateError::Url(err.to_string()))?;
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(GateError::Client)?;
+        let uri = upstream::uri(server.url.as_str()).map_err(GateError::Url)?;
+        let client = upstream::client().map_err(GateError::Client)?;
         Ok(Gate {
             policy,
-            url,
+            uri,
             client,
             approver: Arc::new(RefuseGated),
             meter: Arc::new(Unmetered),
@@ -264,36 +284,49 @@ impl Gate {
         self
     }
 
-    /// The gate as an axum [`Router`] answering on every path.
-    pub fn router(self) -> Router {
+    /// Serves the agent on `listener` (a [`tokio::net::UnixListener`] in
+    /// production, a [`tokio::net::TcpListener`] on 127.0.0.1 in tests),
+    /// HTTP/1.1 on every path, until the task is dropped. Failed accepts
+    /// are retried ([`Listener`]), so it never returns an error.
+    pub async fn serve<L: Listener>(self, mut listener: L) -> std::io::Result<()> {
         let inner = Arc::new(Inner {
             policy: self.policy,
-            url: self.url,
+            uri: self.uri,
             client: self.client,
             approver: self.approver,
             meter: self.meter,
             response_timeout: self.response_timeout,
             tools_lists: Mutex::new(PendingLists::new(MAX_PENDING_TOOLS_LISTS)),
         });
-        Router::new().fallback(handle).with_state(inner)
+        loop {
+            let (io, _) = listener.accept().await;
+            tokio::spawn(serve_connection(Arc::clone(&inner), io));
+        }
     }
+}
 
-    /// Serves the agent on `listener` (a [`tokio::net::UnixListener`] in
-    /// production, a [`tokio::net::TcpListener`] on 127.0.0.1 in tests)
-    /// until the task is dropped or accepting fails for good.
-    pub async fn serve<L>(self, listener: L) -> std::io::Result<()>
-    where
-        L: Listener,
-        L::Addr: fmt::Debug,
-    {
-        axum::serve(listener, self.router()).await
-    }
+/// One agent connection, request after request (keep-alive), each one
+/// handled to the end before the next is read. A framework router on top
+/// of hyper added nothing here (every path gets the same handler) but a
+/// share of the CPU time of every call.
+async fn serve_connection<I>(inner: Arc<Inner>, io: I)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request| {
+        let inner = Arc::clone(&inner);
+        async move { Ok::<_, Infallible>(handle(inner, request).await) }
+    });
+    // A connection that breaks ends here; the agent may open another.
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), service)
+        .await;
 }
 
 struct Inner {
     policy: ServerPolicy,
-    url: reqwest::Url,
-    client: reqwest::Client,
+    uri: Uri,
+    client: Client,
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
     response_timeout: Duration,
@@ -336,17 +369,22 @@ impl Inner {
             header::ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
         );
-        headers.remove(HeaderName::from_static("last-event-id"));
-        let request = self
-            .client
-            .post(self.url.clone())
-            .headers(headers)
-            .timeout(self.response_timeout)
-            .body(body);
+        headers.remove(LAST_EVENT_ID);
+        let request = self.request(Method::POST, headers, Bytes::from(body));
+        let sent = tokio::time::timeout(self.response_timeout, self.client.request(request));
         tokio::spawn(async move {
             // The server's answer to an error response carries nothing.
-            let _ = request.send().await;
+            let _ = sent.await;
         });
+    }
+
+    /// A request to the server's URL.
+    fn request(&self, method: Method, headers: HeaderMap, body: Bytes) -> Request<Full<Bytes>> {
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = method;
+        *request.uri_mut() = self.uri.clone();
+        *request.headers_mut() = headers;
+        request
     }
 
     /// A JSON-RPC error naming the server by its id, never by its URL.
@@ -399,7 +437,7 @@ struct Exchange {
     sse_idle: Option<Duration>,
 }
 
-async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
+async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
     let method = parts.method;
@@ -429,10 +467,7 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
     if method == Method::POST {
         return post(inner, headers, revision, body).await;
     }
-    let request = inner
-        .client
-        .request(method.clone(), inner.url.clone())
-        .headers(forwarded(&headers));
+    let request = inner.request(method.clone(), forwarded(&headers), Bytes::new());
     // The GET stream is the server's standing channel: silence is normal.
     let sse_idle = (method != Method::GET).then_some(inner.response_timeout);
     exchange(inner, request, headers, None, sse_idle).await
@@ -441,7 +476,7 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
 /// The revision the agent's `MCP-Protocol-Version` names, if it sent one;
 /// an error message if it names none the gate serves, or comes twice.
 fn protocol_version(headers: &HeaderMap) -> Result<Option<Revision>, String> {
-    let mut values = headers.get_all(PROTOCOL_VERSION).iter();
+    let mut values = headers.get_all(&PROTOCOL_VERSION).iter();
     let Some(value) = values.next() else {
         return Ok(None);
     };
@@ -457,7 +492,7 @@ async fn post(
     inner: Arc<Inner>,
     headers: HeaderMap,
     revision: Option<Revision>,
-    body: Body,
+    body: Incoming,
 ) -> Response {
     let Ok(body) = read_limited(body).await else {
         return rpc_error(
@@ -514,12 +549,12 @@ async fn post(
         })
     };
     let mut upstream_headers = forwarded(&headers);
-    upstream_headers.extend(mirrored(&forward));
-    let request = inner
-        .client
-        .post(inner.url.clone())
-        .headers(upstream_headers)
-        .body(forward.into_bytes());
+    mirror(&forward, &mut upstream_headers);
+    let request = inner.request(
+        Method::POST,
+        upstream_headers,
+        Bytes::from(forward.into_bytes()),
+    );
     let sse_idle = Some(inner.response_timeout);
     exchange(inner, request, headers, reply_id, sse_idle).await
 }
@@ -528,13 +563,13 @@ async fn post(
 /// response timeout.
 async fn exchange(
     inner: Arc<Inner>,
-    request: reqwest::RequestBuilder,
+    request: Request<Full<Bytes>>,
     agent_headers: HeaderMap,
     reply_id: Option<RequestId>,
     sse_idle: Option<Duration>,
 ) -> Response {
     let deadline = Instant::now() + inner.response_timeout;
-    let upstream = match tokio::time::timeout_at(deadline, request.send()).await {
+    let upstream = match tokio::time::timeout_at(deadline, inner.client.request(request)).await {
         Ok(Ok(upstream)) => upstream,
         Ok(Err(_)) => return inner.upstream_error(Upstream::Unreachable, reply_id.as_ref()),
         Err(_) => return inner.upstream_error(Upstream::Timeout, reply_id.as_ref()),
@@ -548,25 +583,37 @@ async fn exchange(
     relay(inner, upstream, exchange).await
 }
 
-/// Reads at most one byte more than [`MAX_BODY_BYTES`], so [`inspect`]
-/// sees that the body is too large without the gate reading all of it.
-async fn read_limited(body: Body) -> Result<Vec<u8>, axum::Error> {
-    let mut stream = body.into_data_stream();
-    let mut buf = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        buf.extend_from_slice(&chunk?);
-        if buf.len() > MAX_BODY_BYTES {
+/// Reads at most one chunk past [`MAX_BODY_BYTES`], so the caller sees
+/// that the body is too large without the gate reading all of it. A body
+/// that came in one chunk, as small ones do, is not copied.
+async fn read_limited(mut body: Incoming) -> Result<Bytes, hyper::Error> {
+    let mut first = Bytes::new();
+    let mut rest = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(chunk) = frame?.into_data() else {
+            continue; // trailers carry nothing the gate relays
+        };
+        if first.is_empty() {
+            first = chunk;
+        } else {
+            if rest.is_empty() {
+                rest.extend_from_slice(&first);
+            }
+            rest.extend_from_slice(&chunk);
+        }
+        if first.len().max(rest.len()) > MAX_BODY_BYTES {
             break;
         }
     }
-    Ok(buf)
+    Ok(if rest.is_empty() { first } else { rest.into() })
 }
 
 fn forwarded(agent: &HeaderMap) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    for name in FORWARDED_REQUEST_HEADERS {
+    // Room for these and the mirrored ones without growing.
+    let mut headers = HeaderMap::with_capacity(FORWARDED.len() + 2);
+    for name in &FORWARDED {
         for value in agent.get_all(name) {
-            headers.append(HeaderName::from_static(name), value.clone());
+            headers.append(name.clone(), value.clone());
         }
     }
     headers
@@ -577,25 +624,24 @@ fn forwarded(agent: &HeaderMap) -> HeaderMap {
 /// never taken from the agent, so no header can name another call than the
 /// body holds. A batch gets none (it has no single method). `Mcp-Name` is
 /// set for `tools/call` only: other methods' names are not parsed here.
-fn mirrored(forward: &Forward) -> HeaderMap {
-    let mut headers = HeaderMap::new();
+/// The agent's own are not forwarded ([`FORWARDED_REQUEST_HEADERS`]).
+fn mirror(forward: &Forward, headers: &mut HeaderMap) {
     let (method, name) = match forward.decisions() {
         [Decision::Pass { method, .. }] if !forward.is_batch() => (method.as_str(), None),
         [Decision::Call(call) | Decision::Gated(call)] if !forward.is_batch() => {
             ("tools/call", Some(call.tool.as_str()))
         }
-        _ => return headers,
+        _ => return,
     };
-    let mut put = |header: &'static str, value: &str| {
+    let mut put = |header: HeaderName, value: &str| {
         if let Ok(value) = HeaderValue::from_str(value) {
-            headers.insert(HeaderName::from_static(header), value);
+            headers.insert(header, value);
         }
     };
-    put("mcp-method", method);
+    put(MCP_METHOD, method);
     if let Some(name) = name {
-        put("mcp-name", name);
+        put(MCP_NAME, name);
     }
-    headers
 }
 
 /// The server's headers the agent may see; the name of the first that
@@ -603,21 +649,25 @@ fn mirrored(forward: &Forward) -> HeaderMap {
 /// or not visible ASCII (what MCP allows in a session id).
 fn relayed_headers(upstream: &HeaderMap) -> Result<HeaderMap, &'static str> {
     let mut headers = HeaderMap::new();
-    for name in RELAYED_RESPONSE_HEADERS {
+    for (name, shown) in RELAYED.iter().zip(RELAYED_RESPONSE_HEADERS) {
         let mut values = upstream.get_all(name).iter();
         let Some(value) = values.next() else {
             continue;
         };
         let visible = !value.is_empty() && value.as_bytes().iter().all(u8::is_ascii_graphic);
         if values.next().is_some() || !visible {
-            return Err(name);
+            return Err(shown);
         }
-        headers.insert(HeaderName::from_static(name), value.clone());
+        headers.insert(name.clone(), value.clone());
     }
     Ok(headers)
 }
 
-async fn relay(inner: Arc<Inner>, mut upstream: reqwest::Response, exchange: Exchange) -> Response {
+async fn relay(
+    inner: Arc<Inner>,
+    upstream: hyper::Response<Incoming>,
+    exchange: Exchange,
+) -> Response {
     let reply_id = exchange.reply_id.as_ref();
     let status = upstream.status();
     let headers = match relayed_headers(upstream.headers()) {
@@ -634,80 +684,77 @@ async fn relay(inner: Arc<Inner>, mut upstream: reqwest::Response, exchange: Exc
         .and_then(|v| v.split(';').next())
         .map(|v| v.trim().to_ascii_lowercase());
     let mut response = match content_type.as_deref() {
-        Some("text/event-stream") => {
-            let stream = SseRelay {
-                inner,
-                upstream,
-                parser: sse::Parser::default(),
-                idle: exchange.sse_idle,
-                agent_headers: exchange.agent_headers,
-                done: false,
-            };
-            let body = futures_util::stream::unfold(stream, SseRelay::next);
-            let mut response = Response::new(Body::from_stream(body));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/event-stream"),
-            );
-            response
-                .headers_mut()
-                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            response
-        }
-        Some("application/json") => {
-            let body =
-                match tokio::time::timeout_at(exchange.deadline, read_json(&mut upstream)).await {
-                    Ok(Ok(body)) => body,
-                    Ok(Err(_)) => {
-                        return inner.upstream_error(Upstream::Unreachable, reply_id);
-                    }
-                    Err(_) => return inner.upstream_error(Upstream::Timeout, reply_id),
-                };
-            if body.is_empty() {
-                Response::new(Body::empty())
-            } else {
-                match filter_server_message(&inner.policy, &body, |id| inner.take_tools_list(id)) {
-                    Ok(message) => {
-                        if let Some(to_server) = message.to_server {
-                            inner.answer_server(to_server, &exchange.agent_headers);
-                        }
-                        match message.to_agent {
-                            Some(body) => json_response(StatusCode::OK, body),
-                            None => Response::new(Body::empty()),
-                        }
-                    }
-                    Err(err) => {
-                        let what = format!("a response ({err})");
-                        return inner.upstream_error(Upstream::Malformed(&what), reply_id);
-                    }
-                }
-            }
-        }
+        Some("text/event-stream") => relay_sse(inner, upstream.into_body(), exchange),
+        Some("application/json") => match relay_json(&inner, upstream.into_body(), &exchange).await
+        {
+            Ok(response) => response,
+            Err(failure) => return failure,
+        },
         // Anything else is not relayed; the status is.
-        _ => Response::new(Body::empty()),
+        _ => empty(),
     };
     *response.status_mut() = status;
     response.headers_mut().extend(headers);
     response
 }
 
-/// A JSON body, up to one byte past [`MAX_BODY_BYTES`] (the filter then
-/// refuses it as too large).
-async fn read_json(upstream: &mut reqwest::Response) -> Result<Vec<u8>, reqwest::Error> {
-    let mut body = Vec::new();
-    while let Some(chunk) = upstream.chunk().await? {
-        body.extend_from_slice(&chunk);
-        if body.len() > MAX_BODY_BYTES {
-            break;
-        }
+fn relay_sse(inner: Arc<Inner>, upstream: Incoming, exchange: Exchange) -> Response {
+    let stream = SseRelay {
+        inner,
+        upstream,
+        parser: sse::Parser::default(),
+        idle: exchange.sse_idle,
+        agent_headers: exchange.agent_headers,
+        done: false,
+    };
+    let frames = futures_util::stream::unfold(stream, SseRelay::next);
+    let mut response = Response::new(Either::Right(StreamBody::new(frames).boxed_unsync()));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// The server's JSON body, filtered, within the deadline; the error to
+/// answer with instead if it cannot be read or checked in time.
+async fn relay_json(
+    inner: &Inner,
+    upstream: Incoming,
+    exchange: &Exchange,
+) -> Result<Response, Response> {
+    let reply_id = exchange.reply_id.as_ref();
+    let body = match tokio::time::timeout_at(exchange.deadline, read_limited(upstream)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => return Err(inner.upstream_error(Upstream::Unreachable, reply_id)),
+        Err(_) => return Err(inner.upstream_error(Upstream::Timeout, reply_id)),
+    };
+    if body.is_empty() {
+        return Ok(empty());
     }
-    Ok(body)
+    let message = match filter(&inner.policy, &body, |id| inner.take_tools_list(id)) {
+        Ok(message) => message,
+        Err(err) => {
+            let what = format!("a response ({err})");
+            return Err(inner.upstream_error(Upstream::Malformed(&what), reply_id));
+        }
+    };
+    if let Some(to_server) = message.to_server {
+        inner.answer_server(to_server, &exchange.agent_headers);
+    }
+    Ok(match message.to_agent {
+        Some(Cow::Borrowed(same)) => json_response(StatusCode::OK, body.slice_ref(same)),
+        Some(Cow::Owned(filtered)) => json_response(StatusCode::OK, filtered),
+        None => empty(),
+    })
 }
 
 /// One SSE stream from the server, filtered event by event.
 struct SseRelay {
     inner: Arc<Inner>,
-    upstream: reqwest::Response,
+    upstream: Incoming,
     parser: sse::Parser,
     idle: Option<Duration>,
     agent_headers: HeaderMap,
@@ -715,17 +762,20 @@ struct SseRelay {
 }
 
 impl SseRelay {
-    async fn next(mut self) -> Option<(Result<Bytes, std::io::Error>, SseRelay)> {
+    async fn next(mut self) -> Option<(Result<Frame<Bytes>, std::io::Error>, SseRelay)> {
         while !self.done {
-            let chunk = match self.idle {
-                Some(idle) => tokio::time::timeout(idle, self.upstream.chunk()).await,
-                None => Ok(self.upstream.chunk().await),
+            let frame = match self.idle {
+                Some(idle) => tokio::time::timeout(idle, self.upstream.frame()).await,
+                None => Ok(self.upstream.frame().await),
             };
             // Silence past the bound ends the stream like a dropped
             // connection; the agent may resume it with Last-Event-ID.
-            let chunk = match chunk {
-                Ok(Ok(Some(chunk))) => chunk,
-                Ok(Ok(None) | Err(_)) | Err(_) => return None,
+            let frame = match frame {
+                Ok(Some(Ok(frame))) => frame,
+                Ok(None | Some(Err(_))) | Err(_) => return None,
+            };
+            let Ok(chunk) = frame.into_data() else {
+                continue; // trailers carry nothing the gate relays
             };
             let events = match self.parser.push(&chunk) {
                 Ok(events) => events,
@@ -733,7 +783,7 @@ impl SseRelay {
             };
             let out = self.filter(events);
             if !out.is_empty() {
-                return Some((Ok(Bytes::from(out)), self));
+                return Some((Ok(Frame::data(Bytes::from(out))), self));
             }
         }
         None
@@ -753,7 +803,7 @@ impl SseRelay {
                 continue;
             }
             let inner = &self.inner;
-            match filter_server_message(&inner.policy, data, |id| inner.take_tools_list(id)) {
+            match filter(&inner.policy, data, |id| inner.take_tools_list(id)) {
                 Ok(message) => {
                     if let Some(to_server) = message.to_server {
                         inner.answer_server(to_server, &self.agent_headers);
@@ -809,12 +859,16 @@ fn rpc_error(
     json_response(status, body)
 }
 
-fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
-    let mut response = Response::new(Body::from(body));
+fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response {
+    let mut response = Response::new(Either::Left(Full::new(body.into())));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+fn empty() -> Response {
+    Response::new(Either::Left(Full::new(Bytes::new())))
 }

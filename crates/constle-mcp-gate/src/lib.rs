@@ -101,6 +101,7 @@ mod policy;
 mod revision;
 mod rpc;
 mod sse;
+mod upstream;
 
 pub use filter::{FilterError, ServerMessage, filter_server_message, filter_tools_list};
 pub use http::{
