@@ -6,7 +6,7 @@
 //! The URL is parsed once, when the gate is built; every call clones the
 //! parsed form. A general-purpose client (reqwest) re-parsed and
 //! re-validated it, and ran a redirect policy, on every call: about a
-//! fifth of the gate's own CPU time per call.
+//! fifth of the instructions the gate ran per call.
 
 use std::time::Duration;
 
