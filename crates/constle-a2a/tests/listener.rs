@@ -92,8 +92,28 @@ async fn embedded(home: &Path, me: &DidKey) -> ReplayStore {
     ReplayStore::embedded(home, me).await.unwrap()
 }
 
+/// `me`'s replay store in `redis`, shared by every listener that opens it.
+async fn shared(redis: &RedisServer, me: &DidKey) -> ReplayStore {
+    ReplayStore::redis(&redis.url(), me).await.unwrap()
+}
+
 fn keys() -> (SigningIdentity, SigningIdentity) {
     (SigningIdentity::generate(), SigningIdentity::generate())
+}
+
+/// Bob's listener with alice as his one peer and a default inbox: the node
+/// most tests post to, over whichever replay store the test is about.
+async fn listen(alice: &SigningIdentity, bob: &SigningIdentity, store: ReplayStore) -> Running {
+    start(bob.did(), &[alice.did()], store, Inbox::default()).await
+}
+
+/// Where most tests start: a fresh home, alice and bob, and bob's listener
+/// hearing alice with its seen ids kept in that home.
+async fn scene() -> (tempfile::TempDir, SigningIdentity, SigningIdentity, Running) {
+    let home = tempfile::tempdir().unwrap();
+    let (alice, bob) = keys();
+    let node = listen(&alice, &bob, embedded(home.path(), bob.did()).await).await;
+    (home, alice, bob, node)
 }
 
 fn envelope(from: &SigningIdentity, to: &DidKey) -> Envelope {
@@ -130,15 +150,7 @@ fn refused(result: Result<constle_a2a::Delivery, DeliverError>) -> (u16, String)
 
 #[tokio::test]
 async fn accepts_once_then_refuses_the_replay() {
-    let home = tempfile::tempdir().unwrap();
-    let (alice, bob) = keys();
-    let node = start(
-        bob.did(),
-        &[alice.did()],
-        embedded(home.path(), bob.did()).await,
-        Inbox::default(),
-    )
-    .await;
+    let (home, alice, bob, node) = scene().await;
     let client = A2aClient::new().unwrap();
     let sent = envelope(&alice, bob.did());
     let delivery = client.deliver(&node.url, &sent).await.unwrap();
@@ -290,25 +302,11 @@ async fn every_refusal_has_its_status_and_code() {
 
 #[tokio::test]
 async fn a_replay_is_refused_after_a_restart() {
-    let home = tempfile::tempdir().unwrap();
-    let (alice, bob) = keys();
+    let (home, alice, bob, first) = scene().await;
     let sent = envelope(&alice, bob.did());
-    let first = start(
-        bob.did(),
-        &[alice.did()],
-        embedded(home.path(), bob.did()).await,
-        Inbox::default(),
-    )
-    .await;
     assert_eq!(post(&first.base, sent.to_bytes()).await.0, 202);
     first.stop().await;
-    let second = start(
-        bob.did(),
-        &[alice.did()],
-        embedded(home.path(), bob.did()).await,
-        Inbox::default(),
-    )
-    .await;
+    let second = listen(&alice, &bob, embedded(home.path(), bob.did()).await).await;
     assert_eq!(
         post(&second.base, sent.to_bytes()).await,
         (409, Some("a2a_replayed".into()), None)
@@ -338,45 +336,34 @@ async fn race(bases: &[String], sent: &Envelope, copies: usize) -> (usize, usize
     (accepted, replayed)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_embedded_listeners_of_one_identity_accept_once_in_all() {
-    let home = tempfile::tempdir().unwrap();
-    let (alice, bob) = keys();
-    let a = start(
-        bob.did(),
-        &[alice.did()],
-        embedded(home.path(), bob.did()).await,
-        Inbox::default(),
-    )
-    .await;
-    let b = start(
-        bob.did(),
-        &[alice.did()],
-        embedded(home.path(), bob.did()).await,
-        Inbox::default(),
-    )
-    .await;
+/// Ten envelopes, each posted eight times at once across `a` and `b`: every
+/// one accepted exactly once in all, whatever store the two listeners share.
+async fn accept_once_in_all(
+    a: &Running,
+    b: &Running,
+    alice: &SigningIdentity,
+    bob: &SigningIdentity,
+) {
     let bases = [a.base.clone(), b.base.clone()];
     for _ in 0..10 {
-        let sent = envelope(&alice, bob.did());
+        let sent = envelope(alice, bob.did());
         assert_eq!(race(&bases, &sent, 8).await, (1, 7));
     }
     assert_eq!(a.inbox.len() + b.inbox.len(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_embedded_listeners_of_one_identity_accept_once_in_all() {
+    let (home, alice, bob, a) = scene().await;
+    let b = listen(&alice, &bob, embedded(home.path(), bob.did()).await).await;
+    accept_once_in_all(&a, &b, &alice, &bob).await;
     a.stop().await;
     b.stop().await;
 }
 
 #[tokio::test]
 async fn an_unreadable_store_refuses_with_a_retryable_503() {
-    let home = tempfile::tempdir().unwrap();
-    let (alice, bob) = keys();
-    let node = start(
-        bob.did(),
-        &[alice.did()],
-        embedded(home.path(), bob.did()).await,
-        Inbox::default(),
-    )
-    .await;
+    let (home, alice, bob, node) = scene().await;
     let dir = home.path().join("a2a/replay").join(bob.did().as_str());
     // Content this version did not write.
     std::fs::write(dir.join("seen"), "garbage\n").unwrap();
@@ -444,36 +431,13 @@ async fn two_machines_sharing_redis_accept_once_in_all() {
     // Two "machines": separate homes, one Redis.
     let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let _ = (home_a.path(), home_b.path());
-    let a = start(
-        bob.did(),
-        &[alice.did()],
-        ReplayStore::redis(&redis.url(), bob.did()).await.unwrap(),
-        Inbox::default(),
-    )
-    .await;
-    let b = start(
-        bob.did(),
-        &[alice.did()],
-        ReplayStore::redis(&redis.url(), bob.did()).await.unwrap(),
-        Inbox::default(),
-    )
-    .await;
-    let bases = [a.base.clone(), b.base.clone()];
-    for _ in 0..10 {
-        let sent = envelope(&alice, bob.did());
-        assert_eq!(race(&bases, &sent, 8).await, (1, 7));
-    }
-    assert_eq!(a.inbox.len() + b.inbox.len(), 10);
+    let a = listen(&alice, &bob, shared(&redis, bob.did()).await).await;
+    let b = listen(&alice, &bob, shared(&redis, bob.did()).await).await;
+    accept_once_in_all(&a, &b, &alice, &bob).await;
     // Replayed later, to a listener started afterwards.
     let sent = envelope(&alice, bob.did());
     assert_eq!(post(&a.base, sent.to_bytes()).await.0, 202);
-    let c = start(
-        bob.did(),
-        &[alice.did()],
-        ReplayStore::redis(&redis.url(), bob.did()).await.unwrap(),
-        Inbox::default(),
-    )
-    .await;
+    let c = listen(&alice, &bob, shared(&redis, bob.did()).await).await;
     assert_eq!(
         post(&c.base, sent.to_bytes()).await,
         (409, Some("a2a_replayed".into()), None)
@@ -490,13 +454,7 @@ async fn a_redis_that_is_down_or_frozen_refuses_with_503() {
     }
     let mut redis = RedisServer::start().unwrap();
     let (alice, bob) = keys();
-    let node = start(
-        bob.did(),
-        &[alice.did()],
-        ReplayStore::redis(&redis.url(), bob.did()).await.unwrap(),
-        Inbox::default(),
-    )
-    .await;
+    let node = listen(&alice, &bob, shared(&redis, bob.did()).await).await;
     redis.stop().unwrap();
     let frozen = envelope(&alice, bob.did());
     let started = std::time::Instant::now();
@@ -532,13 +490,7 @@ async fn the_agent_sends_through_its_outbox_and_reads_its_inbox() {
     let bob = SigningIdentity::generate();
     let stranger = SigningIdentity::generate();
     // Bob's listener and his agent's side.
-    let bob_node = start(
-        bob.did(),
-        &[alice.did()],
-        embedded(home_b.path(), bob.did()).await,
-        Inbox::default(),
-    )
-    .await;
+    let bob_node = listen(&alice, &bob, embedded(home_b.path(), bob.did()).await).await;
     let bob_side = serve(sandbox_router(bob_node.inbox.clone(), None)).await;
     // Alice's agent's side, with an outbox to bob.
     let sent: Arc<Mutex<Vec<constle_a2a::OutboxEvent>>> = Arc::default();
@@ -554,11 +506,7 @@ async fn the_agent_sends_through_its_outbox_and_reads_its_inbox() {
     let alice_side = serve(sandbox_router(alice_inbox, Some(outbox))).await;
     let http = reqwest::Client::new();
 
-    let empty = http
-        .get(format!("{bob_side}/inbox/next"))
-        .send()
-        .await
-        .unwrap();
+    let empty = next_message(&http, &bob_side).await;
     assert_eq!(empty.status().as_u16(), 204);
 
     let answer = http
@@ -571,11 +519,7 @@ async fn the_agent_sends_through_its_outbox_and_reads_its_inbox() {
     let answer: serde_json::Value = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
     assert_eq!(answer["delivered"], true);
 
-    let next = http
-        .get(format!("{bob_side}/inbox/next"))
-        .send()
-        .await
-        .unwrap();
+    let next = next_message(&http, &bob_side).await;
     assert_eq!(next.status().as_u16(), 200);
     let message: serde_json::Value = serde_json::from_slice(&next.bytes().await.unwrap()).unwrap();
     assert_eq!(message["from"], alice.did().as_str());
@@ -665,6 +609,11 @@ async fn a_refused_delivery_reports_the_peers_reason() {
     assert_eq!(answer["peer_reason"], "a2a_unknown_sender");
     assert_eq!(answer["retryable"], false);
     node.stop().await;
+}
+
+/// What an agent gets asking its sandbox side for the next message.
+async fn next_message(http: &reqwest::Client, side: &str) -> reqwest::Response {
+    http.get(format!("{side}/inbox/next")).send().await.unwrap()
 }
 
 async fn serve(router: axum::Router) -> String {
