@@ -20,12 +20,20 @@ use constle_identity::SigningIdentity;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 const POLL: Duration = Duration::from_millis(20);
 
 /// What the endpoint answers to the `n`th poll for a posted request.
-type Responder = dyn Fn(usize, &Posted, &SigningIdentity) -> (StatusCode, Vec<u8>) + Send + Sync;
+trait Respond:
+    Fn(usize, &Posted, &SigningIdentity) -> (StatusCode, Vec<u8>) + Send + Sync + 'static
+{
+}
+
+impl<F> Respond for F where
+    F: Fn(usize, &Posted, &SigningIdentity) -> (StatusCode, Vec<u8>) + Send + Sync + 'static
+{
+}
 
 struct Posted {
     request_id: String,
@@ -36,7 +44,7 @@ struct Endpoint {
     signer: SigningIdentity,
     posts: Mutex<Vec<Posted>>,
     polls: AtomicUsize,
-    respond: Box<Responder>,
+    respond: Box<dyn Respond>,
 }
 
 async fn receive(State(ep): State<Arc<Endpoint>>, body: Bytes) -> StatusCode {
@@ -70,8 +78,8 @@ async fn decision(
 /// Start an endpoint at `http://127.0.0.1:<port>/gates`.
 async fn endpoint(
     signer: SigningIdentity,
-    respond: impl Fn(usize, &Posted, &SigningIdentity) -> (StatusCode, Vec<u8>) + Send + Sync + 'static,
-) -> Result<(WebhookUrl, Arc<Endpoint>), Box<dyn std::error::Error>> {
+    respond: impl Respond,
+) -> TestResult<(WebhookUrl, Arc<Endpoint>)> {
     let ep = Arc::new(Endpoint {
         signer,
         posts: Mutex::new(Vec::new()),
@@ -103,7 +111,7 @@ fn signed(signer: &SigningIdentity, id: &str, word: &str, digest: &str) -> Vec<u
     .into_bytes()
 }
 
-fn gated(args: Value) -> Result<PendingRequest, Box<dyn std::error::Error>> {
+fn gated(args: Value) -> TestResult<PendingRequest> {
     let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(300);
     Ok(PendingRequest::new(
         "invoice-processor",
@@ -114,7 +122,7 @@ fn gated(args: Value) -> Result<PendingRequest, Box<dyn std::error::Error>> {
     )?)
 }
 
-fn invoice() -> Result<PendingRequest, Box<dyn std::error::Error>> {
+fn invoice() -> TestResult<PendingRequest> {
     gated(json!({"invoice_id": "INV-0042"}))
 }
 
@@ -123,8 +131,8 @@ fn invoice() -> Result<PendingRequest, Box<dyn std::error::Error>> {
 async fn run(
     signer: SigningIdentity,
     wait: Duration,
-    respond: impl Fn(usize, &Posted, &SigningIdentity) -> (StatusCode, Vec<u8>) + Send + Sync + 'static,
-) -> Result<(WebhookOutcome, Arc<Endpoint>), Box<dyn std::error::Error>> {
+    respond: impl Respond,
+) -> TestResult<(WebhookOutcome, Arc<Endpoint>)> {
     let approver = signer.did().clone();
     let (url, ep) = endpoint(signer, respond).await?;
     let client = WebhookClient::new()?;
@@ -135,10 +143,31 @@ async fn run(
     Ok((outcome, ep))
 }
 
+/// A gate against a fresh approver with ten seconds to decide: far longer
+/// than any answer here takes, so a test that waits it out has failed.
+async fn decide(respond: impl Respond) -> TestResult<(WebhookOutcome, Arc<Endpoint>)> {
+    run(
+        SigningIdentity::generate(),
+        Duration::from_secs(10),
+        respond,
+    )
+    .await
+}
+
+/// Why the gate denied, if it did: for the answers that must be refused.
+async fn denial(respond: impl Respond) -> TestResult<Option<DenialReason>> {
+    Ok(denial_reason(&decide(respond).await?.0))
+}
+
+/// The same answer to every poll.
+fn always(status: StatusCode, body: Vec<u8>) -> impl Respond {
+    move |_, _, _| (status, body.clone())
+}
+
 /// 404 for the first two polls, then `body` signed by the endpoint.
 fn after_two_polls(
     make: impl Fn(&Posted, &SigningIdentity) -> Vec<u8> + Send + Sync + 'static,
-) -> impl Fn(usize, &Posted, &SigningIdentity) -> (StatusCode, Vec<u8>) + Send + Sync + 'static {
+) -> impl Respond {
     move |n, posted, signer| {
         if n < 2 {
             (StatusCode::NOT_FOUND, Vec::new())
@@ -158,12 +187,7 @@ fn denial_reason(outcome: &WebhookOutcome) -> Option<DenialReason> {
 #[tokio::test]
 async fn a_valid_approval_approves() -> TestResult {
     let respond = after_two_polls(|p, s| signed(s, &p.request_id, "approved", &p.subject_digest));
-    let (outcome, ep) = run(
-        SigningIdentity::generate(),
-        Duration::from_secs(10),
-        respond,
-    )
-    .await?;
+    let (outcome, ep) = decide(respond).await?;
     let WebhookOutcome::Decided(Verdict::Approved(approval)) = outcome else {
         return Err(format!("expected an approval, got {outcome:?}").into());
     };
@@ -185,38 +209,24 @@ async fn a_signature_that_does_not_verify_is_gate_signature_invalid() -> TestRes
         body["decision"] = json!("approved");
         body.to_string().into_bytes()
     });
-    let (outcome, _) = run(
-        SigningIdentity::generate(),
-        Duration::from_secs(10),
-        respond,
-    )
-    .await?;
-    assert_eq!(
-        denial_reason(&outcome),
-        Some(DenialReason::SignatureInvalid)
-    );
+    assert_eq!(denial(respond).await?, Some(DenialReason::SignatureInvalid));
     Ok(())
 }
 
 #[tokio::test]
 async fn a_signature_that_is_not_64_bytes_of_base64_is_gate_signature_invalid() -> TestResult {
     for bad in ["", "not base64!", "AAAA", &BASE64.encode([0u8; 64])] {
-        let bad = bad.to_owned();
+        let owned = bad.to_owned();
         let respond = after_two_polls(move |p, _| {
             json!({"request_id": p.request_id, "decision": "approved",
-                   "subject_digest": p.subject_digest, "signature": bad})
+                   "subject_digest": p.subject_digest, "signature": owned})
             .to_string()
             .into_bytes()
         });
-        let (outcome, _) = run(
-            SigningIdentity::generate(),
-            Duration::from_secs(10),
-            respond,
-        )
-        .await?;
         assert_eq!(
-            denial_reason(&outcome),
-            Some(DenialReason::SignatureInvalid)
+            denial(respond).await?,
+            Some(DenialReason::SignatureInvalid),
+            "{bad:?}"
         );
     }
     Ok(())
@@ -228,16 +238,7 @@ async fn a_decision_signed_by_another_key_is_gate_signature_invalid() -> TestRes
     let respond = after_two_polls(move |p, _| {
         signed(&impostor, &p.request_id, "approved", &p.subject_digest)
     });
-    let (outcome, _) = run(
-        SigningIdentity::generate(),
-        Duration::from_secs(10),
-        respond,
-    )
-    .await?;
-    assert_eq!(
-        denial_reason(&outcome),
-        Some(DenialReason::SignatureInvalid)
-    );
+    assert_eq!(denial(respond).await?, Some(DenialReason::SignatureInvalid));
     Ok(())
 }
 
@@ -251,14 +252,8 @@ async fn a_request_id_mismatch_is_gate_request_id_mismatch() -> TestResult {
             &p.subject_digest,
         )
     });
-    let (outcome, _) = run(
-        SigningIdentity::generate(),
-        Duration::from_secs(10),
-        respond,
-    )
-    .await?;
     assert_eq!(
-        denial_reason(&outcome),
+        denial(respond).await?,
         Some(DenialReason::RequestIdMismatch)
     );
     Ok(())
@@ -270,13 +265,7 @@ async fn a_digest_mismatch_is_gate_digest_mismatch() -> TestResult {
         let other = format!("sha256:{}", "0".repeat(64));
         signed(s, &p.request_id, "approved", &other)
     });
-    let (outcome, _) = run(
-        SigningIdentity::generate(),
-        Duration::from_secs(10),
-        respond,
-    )
-    .await?;
-    assert_eq!(denial_reason(&outcome), Some(DenialReason::DigestMismatch));
+    assert_eq!(denial(respond).await?, Some(DenialReason::DigestMismatch));
     Ok(())
 }
 
@@ -295,12 +284,7 @@ async fn anything_but_the_exact_word_approved_denies() -> TestResult {
         let owned = word.to_owned();
         let respond =
             after_two_polls(move |p, s| signed(s, &p.request_id, &owned, &p.subject_digest));
-        let (outcome, _) = run(
-            SigningIdentity::generate(),
-            Duration::from_secs(10),
-            respond,
-        )
-        .await?;
+        let (outcome, _) = decide(respond).await?;
         let WebhookOutcome::Decided(Verdict::Denied(denial)) = &outcome else {
             return Err(format!("{word:?}: expected a denial, got {outcome:?}").into());
         };
@@ -330,9 +314,8 @@ async fn an_approval_replayed_for_another_request_is_refused() -> TestResult {
         Ok(Verdict::Approved(_)) => {}
         other => return Err(format!("the original should approve, got {other:?}").into()),
     }
-    let respond = move |_: usize, _: &Posted, _: &SigningIdentity| (StatusCode::OK, replay.clone());
     let approver = signer.did().clone();
-    let (url, _ep) = endpoint(signer, respond).await?;
+    let (url, _ep) = endpoint(signer, always(StatusCode::OK, replay)).await?;
     let deadline = Instant::now() + Duration::from_secs(10);
     let outcome = WebhookClient::new()?
         .ask(&url, second, &approver, deadline, POLL)
@@ -353,12 +336,7 @@ async fn the_first_decision_wins_and_later_ones_are_never_read() -> TestResult {
             signed(s, &p.request_id, word, &p.subject_digest),
         )
     };
-    let (outcome, ep) = run(
-        SigningIdentity::generate(),
-        Duration::from_secs(10),
-        respond,
-    )
-    .await?;
+    let (outcome, ep) = decide(respond).await?;
     assert!(matches!(
         outcome,
         WebhookOutcome::Decided(Verdict::Approved(_))
@@ -366,6 +344,14 @@ async fn the_first_decision_wins_and_later_ones_are_never_read() -> TestResult {
     tokio::time::sleep(POLL * 10).await;
     assert_eq!(ep.polls.load(Ordering::SeqCst), 1);
     Ok(())
+}
+
+/// A gate given 300 ms that must end in no decision, and not before then.
+async fn undecided(respond: impl Respond) -> TestResult<(NoDecisionReason, Arc<Endpoint>)> {
+    let wait = Duration::from_millis(300);
+    let deadline = Instant::now() + wait;
+    let (outcome, ep) = run(SigningIdentity::generate(), wait, respond).await?;
+    Ok((no_decision(outcome, deadline)?, ep))
 }
 
 /// Assert that `outcome` is no decision, reached no earlier than `deadline`.
@@ -400,26 +386,16 @@ async fn an_unreachable_endpoint_is_no_decision_until_the_deadline() -> TestResu
 
 #[tokio::test]
 async fn only_404s_are_no_decision_at_the_deadline() -> TestResult {
-    let respond = |_: usize, _: &Posted, _: &SigningIdentity| (StatusCode::NOT_FOUND, Vec::new());
-    let wait = Duration::from_millis(300);
-    let deadline = Instant::now() + wait;
-    let (outcome, ep) = run(SigningIdentity::generate(), wait, respond).await?;
-    assert_eq!(no_decision(outcome, deadline)?, NoDecisionReason::Timeout);
+    let (reason, ep) = undecided(always(StatusCode::NOT_FOUND, Vec::new())).await?;
+    assert_eq!(reason, NoDecisionReason::Timeout);
     assert!(ep.polls.load(Ordering::SeqCst) >= 2);
     Ok(())
 }
 
 #[tokio::test]
 async fn a_500_is_no_decision() -> TestResult {
-    let respond =
-        |_: usize, _: &Posted, _: &SigningIdentity| (StatusCode::INTERNAL_SERVER_ERROR, Vec::new());
-    let wait = Duration::from_millis(300);
-    let deadline = Instant::now() + wait;
-    let (outcome, _) = run(SigningIdentity::generate(), wait, respond).await?;
-    assert_eq!(
-        no_decision(outcome, deadline)?,
-        NoDecisionReason::UnexpectedStatus(500)
-    );
+    let (reason, _) = undecided(always(StatusCode::INTERNAL_SERVER_ERROR, Vec::new())).await?;
+    assert_eq!(reason, NoDecisionReason::UnexpectedStatus(500));
     Ok(())
 }
 
@@ -432,11 +408,9 @@ async fn an_oversized_200_is_no_decision() -> TestResult {
         body["signature"] = json!(format!("{}{}", " ".repeat(1 << 20), "x"));
         (StatusCode::OK, body.to_string().into_bytes())
     };
-    let wait = Duration::from_millis(300);
-    let deadline = Instant::now() + wait;
-    let (outcome, _) = run(SigningIdentity::generate(), wait, respond).await?;
+    let (reason, _) = undecided(respond).await?;
     assert_eq!(
-        no_decision(outcome, deadline)?,
+        reason,
         NoDecisionReason::Malformed(MalformedDecision::TooLarge)
     );
     Ok(())
@@ -514,12 +488,9 @@ async fn a_malformed_200_is_no_decision_and_polling_goes_on() -> TestResult {
     assert_eq!(ep.polls.load(Ordering::SeqCst), count + 1);
 
     // Malformed until the deadline: no decision.
-    let respond = |_: usize, _: &Posted, _: &SigningIdentity| (StatusCode::OK, b"{".to_vec());
-    let wait = Duration::from_millis(300);
-    let deadline = Instant::now() + wait;
-    let (outcome, _) = run(SigningIdentity::generate(), wait, respond).await?;
+    let (reason, _) = undecided(always(StatusCode::OK, b"{".to_vec())).await?;
     assert!(matches!(
-        no_decision(outcome, deadline)?,
+        reason,
         NoDecisionReason::Malformed(MalformedDecision::NotADecision(_))
     ));
     Ok(())
@@ -528,12 +499,7 @@ async fn a_malformed_200_is_no_decision_and_polling_goes_on() -> TestResult {
 #[tokio::test]
 async fn the_post_carries_the_request() -> TestResult {
     let respond = after_two_polls(|p, s| signed(s, &p.request_id, "approved", &p.subject_digest));
-    let (_, ep) = run(
-        SigningIdentity::generate(),
-        Duration::from_secs(10),
-        respond,
-    )
-    .await?;
+    let (_, ep) = decide(respond).await?;
     let posts = ep.posts.lock().map_err(|_| "poisoned")?;
     assert_eq!(posts.len(), 1);
     assert!(posts[0].request_id.starts_with("hgr_"));
