@@ -81,6 +81,22 @@ fn call(id: u64, name: &str, arguments: Value) -> String {
         .to_string()
 }
 
+/// Refuses a call of tool `name` (id 3) under `policy`: a refusal by tool
+/// name is always invalid params.
+fn refuse_tool(policy: &ServerPolicy, name: &str, reason: Reason) -> (u16, String, Value) {
+    refuse_policy(policy, &call(3, name, json!({})), -32602, reason)
+}
+
+/// Forwards what allowing `resources/read` and `notifications/custom` lets
+/// through, however `p` came to allow them.
+fn forward_allowed(p: &ServerPolicy) {
+    forward(
+        p,
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x"}}"#,
+    );
+    forward(p, r#"{"jsonrpc":"2.0","method":"notifications/custom"}"#);
+}
+
 #[test]
 fn lifecycle_ping_and_tools_list_pass() {
     let p = policy();
@@ -184,11 +200,7 @@ fn declared_gated_call_needs_a_decision() {
 
 #[test]
 fn undeclared_tool_is_refused_by_name() {
-    let (status, message, id) = refuse(
-        &call(3, "delete_all", json!({})),
-        -32602,
-        Reason::ToolNotDeclared,
-    );
+    let (status, message, id) = refuse_tool(&policy(), "delete_all", Reason::ToolNotDeclared);
     assert_eq!(
         message,
         r#"tool "delete_all" is not declared for server "accounting""#
@@ -202,25 +214,16 @@ fn undeclared_tool_is_refused_by_name() {
         "list_ınvoices",
         "",
     ] {
-        refuse(&call(3, name, json!({})), -32602, Reason::ToolNotDeclared);
+        refuse_tool(&policy(), name, Reason::ToolNotDeclared);
     }
     // A gated name that is not declared is still undeclared.
     let p = ServerPolicy::new(&server(&["list_invoices"]), &gates(true, &["pay_invoice"]));
-    refuse_policy(
-        &p,
-        &call(1, "pay_invoice", json!({})),
-        -32602,
-        Reason::ToolNotDeclared,
-    );
+    refuse_tool(&p, "pay_invoice", Reason::ToolNotDeclared);
 }
 
 #[test]
 fn case_variant_of_a_gated_name_is_refused_even_if_declared() {
-    let (status, message, _) = refuse(
-        &call(4, "Pay_Invoice", json!({})),
-        -32602,
-        Reason::ToolCaseVariant,
-    );
+    let (status, message, _) = refuse_tool(&policy(), "Pay_Invoice", Reason::ToolCaseVariant);
     assert!(message.contains("only in letter case"), "{message}");
     assert_eq!(status, 200);
 }
@@ -373,122 +376,39 @@ fn deep_nesting_is_refused() {
 
 #[test]
 fn json_rpc_shape_is_enforced() {
-    for (body, code, reason) in [
-        (r#"[1]"#, -32600, Reason::InvalidMessage),
-        (r#""ping""#, -32600, Reason::InvalidMessage),
-        (r#"null"#, -32600, Reason::InvalidMessage),
-        (
-            r#"{"id":1,"method":"ping"}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":2.0,"id":1,"method":"ping"}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1e3,"method":"ping"}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call"}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"ping","result":{}}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":[]}"#,
-            -32602,
-            Reason::InvalidParams,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":null}"#,
-            -32602,
-            Reason::InvalidParams,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","method":"initialize","params":{}}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","method":"tools/list"}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"method":"notifications/initialized"}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"m"}}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"result":[]}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","result":{}}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"m"}}"#,
-            -32600,
-            Reason::InvalidMessage,
-        ),
+    for body in [
+        r#"[1]"#,
+        r#""ping""#,
+        r#"null"#,
+        r#"{"id":1,"method":"ping"}"#,
+        r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
+        r#"{"jsonrpc":2.0,"id":1,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+        r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":1e3,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping","result":{}}"#,
+        r#"{"jsonrpc":"2.0","method":"initialize","params":{}}"#,
+        r#"{"jsonrpc":"2.0","method":"tools/list"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":1}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"m"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":[]}"#,
+        r#"{"jsonrpc":"2.0","result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"m"}}"#,
     ] {
-        refuse(body, code, reason);
+        refuse(body, -32600, Reason::InvalidMessage);
+    }
+    // A known method with params of the wrong type: invalid params.
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":[]}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":null}"#,
+    ] {
+        refuse(body, -32602, Reason::InvalidParams);
     }
     // The id is echoed when it is a valid one.
     let (status, _, id) = refuse(
@@ -550,31 +470,17 @@ fn other_methods_are_refused_unless_allowed() {
     let p = policy()
         .allow_method("resources/read")
         .allow_method("notifications/custom");
-    forward(
-        &p,
-        r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x"}}"#,
-    );
-    forward(&p, r#"{"jsonrpc":"2.0","method":"notifications/custom"}"#);
-    refuse_policy(
-        &p,
+    forward_allowed(&p);
+    // Allowed, but still a request only with an id, a notification only without.
+    for body in [
         r#"{"jsonrpc":"2.0","method":"resources/read"}"#,
-        -32600,
-        Reason::InvalidMessage,
-    );
-    refuse_policy(
-        &p,
         r#"{"jsonrpc":"2.0","id":1,"method":"notifications/custom"}"#,
-        -32600,
-        Reason::InvalidMessage,
-    );
+    ] {
+        refuse_policy(&p, body, -32600, Reason::InvalidMessage);
+    }
     // Allowing tools/call does not lift its rules.
     let p = policy().allow_method("tools/call");
-    refuse_policy(
-        &p,
-        &call(1, "delete_all", json!({})),
-        -32602,
-        Reason::ToolNotDeclared,
-    );
+    refuse_tool(&p, "delete_all", Reason::ToolNotDeclared);
 }
 
 #[test]
@@ -585,11 +491,7 @@ fn the_agentfile_allow_methods_apply_in_both_directions() {
         .map(|m| MethodName::new(m).unwrap())
         .collect();
     let p = ServerPolicy::new(&declared, &gates(false, &[]));
-    forward(
-        &p,
-        r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"x"}}"#,
-    );
-    forward(&p, r#"{"jsonrpc":"2.0","method":"notifications/custom"}"#);
+    forward_allowed(&p);
     refuse_policy(
         &p,
         r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#,
@@ -616,14 +518,20 @@ fn the_agentfile_allow_methods_apply_in_both_directions() {
     assert!(out.to_agent.is_none());
 }
 
+/// A batch of a tools/list and an ungated call, then `more`: nothing in it
+/// that the gate refuses for what it is.
+fn clean_batch(more: &[&str]) -> String {
+    let call = call(2, "list_invoices", json!({}));
+    let mut messages = vec![r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, &call];
+    messages.extend(more);
+    format!("[{}]", messages.join(","))
+}
+
 #[test]
 fn a_clean_batch_is_forwarded_whole() {
-    let body = format!(
-        "[{},{},{}]",
-        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
-        call(2, "list_invoices", json!({})),
+    let body = clean_batch(&[
         r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":0}}"#,
-    );
+    ]);
     let f = forward(&policy(), &body);
     assert!(f.is_batch());
     assert_eq!(f.decisions().len(), 3);
@@ -888,11 +796,7 @@ fn anything_shaped_like_a_tool_list_is_filtered_or_not_relayed() {
 
 #[test]
 fn batches_are_refused_from_2025_06_18_on() {
-    let batch = format!(
-        "[{},{}]",
-        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
-        call(2, "list_invoices", json!({})),
-    );
+    let batch = clean_batch(&[]);
     for revision in [None, Some(Revision::V2025_03_26)] {
         assert!(
             matches!(
