@@ -49,9 +49,7 @@ struct Agent {
 impl Agent {
     fn new(name: &'static str) -> Agent {
         let case = Case::new();
-        let keygen = case.run(&["keygen", name]);
-        assert!(keygen.status.success(), "{}", text(&keygen.stderr));
-        let did = text(&keygen.stdout).trim().to_owned();
+        let did = case.keygen(&["keygen", name]);
         Agent {
             case,
             name,

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use constle_testkit::mcp::{McpServerOptions, TestMcpServer, client_main};
+use constle_testkit::mcp::{McpServerOptions, TestMcpServer};
 use constle_testkit::require_root;
 use libtest_mimic::{Arguments, Trial};
 use serde_json::Value;
@@ -35,20 +35,17 @@ mod server;
 #[path = "approver/webdriver.rs"]
 mod webdriver;
 
+use common::mcp::{Parties, Setup, call, outcome};
 use common::{Case, text};
 use server::{Approver, PASSWORD};
 use webdriver::Browser;
 
-const CLIENT_SUBCOMMAND: &str = "mcp-client";
 const WEBHOOK_VAR: &str = "TEST_APPROVER_WEBHOOK_URL";
 const KEY: &str = "desk";
 const SCRIPT: &str = "<script>alert(1)</script>";
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).is_some_and(|a| a == CLIENT_SUBCOMMAND) {
-        std::process::exit(client_main(&args[2..]));
-    }
+    common::mcp::be_the_client_if_asked();
     let name = "a_person_approves_one_call_and_denies_another_in_a_real_browser";
     let tests = vec![Trial::test(name, move || {
         if require_root(name, &["bwrap", "chromium", "chromedriver"]) {
@@ -59,67 +56,18 @@ fn main() {
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }
 
-/// A shell step for the agent, as in `gate.rs`: `== NAME`, the MCP
-/// client's output, `== NAME exit N`.
-fn call(name: &str, tool: &str, arguments: &str) -> String {
-    format!(
-        "echo '== {name}'; ./mcp-client {CLIENT_SUBCOMMAND} call \"$CONSTLE_MCP_ACCOUNTING_URL\" {tool} '{arguments}' 2>&1; echo \"== {name} exit $?\""
-    )
-}
-
-fn outcome(stdout: &str, name: &str) -> (String, i32) {
-    let begin = format!("== {name}\n");
-    let end = format!("== {name} exit ");
-    let start = stdout
-        .find(&begin)
-        .unwrap_or_else(|| panic!("no step {name}\n{stdout}"))
-        + begin.len();
-    let stop = stdout[start..].find(&end).unwrap() + start;
-    let status = stdout[stop + end.len()..]
-        .lines()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    (stdout[start..stop].to_owned(), status)
-}
-
-fn agentfile(case: &Case, server: &TestMcpServer, agent_did: &str, approver_did: &str) -> PathBuf {
-    let script = [
+fn agentfile(case: &Case, who: &Parties<'_>) -> PathBuf {
+    let setup = Setup {
+        tools: &["pay_invoice"],
+        timeout_seconds: 180,
+        ..Setup::default()
+    };
+    let pay_script = format!(r#"{{"invoice_id":"{SCRIPT}"}}"#);
+    let steps = [
         call("pay", "pay_invoice", r#"{"invoice_id":"INV-0042"}"#),
-        call(
-            "pay-script",
-            "pay_invoice",
-            &format!(r#"{{"invoice_id":"{SCRIPT}"}}"#),
-        ),
-    ]
-    .join("\n");
-    case.agentfile(&format!(
-        r#"identity:
-  did: {agent_did}
-sandbox:
-  command: ["sh", "-c", {script}]
-  workdir: ./work
-  network:
-    egress: none
-mcp:
-  servers:
-    - id: accounting
-      url: {url}
-      tools: [pay_invoice]
-human_gates:
-  enabled: true
-  require_approval_for: [pay_invoice]
-  approver_pubkey: {approver_did}
-  notify:
-    - channel: webhook
-      url_secret_ref: {WEBHOOK_VAR}
-  approval_timeout_seconds: 180
-  on_timeout: abort
-"#,
-        script = serde_json::to_string(&script).unwrap(),
-        url = server.url(),
-    ))
+        call("pay-script", "pay_invoice", &pay_script),
+    ];
+    case.gated_agentfile(who, &setup, &steps)
 }
 
 /// Reloads the page until `ready` says yes about its DOM.
@@ -161,20 +109,18 @@ fn wait_exit(mut child: Child) -> Output {
 
 fn approve_and_deny_in_a_browser() {
     let case = Case::new();
-    let keygen = case.run(&["keygen", "test-agent"]);
-    assert!(keygen.status.success(), "{}", text(&keygen.stderr));
-    let agent_did = text(&keygen.stdout).trim().to_owned();
-    let made = case.run(&["webhook-keygen", KEY]);
-    assert!(made.status.success(), "{}", text(&made.stderr));
-    let approver_did = text(&made.stdout).trim().to_owned();
-    let exe = std::env::current_exe().unwrap();
-    let client = case.path("work/mcp-client");
-    if fs::hard_link(&exe, &client).is_err() {
-        fs::copy(&exe, &client).unwrap();
-    }
+    let agent_did = case.keygen(&["keygen", "test-agent"]);
+    let approver_did = case.keygen(&["webhook-keygen", KEY]);
+    case.install_mcp_client();
     let server = TestMcpServer::start(McpServerOptions::default()).unwrap();
     let approver = Approver::start(&case, KEY, None);
-    let file = agentfile(&case, &server, &agent_did, &approver_did);
+    let who = Parties {
+        agent_did: &agent_did,
+        approver_did: &approver_did,
+        server: &server,
+        webhook_var: WEBHOOK_VAR,
+    };
+    let file = agentfile(&case, &who);
 
     let run = case
         .command(&["run", file.to_str().unwrap()])
@@ -237,13 +183,13 @@ fn approve_and_deny_in_a_browser() {
     screenshot(&browser, "approver-history-phone.png");
     drop(browser);
 
-    let (paid, status) = outcome(&stdout, "pay");
+    let (paid, status) = outcome(&stdout, "pay", &report);
     assert_eq!(
         (paid.trim(), status),
         ("result: paid INV-0042", 0),
         "{report}"
     );
-    let (_, status) = outcome(&stdout, "pay-script");
+    let (_, status) = outcome(&stdout, "pay-script", &report);
     assert_eq!(status, 3, "{report}");
     let calls = server.calls();
     assert_eq!(calls.len(), 1, "only the approved call is forwarded");

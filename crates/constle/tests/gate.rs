@@ -20,23 +20,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use constle_identity::SigningIdentity;
-use constle_testkit::mcp::{McpServerOptions, TestMcpServer, client_main};
+use constle_testkit::mcp::{McpServerOptions, TestMcpServer};
 use constle_testkit::{Answer, SimulatedApprover, require_root};
 use libtest_mimic::{Arguments, Trial};
 use serde_json::Value;
 
 mod common;
+use common::mcp::{CLIENT_SUBCOMMAND, Parties, Setup, call, step};
 use common::{Case, text};
 
-const CLIENT_SUBCOMMAND: &str = "mcp-client";
 const WEBHOOK_VAR: &str = "TEST_GATE_WEBHOOK_URL";
 const INVOICE: &str = r#"{"invoice_id":"INV-0042"}"#;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).is_some_and(|a| a == CLIENT_SUBCOMMAND) {
-        std::process::exit(client_main(&args[2..]));
-    }
+    common::mcp::be_the_client_if_asked();
     let mut tests: Vec<Trial> = vec![
         e2e(
             "declared_calls_pass_and_every_page_of_tools_list_is_filtered",
@@ -142,42 +139,11 @@ struct Fixture {
     agent_did: String,
 }
 
-/// What the Agentfile says beyond the fixture's defaults.
-struct Setup<'a> {
-    tools: &'a [&'a str],
-    server_url: Option<String>,
-    timeout_seconds: u32,
-    on_timeout: &'a str,
-    /// `mcp.servers[0].pricing`, as a YAML flow mapping.
-    pricing: &'a str,
-    /// The `spending:` block's lines, indented.
-    spending: String,
-}
-
-impl Default for Setup<'_> {
-    fn default() -> Self {
-        Setup {
-            tools: &["list_invoices", "get_invoice", "pay_invoice"],
-            server_url: None,
-            timeout_seconds: 30,
-            on_timeout: "abort",
-            pricing: "{}",
-            spending: String::new(),
-        }
-    }
-}
-
 impl Fixture {
     fn new(options: McpServerOptions) -> Fixture {
         let case = Case::new();
-        let keygen = case.run(&["keygen", "test-agent"]);
-        assert!(keygen.status.success(), "{}", text(&keygen.stderr));
-        let agent_did = text(&keygen.stdout).trim().to_owned();
-        let exe = std::env::current_exe().unwrap();
-        let client = case.path("work/mcp-client");
-        if fs::hard_link(&exe, &client).is_err() {
-            fs::copy(&exe, &client).unwrap();
-        }
+        let agent_did = case.keygen(&["keygen", "test-agent"]);
+        case.install_mcp_client();
         Fixture {
             case,
             server: TestMcpServer::start(options).unwrap(),
@@ -188,51 +154,13 @@ impl Fixture {
 
     /// Writes the Agentfile: the agent runs `steps` (see [`step`]).
     fn agentfile(&self, setup: &Setup<'_>, steps: &[String]) -> PathBuf {
-        let script = steps.join("\n");
-        let url = setup
-            .server_url
-            .clone()
-            .unwrap_or_else(|| self.server.url());
-        let body = format!(
-            r#"identity:
-  did: {did}
-sandbox:
-  command: ["sh", "-c", {script}]
-  workdir: ./work
-  network:
-    egress: none
-mcp:
-  servers:
-    - id: accounting
-      url: {url}
-      tools: [{tools}]
-      pricing: {pricing}
-human_gates:
-  enabled: true
-  require_approval_for: [pay_invoice]
-  approver_pubkey: {approver}
-  notify:
-    - channel: webhook
-      url_secret_ref: {WEBHOOK_VAR}
-  approval_timeout_seconds: {timeout}
-  on_timeout: {on_timeout}
-spending:
-  {spending}
-"#,
-            did = self.agent_did,
-            script = serde_json::to_string(&script).unwrap(),
-            tools = setup.tools.join(", "),
-            approver = self.approver.did(),
-            timeout = setup.timeout_seconds,
-            on_timeout = setup.on_timeout,
-            pricing = setup.pricing,
-            spending = if setup.spending.is_empty() {
-                "{}"
-            } else {
-                &setup.spending
-            },
-        );
-        self.case.agentfile(&body)
+        let who = Parties {
+            agent_did: &self.agent_did,
+            approver_did: self.approver.did().as_str(),
+            server: &self.server,
+            webhook_var: WEBHOOK_VAR,
+        };
+        self.case.gated_agentfile(&who, setup, steps)
     }
 
     /// `constle run`, without a terminal, with the webhook at `webhook`.
@@ -266,44 +194,13 @@ spending:
     }
 }
 
-/// A shell step for the agent: runs the MCP client with `args` (after
-/// `$URL`, the gate's URL, is put in) and prints `== NAME`, the client's
-/// output, and `== NAME exit N`.
-fn step(name: &str, args: &str) -> String {
-    let args = args.replace("$URL", "\"$CONSTLE_MCP_ACCOUNTING_URL\"");
-    format!(
-        "echo '== {name}'; ./mcp-client {CLIENT_SUBCOMMAND} {args} 2>&1; echo \"== {name} exit $?\""
-    )
-}
-
-fn call(name: &str, tool: &str, arguments: &str) -> String {
-    step(name, &format!("call $URL {tool} '{arguments}'"))
-}
-
 fn list(name: &str) -> String {
     step(name, "list $URL")
 }
 
 /// The output of step `name`, and its exit status.
 fn outcome(out: &Output, name: &str) -> (String, i32) {
-    let stdout = text(&out.stdout);
-    let begin = format!("== {name}\n");
-    let end = format!("== {name} exit ");
-    let start = stdout
-        .find(&begin)
-        .unwrap_or_else(|| panic!("no step {name}\n{}", report(out)))
-        + begin.len();
-    let stop = stdout[start..]
-        .find(&end)
-        .unwrap_or_else(|| panic!("step {name} did not finish\n{}", report(out)))
-        + start;
-    let status = stdout[stop + end.len()..]
-        .lines()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    (stdout[start..stop].to_owned(), status)
+    common::mcp::outcome(&text(&out.stdout), name, &report(out))
 }
 
 fn report(out: &Output) -> String {

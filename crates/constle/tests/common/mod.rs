@@ -2,6 +2,8 @@
 //! its own `CONSTLE_HOME`, the binary run in it, and its audit log read back.
 #![allow(dead_code)]
 
+pub mod mcp;
+
 use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -42,6 +44,14 @@ impl Case {
 
     pub fn run(&self, args: &[&str]) -> Output {
         self.command(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    /// Runs `keygen` or `webhook-keygen` (`args`), which must succeed: the
+    /// new key's DID.
+    pub fn keygen(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_owned()
     }
 
     /// Today's audit log file.
