@@ -4,7 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use constle_testkit::{HostsFile, TestHost, require_e2e, require_root};
@@ -21,11 +22,45 @@ fn sandbox_ready(test: &str) -> bool {
     require_root(test, &["bwrap"])
 }
 
+/// Ready for a test that also needs Squid and network namespaces.
+fn e2e_ready(test: &str) -> bool {
+    sandbox_ready(test) && require_e2e(test)
+}
+
 fn sh(script: &str) -> String {
     format!(
         "sandbox:\n  command: [\"sh\", \"-c\", {}]\n  workdir: ./work\n  network:\n    egress: none\n",
         serde_json::to_string(script).unwrap()
     )
+}
+
+/// `constle run` of an Agentfile with `body`, which must exit with `code`
+/// and say `said` on stderr.
+#[track_caller]
+fn run_says(case: &Case, body: &str, code: Option<i32>, said: &str) -> Output {
+    let file = case.agentfile(body);
+    let out = case.run(&["run", file.to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), code, "{stderr}");
+    assert!(stderr.contains(said), "{said:?} not said:\n{stderr}");
+    out
+}
+
+/// `constle run` of `file` in the background, its output to `output()`.
+fn start(case: &Case, file: &Path, output: fn() -> Stdio) -> Child {
+    case.command(&["run", file.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(output())
+        .stderr(output())
+        .spawn()
+        .unwrap()
+}
+
+fn kill(signal: &str, child: &Child) {
+    Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
 }
 
 #[test]
@@ -34,12 +69,14 @@ fn the_agents_exit_status_is_constles_and_the_run_is_logged() {
         return;
     }
     let case = Case::new();
-    let file = case.agentfile(&sh("echo out; echo err >&2; exit 7"));
-    let out = case.run(&["run", file.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    let out = run_says(
+        &case,
+        &sh("echo out; echo err >&2; exit 7"),
+        Some(7),
+        "err\n",
+    );
     assert_eq!(text(&out.stdout), "out\n");
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("err\n"), "{stderr}");
     assert!(stderr.contains("egress      none"), "{stderr}");
     let log = case.log();
     assert_eq!(log.first().unwrap()["event"], "run_started");
@@ -69,31 +106,21 @@ fn a_declared_identity_without_its_key_refuses_to_start() {
     let case = Case::new();
     let did = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK";
     let marker = case.path("work/started");
-    let file = case.agentfile(&format!(
+    let body = format!(
         "identity:\n  did: {did}\n{}",
         sh(&format!("touch {}", marker.display()))
-    ));
-    let out = case.run(&["run", file.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(125));
-    let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains(did) && stderr.contains("constle keygen"),
-        "{stderr}"
     );
+    let out = run_says(&case, &body, Some(125), did);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("constle keygen"), "{stderr}");
     assert!(!marker.exists(), "the agent ran");
 }
 
 #[test]
 fn an_invalid_agentfile_starts_nothing() {
     let case = Case::new();
-    let file = case.agentfile("sandbox:\n  command: [\"true\"]\n  netwrok: {}\n");
-    let out = case.run(&["run", file.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("unknown_field"),
-        "{}",
-        text(&out.stderr)
-    );
+    let body = "sandbox:\n  command: [\"true\"]\n  netwrok: {}\n";
+    run_says(&case, body, Some(1), "unknown_field");
     assert!(!case.home().join("logs").exists());
 }
 
@@ -103,11 +130,8 @@ fn the_sandbox_sees_no_host_secrets() {
         return;
     }
     let case = Case::new();
-    let key = case.run(&["keygen", "test-agent"]);
-    let did = text(&key.stdout).trim().to_owned();
-    let approver = text(&case.run(&["webhook-keygen", "approver"]).stdout)
-        .trim()
-        .to_owned();
+    let did = case.keygen(&["keygen", "test-agent"]);
+    let approver = case.keygen(&["webhook-keygen", "approver"]);
     let probe = format!(
         "env; test -e {home} && echo HOME_VISIBLE; ls /proc | grep -c '^[0-9]' ; id -u",
         home = case.home().display()
@@ -147,7 +171,7 @@ fn the_sandbox_sees_no_host_secrets() {
 /// host is a namespace holding a documentation address.
 #[test]
 fn the_example_agent_reaches_only_its_allowed_host() {
-    if !sandbox_ready("example agent") || !require_e2e("example agent") {
+    if !e2e_ready("example agent") {
         return;
     }
     let host = TestHost::start().unwrap();
@@ -261,13 +285,7 @@ fn stop_a_run_with(signal: &str) -> (Case, std::process::ExitStatus) {
     let file = case.agentfile(&format!(
         "sandbox:\n  command: [\"sh\", \"-c\", \"touch started; sleep 1000\", \"{marker}\"]\n  workdir: ./work\n  network:\n    allowed_hosts: [api.groq.com]\n"
     ));
-    let mut child = case
-        .command(&["run", file.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = start(&case, &file, Stdio::null);
     wait_for("the agent to start", || case.path("work/started").exists());
     let squid = format!("constle{}x", child.id());
     let found = survivors(&squid);
@@ -276,10 +294,7 @@ fn stop_a_run_with(signal: &str) -> (Case, std::process::ExitStatus) {
         "no squid of this run found: {found:?}"
     );
     assert!(!survivors(&marker).is_empty(), "the agent is not running");
-    Command::new("kill")
-        .args([&format!("-{signal}"), &child.id().to_string()])
-        .status()
-        .unwrap();
+    kill(signal, &child);
     let status = child.wait().unwrap();
     wait_for("every process of the run to end", || {
         survivors(&marker).is_empty() && survivors(&squid).is_empty()
@@ -289,7 +304,7 @@ fn stop_a_run_with(signal: &str) -> (Case, std::process::ExitStatus) {
 
 #[test]
 fn sigterm_and_sigint_stop_the_agent_and_the_proxy_and_still_log_the_end() {
-    if !sandbox_ready("sigterm") || !require_e2e("sigterm") {
+    if !e2e_ready("sigterm") {
         return;
     }
     for (signal, code) in [("TERM", 143), ("INT", 130)] {
@@ -306,7 +321,7 @@ fn sigterm_and_sigint_stop_the_agent_and_the_proxy_and_still_log_the_end() {
 
 #[test]
 fn nothing_of_the_run_outlives_a_killed_constle() {
-    if !sandbox_ready("sigkill") || !require_e2e("sigkill") {
+    if !e2e_ready("sigkill") {
         return;
     }
     let (case, status) = stop_a_run_with("KILL");
@@ -314,39 +329,20 @@ fn nothing_of_the_run_outlives_a_killed_constle() {
     // The log ends at its last acknowledged entry and still verifies.
     let log = case.log();
     assert_eq!(log.first().unwrap()["event"], "run_started");
-    let out = case.run(&[
-        "audit",
-        "verify",
-        case.home()
-            .join("logs")
-            .read_dir()
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .unwrap()
-            .to_str()
-            .unwrap(),
-    ]);
+    let out = case.run(&["audit", "verify", case.log_file().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
 
 #[test]
 fn when_the_proxy_dies_the_run_fails_closed() {
-    if !sandbox_ready("proxy death") || !require_e2e("proxy death") {
+    if !e2e_ready("proxy death") {
         return;
     }
     let case = Case::new();
     let file = case.agentfile(
         "sandbox:\n  command: [\"sh\", \"-c\", \"touch started; exec sleep 1000\"]\n  workdir: ./work\n  network:\n    allowed_hosts: [api.groq.com]\n",
     );
-    let child = case
-        .command(&["run", file.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = start(&case, &file, Stdio::piped);
     wait_for("the agent to start", || case.path("work/started").exists());
     let squid = format!("constle{}x", child.id());
     Command::new("pkill")
@@ -354,46 +350,26 @@ fn when_the_proxy_dies_the_run_fails_closed() {
         .status()
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(125));
-    assert!(
-        text(&out.stderr).contains("egress proxy exited"),
-        "{}",
-        text(&out.stderr)
-    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("egress proxy exited"), "{stderr}");
     assert_eq!(case.events("egress_failed").len(), 1);
     assert_eq!(case.log().last().unwrap()["event"], "run_finished");
 }
 
 #[test]
 fn open_egress_is_announced() {
-    if !sandbox_ready("open egress") || !require_e2e("open egress") {
+    if !e2e_ready("open egress") {
         return;
     }
-    let case = Case::new();
-    let file = case.agentfile(
-        "sandbox:\n  command: [\"true\"]\n  workdir: ./work\n  network:\n    egress: open\n",
-    );
-    let out = case.run(&["run", file.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("OPEN: any public host"),
-        "{}",
-        text(&out.stderr)
-    );
+    let body = "sandbox:\n  command: [\"true\"]\n  workdir: ./work\n  network:\n    egress: open\n";
+    run_says(&Case::new(), body, Some(0), "OPEN: any public host");
 }
 
 #[test]
 fn a_workdir_holding_constle_home_is_refused() {
-    let case = Case::new();
-    let file = case
-        .agentfile("sandbox:\n  command: [\"true\"]\n  workdir: .\n  network:\n    egress: none\n");
-    let out = case.run(&["run", file.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("CONSTLE_HOME"),
-        "{}",
-        text(&out.stderr)
-    );
+    let body = "sandbox:\n  command: [\"true\"]\n  workdir: .\n  network:\n    egress: none\n";
+    run_says(&Case::new(), body, Some(125), "CONSTLE_HOME");
 }
 
 /// Every row of the spec's network tables and the list, asked from
@@ -402,7 +378,7 @@ fn a_workdir_holding_constle_home_is_refused() {
 /// that wrongly allowed one could not reach past this machine.
 #[test]
 fn every_network_rule_holds_from_inside_the_sandbox() {
-    if !sandbox_ready("network rules") || !require_e2e("network rules") {
+    if !e2e_ready("network rules") {
         return;
     }
     let host = TestHost::start().unwrap();
@@ -500,26 +476,16 @@ fn every_network_rule_holds_from_inside_the_sandbox() {
 /// the run without leaving a process behind.
 #[test]
 fn a_signal_during_start_up_leaves_nothing_behind() {
-    if !sandbox_ready("early signal") || !require_e2e("early signal") {
+    if !e2e_ready("early signal") {
         return;
     }
     let case = Case::new();
     let file = case.agentfile("sandbox:\n  command: [\"sleep\", \"1000\"]\n  workdir: ./work\n  network:\n    allowed_hosts: [api.groq.com]\n");
     for delay_ms in [0, 5, 10, 15, 20, 25, 30, 40] {
-        let child = case
-            .command(&["run", file.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = start(&case, &file, Stdio::null);
         let squid = format!("constle{}x", child.id());
         std::thread::sleep(Duration::from_millis(delay_ms));
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        let mut child = child;
+        kill("TERM", &child);
         child.wait().unwrap();
         wait_for("every process of the run to end", || {
             survivors(&squid).is_empty()
