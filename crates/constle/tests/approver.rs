@@ -51,26 +51,49 @@ fn id(request: &PendingRequest) -> String {
     request.request_id().to_string()
 }
 
-#[test]
-fn an_approval_is_signed_only_after_a_person_clicks_and_the_gate_accepts_it() {
+/// An approver serving with `KEY`, and the home it runs in (dropped after it).
+fn serve() -> (Case, Approver) {
     let case = Case::new();
     let approver = Approver::start(&case, KEY, None);
+    (case, approver)
+}
+
+/// An invoice the gate has posted and the approver has taken.
+#[track_caller]
+fn posted(approver: &Approver) -> PendingRequest {
     let request = invoice();
-    assert_eq!(approver.post_gate(request.post_body()).status, 202);
+    let response = approver.post_gate(request.post_body());
+    assert_eq!(response.status, 202, "{}", response.text());
+    request
+}
+
+fn login(approver: &Approver) -> Person<'_> {
+    Person::login(approver, PASSWORD).0
+}
+
+/// The page `person` sees, which must say each of `says`.
+#[track_caller]
+fn page_says(person: &Person, says: &[&str]) -> String {
+    let page = person.get("/").text();
+    for said in says {
+        assert!(page.contains(said), "{said:?} not on the page:\n{page}");
+    }
+    page
+}
+
+#[test]
+fn an_approval_is_signed_only_after_a_person_clicks_and_the_gate_accepts_it() {
+    let (case, approver) = serve();
+    let request = posted(&approver);
     assert_eq!(approver.decision(&id(&request)).status, 404);
     // The page needs a login.
     let anonymous = Person::anonymous(&approver).get("/");
     assert_eq!(anonymous.status, 303);
     assert_eq!(anonymous.header("location"), Some("/login"));
-    let (person, _) = Person::login(&approver, PASSWORD);
-    let page = person.get("/").text();
-    assert!(page.contains(&id(&request)), "{page}");
-    assert!(
-        page.contains(&request.subject_digest().to_string()),
-        "{page}"
-    );
-    assert!(page.contains("INV-0042"), "{page}");
-    let decided = person.decide(&person.csrf(), &id(&request), "approved");
+    let person = login(&approver);
+    let digest = request.subject_digest().to_string();
+    page_says(&person, &[&id(&request), &digest, "INV-0042"]);
+    let decided = person.click(&id(&request), "approved");
     assert_eq!(decided.status, 303, "{}", decided.text());
     let answer = approver.decision(&id(&request));
     assert_eq!(answer.status, 200);
@@ -80,24 +103,15 @@ fn an_approval_is_signed_only_after_a_person_clicks_and_the_gate_accepts_it() {
     assert_eq!(body["subject_digest"], request.subject_digest().to_string());
     let verdict = verify_decision(request, &did(&case), &answer.body);
     assert!(matches!(verdict, Ok(Verdict::Approved(_))), "{verdict:?}");
-    let history = person.get("/").text();
-    assert!(history.contains("approved</span>"), "{history}");
-    assert!(history.contains("by admin"), "{history}");
+    page_says(&person, &["approved</span>", "by admin"]);
 }
 
 #[test]
 fn a_denial_is_signed_and_denies() {
-    let case = Case::new();
-    let approver = Approver::start(&case, KEY, None);
-    let request = invoice();
-    approver.post_gate(request.post_body());
-    let (person, _) = Person::login(&approver, PASSWORD);
-    assert_eq!(
-        person
-            .decide(&person.csrf(), &id(&request), "denied")
-            .status,
-        303
-    );
+    let (case, approver) = serve();
+    let request = posted(&approver);
+    let person = login(&approver);
+    assert_eq!(person.click(&id(&request), "denied").status, 303);
     let answer = approver.decision(&id(&request));
     let verdict = verify_decision(request, &did(&case), &answer.body);
     assert!(matches!(verdict, Ok(Verdict::Denied(_))), "{verdict:?}");
@@ -105,13 +119,10 @@ fn a_denial_is_signed_and_denies() {
 
 #[test]
 fn no_signature_without_a_session_a_matching_csrf_token_or_a_same_site_form() {
-    let case = Case::new();
-    let approver = Approver::start(&case, KEY, None);
-    let request = invoice();
-    approver.post_gate(request.post_body());
-    let rid = id(&request);
-    let (person, _) = Person::login(&approver, PASSWORD);
-    let (other, _) = Person::login(&approver, PASSWORD);
+    let (_case, approver) = serve();
+    let rid = id(&posted(&approver));
+    let person = login(&approver);
+    let other = login(&approver);
     let csrf = person.csrf();
 
     let no_session = Person::anonymous(&approver).decide(&csrf, &rid, "approved");
@@ -142,25 +153,17 @@ fn no_signature_without_a_session_a_matching_csrf_token_or_a_same_site_form() {
     assert_eq!(person.decide(&csrf, &rid, "APPROVED").status, 400);
     assert_eq!(person.decide(&csrf, "hgr_nope", "approved").status, 404);
     assert_eq!(approver.decision(&rid).status, 404, "nothing was signed");
-    assert!(
-        person
-            .get("/")
-            .text()
-            .contains("Waiting for a decision (1)")
-    );
+    page_says(&person, &["Waiting for a decision (1)"]);
 }
 
 #[test]
 fn an_expired_request_cannot_be_decided() {
-    let case = Case::new();
-    let approver = Approver::start(&case, KEY, None);
+    let (_case, approver) = serve();
     let request = pending(json!({"invoice_id": "INV-0042"}), -5);
     assert_eq!(approver.post_gate(request.post_body()).status, 202);
-    let (person, _) = Person::login(&approver, PASSWORD);
-    let page = person.get("/").text();
-    assert!(page.contains("Waiting for a decision (0)"), "{page}");
-    assert!(page.contains("expired</span>"), "{page}");
-    let refused = person.decide(&person.csrf(), &id(&request), "approved");
+    let person = login(&approver);
+    page_says(&person, &["Waiting for a decision (0)", "expired</span>"]);
+    let refused = person.click(&id(&request), "approved");
     assert_eq!(refused.status, 409);
     assert!(refused.text().contains("Expired"));
     assert_eq!(approver.decision(&id(&request)).status, 404);
@@ -168,12 +171,9 @@ fn an_expired_request_cannot_be_decided() {
 
 #[test]
 fn a_replayed_form_changes_nothing() {
-    let case = Case::new();
-    let approver = Approver::start(&case, KEY, None);
-    let request = invoice();
-    approver.post_gate(request.post_body());
-    let rid = id(&request);
-    let (person, _) = Person::login(&approver, PASSWORD);
+    let (_case, approver) = serve();
+    let rid = id(&posted(&approver));
+    let person = login(&approver);
     let csrf = person.csrf();
     assert_eq!(person.decide(&csrf, &rid, "approved").status, 303);
     let first = approver.decision(&rid).body;
@@ -181,20 +181,13 @@ fn a_replayed_form_changes_nothing() {
         let again = person.decide(&csrf, &rid, word);
         assert_eq!(again.status, 409, "{}", again.text());
     }
-    let (someone_else, _) = Person::login(&approver, PASSWORD);
-    assert_eq!(
-        someone_else
-            .decide(&someone_else.csrf(), &rid, "denied")
-            .status,
-        409
-    );
+    assert_eq!(login(&approver).click(&rid, "denied").status, 409);
     assert_eq!(approver.decision(&rid).body, first);
 }
 
 #[test]
 fn oversized_and_malformed_gate_posts_are_refused() {
-    let case = Case::new();
-    let approver = Approver::start(&case, KEY, None);
+    let (_case, approver) = serve();
     let big = pending(json!({"blob": "x".repeat(300 * 1024)}), 300);
     assert_eq!(approver.post_gate(big.post_body()).status, 413);
 
@@ -262,18 +255,15 @@ fn oversized_and_malformed_gate_posts_are_refused() {
         let response = approver.post_gate(&body);
         assert_eq!(response.status, 400, "{what}: {}", response.text());
     }
-    let (person, _) = Person::login(&approver, PASSWORD);
-    let page = person.get("/").text();
-    assert!(page.contains("Waiting for a decision (0)"), "{page}");
-    assert!(page.contains("No decisions yet."), "{page}");
+    let says = ["Waiting for a decision (0)", "No decisions yet."];
+    page_says(&login(&approver), &says);
 }
 
 #[test]
 fn a_reposted_request_is_idempotent_and_a_different_one_under_its_id_conflicts() {
-    let case = Case::new();
-    let approver = Approver::start(&case, KEY, None);
-    let request = invoice();
-    for _ in 0..3 {
+    let (_case, approver) = serve();
+    let request = posted(&approver);
+    for _ in 0..2 {
         assert_eq!(approver.post_gate(request.post_body()).status, 202);
     }
     // The same id with another (self-consistent) call.
@@ -282,20 +272,11 @@ fn a_reposted_request_is_idempotent_and_a_different_one_under_its_id_conflicts()
     swapped["request_id"] = json!(id(&request));
     let response = approver.post_gate(swapped.to_string().as_bytes());
     assert_eq!(response.status, 409, "{}", response.text());
-    let (person, _) = Person::login(&approver, PASSWORD);
-    let page = person.get("/").text();
-    assert!(page.contains("Waiting for a decision (1)"), "{page}");
-    assert!(
-        page.contains("INV-0042") && !page.contains("INV-0666"),
-        "{page}"
-    );
+    let person = login(&approver);
+    let page = page_says(&person, &["Waiting for a decision (1)", "INV-0042"]);
+    assert!(!page.contains("INV-0666"), "{page}");
     // Once decided, the same POST is still just the same request.
-    assert_eq!(
-        person
-            .decide(&person.csrf(), &id(&request), "denied")
-            .status,
-        303
-    );
+    assert_eq!(person.click(&id(&request), "denied").status, 303);
     assert_eq!(approver.post_gate(request.post_body()).status, 202);
     let body: Value = serde_json::from_slice(&approver.decision(&id(&request)).body).unwrap();
     assert_eq!(body["decision"], "denied");
@@ -303,8 +284,7 @@ fn a_reposted_request_is_idempotent_and_a_different_one_under_its_id_conflicts()
 
 #[test]
 fn script_in_arguments_is_shown_as_text() {
-    let case = Case::new();
-    let approver = Approver::start(&case, KEY, None);
+    let (_case, approver) = serve();
     let script = "<script>alert(1)</script>";
     let request = PendingRequest::new(
         "agent\"><img src=x>",
@@ -315,8 +295,7 @@ fn script_in_arguments_is_shown_as_text() {
     )
     .unwrap();
     assert_eq!(approver.post_gate(request.post_body()).status, 202);
-    let (person, _) = Person::login(&approver, PASSWORD);
-    let page = person.get("/");
+    let page = login(&approver).get("/");
     let html = page.text();
     assert!(
         html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
@@ -334,8 +313,7 @@ fn script_in_arguments_is_shown_as_text() {
 
 #[test]
 fn logins_sessions_and_headers() {
-    let case = Case::new();
-    let approver = Approver::start(&case, KEY, None);
+    let (case, approver) = serve();
     let (nobody, refused) = Person::login(&approver, "not the password");
     assert_eq!(refused.status, 401);
     assert!(nobody.cookie.is_none());
@@ -393,12 +371,9 @@ fn a_restart_loses_nothing() {
     let case = Case::new();
     let db = case.path("approver.sqlite");
     let approver = Approver::start(&case, KEY, Some(&db));
-    let (approved, waiting) = (invoice(), invoice());
-    approver.post_gate(approved.post_body());
-    approver.post_gate(waiting.post_body());
-    let (person, _) = Person::login(&approver, PASSWORD);
-    let csrf = person.csrf();
-    assert_eq!(person.decide(&csrf, &id(&approved), "approved").status, 303);
+    let (approved, waiting) = (posted(&approver), posted(&approver));
+    let person = login(&approver);
+    assert_eq!(person.click(&id(&approved), "approved").status, 303);
     let before = approver.decision(&id(&approved)).body;
     approver.stop();
 
@@ -407,17 +382,10 @@ fn a_restart_loses_nothing() {
     assert_eq!(approver.decision(&id(&waiting)).status, 404);
     // The same POST again, as a gate retrying across the restart would.
     assert_eq!(approver.post_gate(waiting.post_body()).status, 202);
-    let (person, _) = Person::login(&approver, PASSWORD);
-    let page = person.get("/").text();
-    assert!(page.contains("Waiting for a decision (1)"), "{page}");
-    assert!(page.contains(&id(&waiting)), "{page}");
-    assert!(page.contains("by admin"), "{page}");
-    assert_eq!(
-        person
-            .decide(&person.csrf(), &id(&approved), "denied")
-            .status,
-        409
-    );
+    let person = login(&approver);
+    let says = ["Waiting for a decision (1)", &id(&waiting), "by admin"];
+    page_says(&person, &says);
+    assert_eq!(person.click(&id(&approved), "denied").status, 409);
     let verdict = verify_decision(approved, &did(&case), &before);
     assert!(matches!(verdict, Ok(Verdict::Approved(_))), "{verdict:?}");
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 
-use super::common::{Case, text};
+use super::common::Case;
 use super::http::{self, Response, form};
 
 pub const PASSWORD: &str = "correct horse battery staple";
@@ -29,8 +29,7 @@ impl Approver {
             .join(format!("keys/approver/{key}.pem"))
             .exists()
         {
-            let made = case.run(&["webhook-keygen", key]);
-            assert!(made.status.success(), "{}", text(&made.stderr));
+            case.keygen(&["webhook-keygen", key]);
         }
         let mut args = vec![
             "approver",
@@ -171,6 +170,11 @@ impl<'a> Person<'a> {
             &[("csrf", csrf), ("request_id", id), ("decision", decision)],
             &[],
         )
+    }
+
+    /// What a click on the page's button sends: the page's own CSRF token.
+    pub fn click(&self, id: &str, decision: &str) -> Response {
+        self.decide(&self.csrf(), id, decision)
     }
 
     pub fn post(&self, path: &str, fields: &[(&str, &str)], extra: &[(&str, &str)]) -> Response {
