@@ -26,6 +26,8 @@ const VERSION: &str = "1.2.3";
 const IDENTITY: &str =
     r"^https://github\.com/constle/constle/\.github/workflows/release\.yaml@refs/tags/v";
 const ISSUER: &str = "https://token.actions.githubusercontent.com";
+/// What the constle `Case::preinstall` puts in place prints.
+const OLD: &str = "the old constle";
 /// What install.sh runs: everything else is kept off its PATH.
 const TOOLS: &[&str] = &[
     "sh",
@@ -163,8 +165,18 @@ impl Release {
         self
     }
 
-    fn checksums(&self) -> String {
-        String::from_utf8(self.files["checksums.txt"].clone()).unwrap()
+    /// Another amd64 archive in place of the built one; checksums.txt (and
+    /// any signature) as they were.
+    fn swap_amd64(self, bytes: Vec<u8>) -> Release {
+        let name = self.archive_name("amd64");
+        self.set(&name, bytes)
+    }
+
+    /// checksums.txt with each line as `edit` makes it (`None`: left out).
+    fn edit_checksums(self, edit: impl FnMut(&str) -> Option<String>) -> Release {
+        let text = String::from_utf8(self.files["checksums.txt"].clone()).unwrap();
+        let edited: String = text.lines().filter_map(edit).map(|l| l + "\n").collect();
+        self.set("checksums.txt", edited.into_bytes())
     }
 }
 
@@ -397,6 +409,29 @@ impl Case {
         let out = Command::new(self.installed()).output().ok()?;
         Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
+
+    /// Runs install.sh, which must succeed and install what says `says`.
+    #[track_caller]
+    fn installs(&self, says: &str) -> Run {
+        let run = self.run();
+        run.assert_ok();
+        assert_eq!(
+            self.installed_says().as_deref(),
+            Some(says),
+            "installed\n{run}"
+        );
+        run
+    }
+
+    /// Runs install.sh, which must refuse with an error that says `what` and
+    /// leave installed what says `left` (`None`: nothing).
+    #[track_caller]
+    fn refuses(&self, what: &str, left: Option<&str>) -> Run {
+        let run = self.run();
+        run.assert_refused(what);
+        assert_eq!(self.installed_says().as_deref(), left, "installed\n{run}");
+        run
+    }
 }
 
 struct Run {
@@ -452,11 +487,9 @@ fn installs_the_latest_release_checking_its_checksum_when_there_is_no_cosign() {
         return;
     }
     let case = Case::new(&Release::new(VERSION).sign());
-    let run = case.run();
-    run.assert_ok();
+    let run = case.installs("constle 1.2.3 amd64");
     run.assert_says("cosign is not on PATH: the signature on checksums.txt is NOT checked");
     run.assert_says("checksum OK: constle_1.2.3_linux_amd64.tar.gz");
-    assert_eq!(case.installed_says().unwrap(), "constle 1.2.3 amd64");
     assert!(case.server.requested("/latest/download/checksums.txt"));
     let mode = fs::metadata(case.installed()).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o755);
@@ -469,11 +502,9 @@ fn installs_after_cosign_verifies_the_signature_with_both_pins() {
     }
     let case = Case::new(&Release::new(VERSION).sign()).with_cosign();
     case.preinstall();
-    let run = case.run();
-    run.assert_ok();
+    let run = case.installs("constle 1.2.3 amd64");
     run.assert_says("signature verified");
     run.assert_says("(signature and checksum verified)");
-    assert_eq!(case.installed_says().unwrap(), "constle 1.2.3 amd64");
     let calls = case.cosign_calls();
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert!(calls[0].starts_with("verify-blob "), "{calls:?}");
@@ -487,8 +518,7 @@ fn installs_the_arm64_archive_on_aarch64() {
         return;
     }
     let case = Case::new(&Release::new(VERSION)).machine("aarch64");
-    case.run().assert_ok();
-    assert_eq!(case.installed_says().unwrap(), "constle 1.2.3 arm64");
+    case.installs("constle 1.2.3 arm64");
 }
 
 #[test]
@@ -501,11 +531,9 @@ fn refuses_when_cosign_rejects_the_signature() {
         .set("checksums.txt.sig", b"someone else's signature".to_vec());
     let case = Case::new(&release).with_cosign();
     case.preinstall();
-    let run = case.run();
-    run.assert_refused("the signature on");
+    let run = case.refuses("the signature on", Some(OLD));
     run.assert_says("did not verify");
     run.assert_says("cosign: Error: invalid signature");
-    assert_eq!(case.installed_says().unwrap(), "the old constle");
     assert!(!case.server.requested(".tar.gz"), "fetched the archive");
 }
 
@@ -517,23 +545,14 @@ fn refuses_a_consistent_but_resigned_swap_of_checksums_and_archive() {
     // The mirror serves another archive and a checksums.txt that matches
     // it, next to the genuine signature: only the signature catches this.
     let genuine = Release::new(VERSION).sign();
-    let mut forged = Release::new(VERSION).set(
-        "constle_1.2.3_linux_amd64.tar.gz",
-        archive(VERSION, "amd64", "evil"),
-    );
+    let mut forged = Release::new(VERSION).swap_amd64(archive(VERSION, "amd64", "evil"));
     forged.write_checksums();
-    let forged = forged
-        .set(
-            "checksums.txt.sig",
-            genuine.files["checksums.txt.sig"].clone(),
-        )
-        .set(
-            "checksums.txt.pem",
-            genuine.files["checksums.txt.pem"].clone(),
-        );
-    let case = Case::new(&forged).with_cosign();
-    case.run().assert_refused("did not verify");
-    assert_eq!(case.installed_says(), None);
+    for name in ["checksums.txt.sig", "checksums.txt.pem"] {
+        forged = forged.set(name, genuine.files[name].clone());
+    }
+    Case::new(&forged)
+        .with_cosign()
+        .refuses("did not verify", None);
 }
 
 #[test]
@@ -541,18 +560,15 @@ fn refuses_a_tampered_archive() {
     if !have_tools("refuses_a_tampered_archive") {
         return;
     }
-    let release = Release::new(VERSION).sign().set(
-        "constle_1.2.3_linux_amd64.tar.gz",
-        archive(VERSION, "amd64", "evil"),
-    );
+    let release = Release::new(VERSION)
+        .sign()
+        .swap_amd64(archive(VERSION, "amd64", "evil"));
     for cosign in [false, true] {
         let mut case = Case::new(&release);
         case.cosign = cosign;
         case.preinstall();
-        let run = case.run();
-        run.assert_refused("SHA-256 mismatch for http://127.0.0.1:");
+        let run = case.refuses("SHA-256 mismatch for http://127.0.0.1:", Some(OLD));
         run.assert_says("constle_1.2.3_linux_amd64.tar.gz: checksums.txt says ");
-        assert_eq!(case.installed_says().unwrap(), "the old constle");
     }
 }
 
@@ -561,27 +577,19 @@ fn refuses_when_checksums_txt_has_no_line_for_the_archive() {
     if !have_tools("refuses_when_checksums_txt_has_no_line") {
         return;
     }
-    let release = Release::new(VERSION);
-    let without: String = release
-        .checksums()
-        .lines()
-        .filter(|l| !l.ends_with("_amd64.tar.gz"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let release = release.set("checksums.txt", without.into_bytes()).sign();
+    let release = Release::new(VERSION)
+        .edit_checksums(|l| (!l.ends_with("_amd64.tar.gz")).then(|| l.to_owned()))
+        .sign();
     // By version: the archive's name is known and its line is missing.
     let case = Case::new(&release)
         .with_cosign()
         .env("CONSTLE_VERSION", VERSION);
-    case.run()
-        .assert_refused("has no line for constle_1.2.3_linux_amd64.tar.gz");
-    assert_eq!(case.installed_says(), None);
+    case.refuses("has no line for constle_1.2.3_linux_amd64.tar.gz", None);
     assert!(!case.server.requested(".tar.gz"), "fetched the archive");
     // The latest: no line names an archive for this machine.
-    let case = Case::new(&release).with_cosign();
-    case.run()
-        .assert_refused("has no line for a linux amd64 archive");
-    assert_eq!(case.installed_says(), None);
+    Case::new(&release)
+        .with_cosign()
+        .refuses("has no line for a linux amd64 archive", None);
 }
 
 #[test]
@@ -589,15 +597,8 @@ fn refuses_a_malformed_checksum() {
     if !have_tools("refuses_a_malformed_checksum") {
         return;
     }
-    let release = Release::new(VERSION);
-    let short: String = release
-        .checksums()
-        .lines()
-        .map(|l| format!("{}\n", l.replacen(&l[..64], &l[..63], 1)))
-        .collect();
-    let case = Case::new(&release.set("checksums.txt", short.into_bytes()));
-    case.run().assert_refused("malformed SHA-256");
-    assert_eq!(case.installed_says(), None);
+    let release = Release::new(VERSION).edit_checksums(|l| Some(l.replacen(&l[..64], &l[..63], 1)));
+    Case::new(&release).refuses("malformed SHA-256", None);
 }
 
 #[test]
@@ -622,9 +623,10 @@ fn require_signature_refuses_a_release_without_one() {
         .with_cosign()
         .env("CONSTLE_REQUIRE_SIGNATURE", "1");
     case.preinstall();
-    case.run()
-        .assert_refused("CONSTLE_REQUIRE_SIGNATURE=1, but http://127.0.0.1:");
-    assert_eq!(case.installed_says().unwrap(), "the old constle");
+    case.refuses(
+        "CONSTLE_REQUIRE_SIGNATURE=1, but http://127.0.0.1:",
+        Some(OLD),
+    );
     assert!(!case.server.requested(".tar.gz"), "fetched the archive");
 }
 
@@ -633,10 +635,12 @@ fn require_signature_refuses_when_cosign_is_missing() {
     if !have_tools("require_signature_refuses_when_cosign_is_missing") {
         return;
     }
-    let case = Case::new(&Release::new(VERSION).sign()).env("CONSTLE_REQUIRE_SIGNATURE", "1");
-    case.run()
-        .assert_refused("CONSTLE_REQUIRE_SIGNATURE=1, but cosign is not on PATH");
-    assert_eq!(case.installed_says(), None);
+    Case::new(&Release::new(VERSION).sign())
+        .env("CONSTLE_REQUIRE_SIGNATURE", "1")
+        .refuses(
+            "CONSTLE_REQUIRE_SIGNATURE=1, but cosign is not on PATH",
+            None,
+        );
 }
 
 #[test]
@@ -647,8 +651,7 @@ fn require_signature_installs_once_cosign_verifies() {
     let case = Case::new(&Release::new(VERSION).sign())
         .with_cosign()
         .env("CONSTLE_REQUIRE_SIGNATURE", "1");
-    case.run().assert_ok();
-    assert_eq!(case.installed_says().unwrap(), "constle 1.2.3 amd64");
+    case.installs("constle 1.2.3 amd64");
     assert_eq!(case.cosign_calls().len(), 1);
 }
 
@@ -659,9 +662,9 @@ fn refuses_a_signature_without_its_certificate() {
     }
     let mut release = Release::new(VERSION).sign();
     release.files.remove("checksums.txt.pem");
-    let case = Case::new(&release).with_cosign();
-    case.run().assert_refused("no checksums.txt.pem");
-    assert_eq!(case.installed_says(), None);
+    Case::new(&release)
+        .with_cosign()
+        .refuses("no checksums.txt.pem", None);
 }
 
 #[test]
@@ -672,8 +675,7 @@ fn installs_the_version_asked_for() {
     let case = Case::empty().env("CONSTLE_VERSION", "v0.9.0");
     case.publish(&Release::new("0.9.0").sign(), false);
     case.publish(&Release::new("1.0.0").sign(), true);
-    case.run().assert_ok();
-    assert_eq!(case.installed_says().unwrap(), "constle 0.9.0 amd64");
+    case.installs("constle 0.9.0 amd64");
     assert!(
         case.server
             .requested("/download/v0.9.0/constle_0.9.0_linux_amd64.tar.gz")
@@ -682,9 +684,8 @@ fn installs_the_version_asked_for() {
 
     let case = Case::empty().env("CONSTLE_VERSION", "2.0.0");
     case.publish(&Release::new("1.0.0").sign(), true);
-    let run = case.run();
-    run.assert_refused("could not download http://127.0.0.1:");
-    run.assert_says("/download/v2.0.0/checksums.txt");
+    case.refuses("could not download http://127.0.0.1:", None)
+        .assert_says("/download/v2.0.0/checksums.txt");
 }
 
 #[test]
@@ -694,8 +695,7 @@ fn refuses_a_version_that_is_not_a_version_number() {
     }
     for version in ["../1.0.0", "1.0.0/x", "1 0"] {
         let case = Case::new(&Release::new(VERSION)).env("CONSTLE_VERSION", version);
-        case.run()
-            .assert_refused("CONSTLE_VERSION is not a version number");
+        case.refuses("CONSTLE_VERSION is not a version number", None);
         assert!(case.server.requests.lock().unwrap().is_empty());
     }
 }
@@ -707,9 +707,10 @@ fn refuses_a_machine_no_release_is_built_for() {
     }
     for machine in ["riscv64", "armv7l", "i686"] {
         let case = Case::new(&Release::new(VERSION)).machine(machine);
-        case.run()
-            .assert_refused(&format!("no release is built for this machine ({machine})"));
-        assert_eq!(case.installed_says(), None);
+        case.refuses(
+            &format!("no release is built for this machine ({machine})"),
+            None,
+        );
         assert!(case.server.requests.lock().unwrap().is_empty());
     }
 }
@@ -725,9 +726,9 @@ fn refuses_base_urls_that_are_not_https_or_this_machine() {
         "ftp://127.0.0.1/releases",
         "file:///srv/releases",
     ] {
-        let case = Case::new(&Release::new(VERSION)).env("CONSTLE_BASE_URL", url);
-        case.run()
-            .assert_refused("CONSTLE_BASE_URL must be an https:// URL");
+        Case::new(&Release::new(VERSION))
+            .env("CONSTLE_BASE_URL", url)
+            .refuses("CONSTLE_BASE_URL must be an https:// URL", None);
     }
     // User information makes the host whatever follows the '@'.
     let case = Case::new(&Release::new(VERSION));
@@ -736,7 +737,7 @@ fn refuses_base_urls_that_are_not_https_or_this_machine() {
         case.server.url.trim_start_matches("http://")
     );
     let case = case.env("CONSTLE_BASE_URL", &sneaky);
-    case.run().assert_refused("must not contain '@'");
+    case.refuses("must not contain '@'", None);
     assert!(case.server.requests.lock().unwrap().is_empty());
 }
 
@@ -745,15 +746,9 @@ fn refuses_an_archive_without_the_binary_where_it_belongs() {
     if !have_tools("refuses_an_archive_without_the_binary") {
         return;
     }
-    let mut release = Release::new(VERSION).set(
-        "constle_1.2.3_linux_amd64.tar.gz",
-        archive("9.9.9", "amd64", "x"),
-    );
+    let mut release = Release::new(VERSION).swap_amd64(archive("9.9.9", "amd64", "x"));
     release.write_checksums();
-    let case = Case::new(&release);
-    case.run()
-        .assert_refused("does not hold constle_1.2.3_linux_amd64/constle");
-    assert_eq!(case.installed_says(), None);
+    Case::new(&release).refuses("does not hold constle_1.2.3_linux_amd64/constle", None);
 }
 
 #[test]
