@@ -138,7 +138,7 @@ fn approve_and_deny_in_a_browser() {
     let login = browser.source();
     assert!(login.contains("Sign in"), "{login}");
     browser.type_into(&browser.find("#password"), PASSWORD);
-    browser.click(&browser.find("#sign-in"));
+    browser.submit(&browser.find("#sign-in"));
     assert!(
         browser.source().contains("Signed in as"),
         "the login did not stick"
@@ -153,7 +153,7 @@ fn approve_and_deny_in_a_browser() {
     screenshot(&browser, "approver-pending-phone.png");
     browser.resize(1280, 900);
     screenshot(&browser, "approver-pending-desktop.png");
-    browser.click(&browser.find("button.approve"));
+    browser.submit(&browser.find("button.approve"));
 
     let second = wait_for(&browser, &page, "the second request", |s| {
         s.contains("Waiting for a decision (1)") && s.contains("alert(1)")
@@ -167,7 +167,7 @@ fn approve_and_deny_in_a_browser() {
     );
     let shown = browser.text(&browser.find("article.request pre.args"));
     assert!(shown.contains(SCRIPT), "{shown}");
-    browser.click(&browser.find("button.deny"));
+    browser.submit(&browser.find("button.deny"));
 
     let out = wait_exit(run);
     let stdout = text(&out.stdout);

@@ -157,6 +157,28 @@ impl Browser {
         );
     }
 
+    /// Clicks a button that submits a form, and returns once the page the
+    /// submission leads to has replaced this one. A click returns when it
+    /// is dispatched, before the browser has even started the submission:
+    /// reading the page then reads the old one, and navigating away may
+    /// cancel the submission.
+    pub fn submit(&self, button: &str) {
+        let page = self.find("html");
+        self.click(button);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.is_stale(&page) {
+            assert!(Instant::now() < deadline, "the form's next page never came");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Whether `element` belongs to a page that has been replaced (WebDriver
+    /// answers 404, "stale element reference").
+    fn is_stale(&self, element: &str) -> bool {
+        let path = format!("/session/{}/element/{element}/name", self.session);
+        http::request(&self.addr, "GET", &path, &[], b"").is_ok_and(|r| r.status == 404)
+    }
+
     /// The rendered text of an element, as a person reads it.
     pub fn text(&self, element: &str) -> String {
         self.session_call("GET", &format!("/element/{element}/text"), None)
