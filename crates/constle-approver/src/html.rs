@@ -122,7 +122,7 @@ pub fn requests(
         );
     }
     for r in pending {
-        let id = escape(&r.request_id);
+        let id = escape(&r.request.request_id);
         let _ = write!(
             body,
             "<article class=\"request\" id=\"req-{id}\">\
@@ -140,12 +140,12 @@ pub fn requests(
              <input type=\"hidden\" name=\"request_id\" value=\"{id}\"><input type=\"hidden\" name=\"decision\" value=\"denied\">\
              <button type=\"submit\" class=\"deny\">Deny</button></form>\
              </div></article>",
-            tool = escape(&r.tool),
-            server = escape(&r.server),
-            agent = escape(&r.agent),
-            left = time_left(r.expires_at_unix - now),
-            digest = escape(&r.subject_digest),
-            args = escape(&pretty(&r.arguments)),
+            tool = escape(&r.request.tool),
+            server = escape(&r.request.server),
+            agent = escape(&r.request.agent),
+            left = time_left(r.request.expires_at_unix - now),
+            digest = escape(&r.request.subject_digest),
+            args = escape(&pretty(&r.request.arguments)),
         );
     }
     body.push_str("<h2>History</h2>");
@@ -159,7 +159,7 @@ pub fn requests(
             (Some(d), Some(by)) => (d.as_str(), d.as_str(), format!("by {}", escape(by))),
             _ => ("expired", "expired", "nobody decided".to_owned()),
         };
-        let at = r.decided_at.unwrap_or(r.expires_at_unix);
+        let at = r.decided_at.unwrap_or(r.request.expires_at_unix);
         let _ = write!(
             body,
             "<li class=\"{class}\" id=\"hist-{id}\"><span class=\"badge\">{word}</span> \
@@ -167,13 +167,13 @@ pub fn requests(
              <details><summary>Details</summary><dl><dt>Request</dt><dd><code>{id}</code></dd>\
              <dt>Subject digest</dt><dd><code class=\"digest\">{digest}</code></dd></dl>\
              <pre class=\"args\">{args}</pre></details></li>",
-            id = escape(&r.request_id),
-            tool = escape(&r.tool),
-            server = escape(&r.server),
-            agent = escape(&r.agent),
+            id = escape(&r.request.request_id),
+            tool = escape(&r.request.tool),
+            server = escape(&r.request.server),
+            agent = escape(&r.request.agent),
             at = when(at),
-            digest = escape(&r.subject_digest),
-            args = escape(&pretty(&r.arguments)),
+            digest = escape(&r.request.subject_digest),
+            args = escape(&pretty(&r.request.arguments)),
         );
     }
     if !history.is_empty() {

@@ -47,22 +47,8 @@ impl Decision {
 /// One request as stored, with its decision if any.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredRequest {
-    /// The gate's request id, verbatim.
-    pub request_id: String,
-    /// The agent's name.
-    pub agent: String,
-    /// The MCP server id.
-    pub server: String,
-    /// The tool name.
-    pub tool: String,
-    /// The arguments, as JSON text.
-    pub arguments: String,
-    /// The gate's subject digest, verbatim.
-    pub subject_digest: String,
-    /// When the gate stops waiting, as the gate wrote it.
-    pub expires_at: String,
-    /// The same, in seconds since the epoch.
-    pub expires_at_unix: i64,
+    /// The request as the gate sent it.
+    pub request: GateRequest,
     /// When the POST arrived, in seconds since the epoch.
     pub received_at: i64,
     /// `approved` or `denied`, once decided.
@@ -218,23 +204,7 @@ impl Store {
         if added == 1 {
             return Ok(Inserted::New);
         }
-        let same = conn
-            .query_row(
-                "SELECT 1 FROM requests WHERE request_id = ?1 AND agent = ?2 AND server = ?3
-                   AND tool = ?4 AND arguments = ?5 AND subject_digest = ?6 AND expires_at = ?7",
-                params![
-                    r.request_id,
-                    r.agent,
-                    r.server,
-                    r.tool,
-                    r.arguments,
-                    r.subject_digest,
-                    r.expires_at
-                ],
-                |_| Ok(()),
-            )
-            .optional()?
-            .is_some();
+        let same = find(&conn, &r.request_id)?.is_some_and(|stored| stored.request == *r);
         Ok(if same {
             Inserted::Same
         } else {
@@ -264,10 +234,10 @@ impl Store {
         if request.decision.is_some() {
             return Ok(Decided::AlreadyDecided);
         }
-        if request.expires_at_unix <= now {
+        if request.request.expires_at_unix <= now {
             return Ok(Decided::Expired);
         }
-        let signature = sign(&request.request_id, &request.subject_digest);
+        let signature = sign(&request.request.request_id, &request.request.subject_digest);
         // The checks above are for the message; this WHERE is the guarantee.
         let changed = conn.execute(
             "UPDATE requests SET decision = ?2, decided_by = ?3, decided_at = ?4, signature = ?5
@@ -431,14 +401,16 @@ fn find(conn: &Connection, id: &str) -> Result<Option<StoredRequest>, StoreError
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRequest> {
     Ok(StoredRequest {
-        request_id: r.get(0)?,
-        agent: r.get(1)?,
-        server: r.get(2)?,
-        tool: r.get(3)?,
-        arguments: r.get(4)?,
-        subject_digest: r.get(5)?,
-        expires_at: r.get(6)?,
-        expires_at_unix: r.get(7)?,
+        request: GateRequest {
+            request_id: r.get(0)?,
+            agent: r.get(1)?,
+            server: r.get(2)?,
+            tool: r.get(3)?,
+            arguments: r.get(4)?,
+            subject_digest: r.get(5)?,
+            expires_at: r.get(6)?,
+            expires_at_unix: r.get(7)?,
+        },
         received_at: r.get(8)?,
         decision: r.get(9)?,
         decided_by: r.get(10)?,

@@ -180,9 +180,9 @@ async fn decision(State(approver): State<Arc<Approver>>, Path(id): Path<String>)
         return StatusCode::NOT_FOUND.into_response();
     };
     let body = serde_json::json!({
-        "request_id": request.request_id,
+        "request_id": request.request.request_id,
         "decision": word,
-        "subject_digest": request.subject_digest,
+        "subject_digest": request.request.subject_digest,
         "signature": signature,
     });
     (
