@@ -28,7 +28,7 @@ const MAX_EXACT_INTEGER: u64 = (1 << 53) - 1;
 /// The canonical bytes of `object`.
 pub fn canonical_object(object: &Map<String, Value>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
-    write_object(object, &mut out, |_, _| {});
+    write_object(object, &mut out);
     out
 }
 
@@ -163,29 +163,22 @@ fn write_value(value: &Value, out: &mut Vec<u8>) {
             }
             out.push(b']');
         }
-        Value::Object(object) => write_object(object, out, |_, _| {}),
+        Value::Object(object) => write_object(object, out),
     }
 }
 
-/// Writes the members sorted by the UTF-16 code units of their names, and
-/// reports each member's range (with its leading comma, if any).
-fn write_object(
-    object: &Map<String, Value>,
-    out: &mut Vec<u8>,
-    mut member_at: impl FnMut(&str, Range<usize>),
-) {
+/// Writes the members sorted by the UTF-16 code units of their names.
+fn write_object(object: &Map<String, Value>, out: &mut Vec<u8>) {
     let mut members: Vec<(&String, &Value)> = object.iter().collect();
     members.sort_by(|a, b| utf16_order(a.0, b.0));
     out.push(b'{');
     for (i, (name, value)) in members.into_iter().enumerate() {
-        let start = out.len();
         if i > 0 {
             out.push(b',');
         }
         write_string(name, out);
         out.push(b':');
         write_value(value, out);
-        member_at(name, start..out.len());
     }
     out.push(b'}');
 }
