@@ -15,7 +15,7 @@ use constle_audit::{Appender, AuditError, AuditLog, Event};
 use constle_egress::{EgressPolicy, NetworkEvent, Squid};
 use constle_identity::{KeyKind, KeyStore};
 use constle_manifest::{Egress, Manifest};
-use constle_sandbox::{Relay, SandboxSpec};
+use constle_sandbox::{Private, Relay, SandboxSpec};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::a2a::A2aLink;
@@ -31,6 +31,8 @@ const PROXY_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
 pub struct RunOptions {
     /// `$CONSTLE_HOME`: keys and logs.
     pub home: PathBuf,
+    /// The Agentfile the manifest was read from: never visible to the agent.
+    pub agentfile: PathBuf,
     /// Resolve names for the proxy from this file only (`--hosts-file`).
     pub hosts_file: Option<PathBuf>,
     /// The `constle` binary, run inside the sandbox as its relay.
@@ -195,6 +197,9 @@ async fn supervise(
         std::mem::replace(&mut clock, now).elapsed()
     };
     let sockets = private_dir("constle-sockets-")?;
+    // Beside the sockets' directory, not in it: the sandbox's launcher
+    // needs a stage whose parents anyone may search (see SandboxSpec).
+    let stage = private_dir("constle-stage-")?;
     let mut proxy = match EgressPolicy::from_network(&manifest.sandbox.network) {
         Some(policy) => Some(Proxy::start(&policy, options, sockets.path(), log).await?),
         None => None,
@@ -222,16 +227,12 @@ async fn supervise(
             .chain(a2a.iter().map(|a| a.relay().clone()))
             .collect(),
         constle_exe: options.constle_exe.clone(),
+        private: private_paths(options),
+        stage: stage.path().to_path_buf(),
     };
-    if spec.exposes(&options.home) {
-        return Err(RunError::Sandbox(format!(
-            "the sandbox would see {} (CONSTLE_HOME: keys and logs); choose a workdir and rootfs that do not contain it",
-            options.home.display()
-        )));
-    }
     let proxy_start = lap();
     let mut command =
-        constle_sandbox::bwrap_command(&spec).map_err(|e| RunError::Sandbox(e.to_string()))?;
+        constle_sandbox::sandbox_command(&spec).map_err(|e| RunError::Sandbox(e.to_string()))?;
     command.stdin(Stdio::null()).process_group(0);
     let mut agent = tokio::process::Command::from(command)
         .kill_on_drop(true)
@@ -336,6 +337,26 @@ impl Proxy {
             None => Ok(()),
         }
     }
+}
+
+/// What the agent must never see or change: the keys and logs, its own
+/// policy, and the names the proxy trusts.
+fn private_paths(options: &RunOptions) -> Vec<Private> {
+    let private = |what: &str, path: &Path| Private {
+        what: what.into(),
+        path: path.to_path_buf(),
+    };
+    let mut paths = vec![
+        private("CONSTLE_HOME (keys and logs)", &options.home),
+        private("the Agentfile", &options.agentfile),
+    ];
+    paths.extend(
+        options
+            .hosts_file
+            .iter()
+            .map(|f| private("the hosts file", f)),
+    );
+    paths
 }
 
 /// The agent's whole environment: what the Agentfile declares, the proxy

@@ -1,26 +1,39 @@
-//! The `bwrap` invocation.
+//! The `bwrap` invocation: [`sandbox_command`], which the caller spawns, and
+//! the arguments the launcher gives `bwrap` once it holds every descriptor.
 
 use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::launch::{Descriptors, RootfsEntry};
 use crate::layout::{
-    DEFAULT_PATH, ETC_PATHS, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, ROOTFS_SKIPPED, SYSTEM_DIRS,
+    AGENT_ID, DEFAULT_PATH, ETC_PATHS, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND,
+    PROC_MASKED, PROC_READ_ONLY, SYSTEM_DIRS,
 };
+use crate::plan::{PLAN_ENV, Plan};
 use crate::spec::CheckedSpec;
 use crate::{SandboxError, SandboxSpec, wire};
 
-/// The `bwrap` command that runs `spec`:
-/// `bwrap <args> -- /run/constle/constle sandbox-init <relays> -- <command…>`.
+/// The command that runs `spec`'s sandbox: the constle executable as
+/// `constle sandbox-exec` (the launcher), which checks the spec again,
+/// opens what the sandbox mounts, drops root if it has it, and replaces
+/// itself with `bwrap <args> -- /run/constle/constle sandbox-init <relays>
+/// -- <command…>`.
 ///
-/// The spec is checked first (see [`SandboxError`]): the work directory
-/// exists and is a directory that may be made writable, the rootfs (if any)
-/// is a directory, every relay socket exists and is a socket, the constle
-/// executable is a file outside the work directory.
+/// The spec is checked here first (see [`SandboxError`]), so a spec that
+/// cannot run is refused before anything starts: the work directory exists,
+/// is a directory that may be made writable and shows nothing private, the
+/// rootfs (if any) likewise, every relay socket exists and is a socket, the
+/// constle executable is a file outside the work directory. The launcher
+/// repeats every check on the objects it then mounts, so a path swapped in
+/// between gains nothing; if its check fails it prints why and exits with
+/// [`EXIT_SANDBOX_FAILED`](crate::EXIT_SANDBOX_FAILED).
 ///
-/// The command's environment is cleared (`bwrap` needs none) and its stdin
+/// The command's environment holds only the launcher's plan, and its stdin
 /// is `/dev/null`; stdout and stderr are inherited, which the caller may
-/// change. The agent's stdin is `/dev/null` whatever the caller does.
+/// change (`constle run` reads them through pipes). The agent's stdin is
+/// `/dev/null` whatever the caller does.
 ///
 /// # Spawning: `--die-with-parent` is per thread
 ///
@@ -32,12 +45,20 @@ use crate::{SandboxError, SandboxSpec, wire};
 /// tokio retires idle blocking threads after ten seconds, and the sandbox
 /// would be killed with it. When the spawning process dies (even by
 /// `SIGKILL`), the sandbox and every process in it are killed. Killing the
-/// `bwrap` process does the same.
-pub fn bwrap_command(spec: &SandboxSpec) -> Result<Command, SandboxError> {
-    let checked = spec.check()?;
-    let mut cmd = Command::new(find_bwrap()?);
-    cmd.args(bwrap_args(&checked))
+/// launched process (which becomes `bwrap`) does the same.
+pub fn sandbox_command(spec: &SandboxSpec) -> Result<Command, SandboxError> {
+    drop(spec.check()?);
+    let plan = Plan {
+        spec: spec.clone(),
+        bwrap: find_bwrap()?,
+    };
+    let plan = plan.to_json().map_err(|e| SandboxError::Plan {
+        reason: e.to_string(),
+    })?;
+    let mut cmd = Command::new(&spec.constle_exe);
+    cmd.arg(LAUNCH_SUBCOMMAND)
         .env_clear()
+        .env(PLAN_ENV, plan)
         .stdin(Stdio::null());
     Ok(cmd)
 }
@@ -67,21 +88,42 @@ impl Args {
     fn ro_bind(&mut self, src: &Path, dest: &Path) {
         self.push(&["--ro-bind".as_ref(), src.as_os_str(), dest.as_os_str()]);
     }
+    /// `--bind-fd` or `--ro-bind-fd`: bwrap mounts what the descriptor is,
+    /// then checks that the mount is that same object.
+    fn bind_fd(&mut self, flag: &str, fd: &OwnedFd, dest: &Path) {
+        let fd = fd.as_raw_fd().to_string();
+        self.push(&[flag.as_ref(), fd.as_ref(), dest.as_os_str()]);
+    }
     fn symlink(&mut self, target: &Path, at: &Path) {
         self.push(&["--symlink".as_ref(), target.as_os_str(), at.as_os_str()]);
     }
 }
 
-/// The arguments after `bwrap`.
-pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>) -> Vec<OsString> {
-    let mut a = Args(Vec::with_capacity(96));
+/// `bwrap`'s arguments, for descriptors `fds` the launcher opened.
+pub(crate) struct BwrapArgs {
+    /// Everything before `--`: what bwrap reads from `--args FD`, so that
+    /// the environment given to the agent is not on a command line.
+    pub options: Vec<OsString>,
+    /// From `--` on: `/run/constle/constle sandbox-init <relays> -- <command…>`
+    /// (bwrap takes the command only from its real arguments).
+    pub command: Vec<OsString>,
+}
+
+/// `bwrap`'s arguments, for descriptors `fds` the launcher opened.
+pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>, fds: &Descriptors) -> BwrapArgs {
+    let mut a = Args(Vec::with_capacity(128));
+    let id = AGENT_ID.to_string();
 
     // Namespaces: network (loopback only), pid, ipc, uts, cgroup, mount and
     // user; no nested user namespaces (so no way to regain capabilities).
+    // The agent is an unprivileged uid in its namespace, which maps to the
+    // launcher's own unprivileged uid on the host; constle's init is pid 1.
     a.flag("--unshare-all");
     a.flag("--unshare-user");
+    a.push(&["--uid".as_ref(), id.as_ref(), "--gid".as_ref(), id.as_ref()]);
     a.flag("--disable-userns");
     a.flag("--die-with-parent");
+    a.flag("--as-pid-1");
     // A new session: no controlling terminal, so no TIOCSTI into the host's.
     a.flag("--new-session");
     a.push(&["--cap-drop".as_ref(), "ALL".as_ref()]);
@@ -96,39 +138,53 @@ pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>) -> Vec<OsString> {
     }
 
     match &spec.rootfs {
-        Some(rootfs) => mount_rootfs(&mut a, rootfs),
-        None => mount_system(&mut a),
+        Some(_) => mount_rootfs(&mut a, &fds.rootfs),
+        None => mount_system(&mut a, fds),
     }
-    a.push(&["--proc".as_ref(), "/proc".as_ref()]);
+    mount_proc(&mut a);
     a.push(&["--dev".as_ref(), "/dev".as_ref()]);
-    a.push(&["--tmpfs".as_ref(), "/tmp".as_ref()]);
+    a.push(&[
+        "--perms".as_ref(),
+        "1777".as_ref(),
+        "--tmpfs".as_ref(),
+        "/tmp".as_ref(),
+    ]);
 
-    a.ro_bind(spec.constle_exe, Path::new(EXE_INSIDE));
-    for relay in &spec.relays {
-        a.ro_bind(relay.host_socket, &relay.inside);
+    a.bind_fd("--ro-bind-fd", &fds.exe, Path::new(EXE_INSIDE));
+    for (relay, fd) in spec.relays.iter().zip(&fds.relays) {
+        a.bind_fd("--ro-bind-fd", fd, &relay.inside);
     }
 
-    let workdir = spec.workdir.as_os_str();
-    a.push(&["--bind".as_ref(), workdir, workdir]);
+    let workdir = spec.workdir.path.as_path();
+    a.bind_fd("--bind-fd", &fds.workdir, workdir);
     // The root itself (a tmpfs holding the mount points) becomes read-only
     // last, once every mount point exists.
     a.push(&["--remount-ro".as_ref(), "/".as_ref()]);
-    a.push(&["--chdir".as_ref(), workdir]);
-
-    a.flag("--");
-    a.flag(EXE_INSIDE);
-    a.flag(INIT_SUBCOMMAND);
-    for relay in &spec.relays {
-        a.flag(wire::RELAY_FLAG);
-        a.0.push(wire::encode_relay(relay.name, relay.listen, &relay.inside));
+    a.push(&["--chdir".as_ref(), workdir.as_os_str()]);
+    for filter in &fds.seccomp {
+        let fd = filter.as_raw_fd().to_string();
+        a.push(&["--add-seccomp-fd".as_ref(), fd.as_ref()]);
     }
-    a.flag("--");
-    a.0.extend(spec.command.iter().map(OsString::from));
-    a.0
+
+    let mut c = Args(Vec::with_capacity(spec.command.len() + 8));
+    c.flag("--");
+    c.flag(EXE_INSIDE);
+    c.flag(INIT_SUBCOMMAND);
+    for relay in &spec.relays {
+        c.flag(wire::RELAY_FLAG);
+        c.0.push(wire::encode_relay(relay.name, relay.listen, &relay.inside));
+    }
+    c.flag("--");
+    c.0.extend(spec.command.iter().map(OsString::from));
+    BwrapArgs {
+        options: a.0,
+        command: c.0,
+    }
 }
 
-/// The host's system directories and the chosen parts of `/etc`, read-only.
-fn mount_system(a: &mut Args) {
+/// The host's system directories, the chosen parts of `/etc` (read-only),
+/// and the sandbox's own `passwd` and `group`.
+fn mount_system(a: &mut Args, fds: &Descriptors) {
     for dir in SYSTEM_DIRS {
         let path = Path::new(dir);
         let Ok(meta) = path.symlink_metadata() else {
@@ -148,33 +204,35 @@ fn mount_system(a: &mut Args) {
             a.ro_bind(path, path);
         }
     }
+    for (fd, dest) in [(&fds.passwd, "/etc/passwd"), (&fds.group, "/etc/group")] {
+        if let Some(fd) = fd {
+            let fd = fd.as_raw_fd().to_string();
+            a.push(&["--ro-bind-data".as_ref(), fd.as_ref(), dest.as_ref()]);
+        }
+    }
 }
 
-/// Every top-level entry of the rootfs, read-only (links recreated), except
-/// the ones the sandbox brings itself. Mounting entries one by one rather
-/// than the rootfs at `/` means the rootfs need not hold the sandbox's mount
-/// points (`/run/constle`, `/tmp`, the work directory's parents).
-fn mount_rootfs(a: &mut Args, rootfs: &Path) {
-    let mut entries: Vec<_> = match std::fs::read_dir(rootfs) {
-        Ok(dir) => dir.filter_map(Result::ok).collect(),
-        Err(_) => Vec::new(),
-    };
-    entries.sort_by_key(|e| e.file_name());
+/// A fresh `/proc` of the sandbox's own PID namespace, with the kernel's
+/// settings read-only and a few files no agent needs covered.
+fn mount_proc(a: &mut Args) {
+    a.push(&["--proc".as_ref(), "/proc".as_ref()]);
+    for path in PROC_READ_ONLY.iter().map(Path::new).filter(|p| p.exists()) {
+        a.ro_bind(path, path);
+    }
+    for path in PROC_MASKED.iter().map(Path::new).filter(|p| p.exists()) {
+        a.ro_bind(Path::new("/dev/null"), path);
+    }
+}
+
+/// Every top-level entry of the rootfs the launcher opened, read-only
+/// (links recreated). Mounting entries one by one rather than the rootfs at
+/// `/` means the rootfs need not hold the sandbox's mount points
+/// (`/run/constle`, `/tmp`, the work directory's parents).
+fn mount_rootfs(a: &mut Args, entries: &[RootfsEntry]) {
     for entry in entries {
-        let name = entry.file_name();
-        if ROOTFS_SKIPPED.iter().any(|s| OsStr::new(s) == name) {
-            continue;
-        }
-        let Ok(file_type) = entry.file_type() else {
-            continue;
-        };
-        let inside = Path::new("/").join(&name);
-        if file_type.is_symlink() {
-            if let Ok(target) = entry.path().read_link() {
-                a.symlink(&target, &inside);
-            }
-        } else if file_type.is_dir() || file_type.is_file() {
-            a.ro_bind(&entry.path(), &inside);
+        match entry {
+            RootfsEntry::Mount { fd, inside, .. } => a.bind_fd("--ro-bind-fd", fd, inside),
+            RootfsEntry::Link { target, inside } => a.symlink(target, inside),
         }
     }
 }
@@ -182,210 +240,12 @@ fn mount_rootfs(a: &mut Args, rootfs: &Path) {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+    use std::fs::File;
 
     use super::*;
-    use crate::Relay;
 
-    #[test]
-    fn refuses_bad_specs() {
-        let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join("exe");
-        std::fs::write(&exe, b"").unwrap();
-        let work = tempfile::tempdir().unwrap();
-        let base = SandboxSpec {
-            command: vec!["true".into()],
-            workdir: work.path().to_path_buf(),
-            env: BTreeMap::new(),
-            rootfs: None,
-            relays: vec![],
-            constle_exe: exe.clone(),
-        };
-        base.check().unwrap();
-
-        let refuse = |f: &dyn Fn(&mut SandboxSpec)| {
-            let mut s = base.clone();
-            f(&mut s);
-            s.check().unwrap_err()
-        };
-        assert!(matches!(
-            refuse(&|s| s.command.clear()),
-            SandboxError::EmptyCommand
-        ));
-        assert!(matches!(
-            refuse(&|s| s.command = vec!["a\0b".into()]),
-            SandboxError::NulByte { .. }
-        ));
-        assert!(matches!(
-            refuse(&|s| {
-                s.env.insert("A=B".into(), "x".into());
-            }),
-            SandboxError::InvalidEnvName { .. }
-        ));
-        assert!(matches!(
-            refuse(&|s| s.workdir = "relative".into()),
-            SandboxError::WorkdirNotAbsolute { .. }
-        ));
-        assert!(matches!(
-            refuse(&|s| s.workdir = work.path().join("missing")),
-            SandboxError::Workdir { .. }
-        ));
-        assert!(matches!(
-            refuse(&|s| s.workdir = exe.clone()),
-            SandboxError::WorkdirNotDir { .. }
-        ));
-        for dir in ["/", "/usr", "/etc", "/tmp", "/proc/self", "/dev"] {
-            assert!(
-                matches!(
-                    refuse(&|s| s.workdir = dir.into()),
-                    SandboxError::WorkdirForbidden { .. }
-                ),
-                "{dir}"
-            );
-        }
-        assert!(matches!(
-            refuse(&|s| s.rootfs = Some(exe.clone())),
-            SandboxError::Rootfs { .. }
-        ));
-        assert!(matches!(
-            refuse(&|s| s.rootfs = Some("/".into())),
-            SandboxError::Rootfs { .. }
-        ));
-        assert!(matches!(
-            refuse(&|s| s.constle_exe = dir.path().join("missing")),
-            SandboxError::ConstleExe { .. }
-        ));
-        let in_work = work.path().join("constle");
-        std::fs::write(&in_work, b"").unwrap();
-        assert!(matches!(
-            refuse(&|s| s.constle_exe = in_work.clone()),
-            SandboxError::ConstleExe { .. }
-        ));
-
-        let sock_path = dir.path().join("s.sock");
-        let _listener = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
-        let relay = |name: &str, listen: &str, path: &Path| Relay {
-            name: name.into(),
-            listen: listen.parse().unwrap(),
-            host_socket: path.to_path_buf(),
-        };
-        let mut ok = base.clone();
-        ok.relays = vec![
-            relay("proxy", "127.0.0.1:3128", &sock_path),
-            relay("mcp-a", "127.0.0.1:3129", &sock_path),
-        ];
-        ok.check().unwrap();
-        let with = |relays: Vec<Relay>| {
-            let mut s = base.clone();
-            s.relays = relays;
-            s.check().unwrap_err()
-        };
-        assert!(matches!(
-            with(vec![relay("Proxy", "127.0.0.1:3128", &sock_path)]),
-            SandboxError::InvalidRelayName { .. }
-        ));
-        assert!(matches!(
-            with(vec![
-                relay("a", "127.0.0.1:3128", &sock_path),
-                relay("a", "127.0.0.1:3129", &sock_path)
-            ]),
-            SandboxError::DuplicateRelay { what: "name", .. }
-        ));
-        assert!(matches!(
-            with(vec![
-                relay("a", "127.0.0.1:3128", &sock_path),
-                relay("b", "127.0.0.1:3128", &sock_path)
-            ]),
-            SandboxError::DuplicateRelay {
-                what: "listen address",
-                ..
-            }
-        ));
-        assert!(matches!(
-            with(vec![relay("a", "10.0.0.1:3128", &sock_path)]),
-            SandboxError::InvalidRelayAddress { .. }
-        ));
-        assert!(matches!(
-            with(vec![relay("a", "127.0.0.1:80", &sock_path)]),
-            SandboxError::InvalidRelayAddress { .. }
-        ));
-        assert!(matches!(
-            with(vec![relay("a", "127.0.0.1:3128", &exe)]),
-            SandboxError::HostSocket { .. }
-        ));
-        assert!(matches!(
-            with(vec![relay("a", "127.0.0.1:3128", &dir.path().join("none"))]),
-            SandboxError::HostSocket { .. }
-        ));
-    }
-
-    #[test]
-    fn rootfs_needs_workdir_mount_point() {
-        let rootfs = tempfile::tempdir().unwrap();
-        // Outside /tmp (which a rootfs never provides), so the workdir's
-        // top-level directory is one the rootfs could hold. The build
-        // itself may live under /tmp (a CI clone), hence the fallback.
-        let exe = std::env::current_exe().unwrap();
-        let outside_tmp = [exe.parent().unwrap(), Path::new("/var/tmp")]
-            .into_iter()
-            .find(|dir| dir.canonicalize().is_ok_and(|d| !d.starts_with("/tmp")))
-            .expect("a writable directory outside /tmp");
-        let host = tempfile::tempdir_in(outside_tmp).unwrap();
-        let exe = host.path().join("exe");
-        std::fs::write(&exe, b"").unwrap();
-        let work = host.path().join("work");
-        std::fs::create_dir(&work).unwrap();
-        // The workdir's top-level directory exists in the rootfs but the
-        // workdir itself does not.
-        let resolved = work.canonicalize().unwrap();
-        let top = resolved.components().nth(1).unwrap().as_os_str().to_owned();
-        let mut spec = SandboxSpec {
-            command: vec!["true".into()],
-            workdir: work.clone(),
-            env: BTreeMap::new(),
-            rootfs: Some(rootfs.path().to_path_buf()),
-            relays: vec![],
-            constle_exe: exe,
-        };
-        assert_ne!(top, "tmp");
-        // Not in the rootfs at all: the sandbox creates the mount point.
-        spec.check().unwrap();
-        std::fs::create_dir(rootfs.path().join(&top)).unwrap();
-        assert!(matches!(
-            spec.check().unwrap_err(),
-            SandboxError::WorkdirMissingInRootfs { .. }
-        ));
-        let rel = resolved.strip_prefix("/").unwrap();
-        std::fs::create_dir_all(rootfs.path().join(rel)).unwrap();
-        spec.check().unwrap();
-        spec.rootfs = Some(rootfs.path().join("missing"));
-        assert!(matches!(
-            spec.check().unwrap_err(),
-            SandboxError::Rootfs { .. }
-        ));
-    }
-
-    #[test]
-    fn exposes() {
-        let host = tempfile::tempdir().unwrap();
-        let work = host.path().join("work");
-        let home = host.path().join("home");
-        std::fs::create_dir(&work).unwrap();
-        std::fs::create_dir(&home).unwrap();
-        let spec = SandboxSpec {
-            command: vec!["true".into()],
-            workdir: work.clone(),
-            env: BTreeMap::new(),
-            rootfs: None,
-            relays: vec![],
-            constle_exe: "/usr/bin/true".into(),
-        };
-        assert!(spec.exposes(&work.join("x")));
-        assert!(spec.exposes(Path::new("/usr/lib")));
-        assert!(spec.exposes(Path::new("/etc/passwd")));
-        assert!(!spec.exposes(Path::new("/etc/shadow")));
-        assert!(!spec.exposes(Path::new("/etc/ssl/private")));
-        assert!(!spec.exposes(&home.join("keys")));
-        assert!(!spec.exposes(Path::new("/root")));
+    fn fd() -> OwnedFd {
+        File::open("/dev/null").unwrap().into()
     }
 
     #[test]
@@ -398,32 +258,63 @@ mod tests {
             rootfs: None,
             relays: vec![],
             constle_exe: "/usr/bin/true".into(),
+            private: vec![],
+            stage: work.path().to_path_buf(),
         };
-        let args: Vec<String> = bwrap_args(&spec.check().unwrap())
+        let checked = spec.check().unwrap();
+        let fds = Descriptors {
+            workdir: fd(),
+            exe: fd(),
+            relays: vec![],
+            rootfs: vec![],
+            passwd: Some(fd()),
+            group: Some(fd()),
+            seccomp: vec![fd(), fd()],
+        };
+        let BwrapArgs { options, command } = bwrap_args(&checked, &fds);
+        let args: Vec<String> = options
             .into_iter()
             .map(|a| a.into_string().unwrap())
             .collect();
         let pos = |s: &str| args.iter().position(|a| a == s).unwrap();
         // the default PATH is added, the host's is not
-        let path_at = args.iter().position(|a| a == "PATH").unwrap();
+        let path_at = pos("PATH");
         assert_eq!(args[path_at + 1], DEFAULT_PATH);
-        // /tmp before the workdir (which may lie in it), the root read-only last
-        assert!(pos("--tmpfs") < pos("--bind"));
-        assert!(pos("--bind") < pos("--remount-ro"));
-        let sep = pos("--");
-        assert_eq!(&args[sep + 1..sep + 3], [EXE_INSIDE, INIT_SUBCOMMAND]);
-        assert_eq!(&args[args.len() - 4..], ["--", "python3", "-c", "print(1)"]);
+        // /tmp before the workdir (which may lie in it), the root read-only
+        // last, the seccomp filters after every mount
+        assert!(pos("--tmpfs") < pos("--bind-fd"));
+        assert!(pos("--bind-fd") < pos("--remount-ro"));
+        assert!(pos("--remount-ro") < pos("--add-seccomp-fd"));
+        assert_eq!(args.iter().filter(|a| *a == "--add-seccomp-fd").count(), 2);
+        // the agent's own passwd and group, none of the host's
+        assert_eq!(args.iter().filter(|a| *a == "--ro-bind-data").count(), 2);
+        assert!(
+            !args
+                .iter()
+                .any(|a| a == "/etc/shadow" || a == "/etc/sudoers")
+        );
+        assert_eq!(args[pos("--uid") + 1], AGENT_ID.to_string());
+        assert_eq!(args[pos("--gid") + 1], AGENT_ID.to_string());
         for flag in [
             "--unshare-all",
             "--unshare-user",
             "--disable-userns",
             "--die-with-parent",
+            "--as-pid-1",
             "--new-session",
             "--clearenv",
         ] {
-            assert!(pos(flag) < sep, "{flag}");
+            pos(flag);
         }
-        assert!(!args.iter().any(|a| a == "--share-net"));
-        assert!(!args.iter().any(|a| a.starts_with("/etc/shadow")));
+        assert!(!args.iter().any(|a| a == "--share-net" || a == "--"));
+        let command: Vec<String> = command
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        assert_eq!(&command[..3], ["--", EXE_INSIDE, INIT_SUBCOMMAND]);
+        assert_eq!(
+            &command[command.len() - 4..],
+            ["--", "python3", "-c", "print(1)"]
+        );
     }
 }

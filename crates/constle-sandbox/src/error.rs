@@ -63,6 +63,51 @@ pub enum SandboxError {
         reason: &'static str,
     },
 
+    /// The work directory or the rootfs would show the agent a private host
+    /// path, or let it write one.
+    #[error(
+        "the {role} {dir:?} {relation} {what} ({private:?}): the agent could read or change it; \
+         choose a {role} that neither contains nor lies inside it"
+    )]
+    Exposes {
+        /// `"workdir"` or `"rootfs"`.
+        role: &'static str,
+        /// The directory's real path.
+        dir: PathBuf,
+        /// `"is"`, `"contains"` or `"lies inside"`.
+        relation: &'static str,
+        /// What the private path is (`"CONSTLE_HOME (keys and logs)"`).
+        what: String,
+        /// The private path's real path.
+        private: PathBuf,
+    },
+
+    /// A private path cannot be resolved, so where it lies is unknown.
+    #[error("{what} {path:?} cannot be resolved: {reason}")]
+    Private {
+        /// What the private path is.
+        what: String,
+        /// The path as given.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+
+    /// A private file has other hard links, which may lie anywhere, the
+    /// agent's work directory included.
+    #[error(
+        "{what} {path:?} has {links} hard links: another name for it may lie where the agent \
+         can write; give it a single name (copy it, then remove the other links)"
+    )]
+    HardLinked {
+        /// What the file is.
+        what: String,
+        /// The path as given.
+        path: PathBuf,
+        /// How many names the file has.
+        links: u64,
+    },
+
     /// With a `rootfs`, the workdir's mount point is missing inside it.
     #[error(
         "workdir {path:?} lies under {top:?}, which comes from the rootfs, but {missing:?} \
@@ -135,6 +180,22 @@ pub enum SandboxError {
     ConstleExe {
         /// The path as given.
         path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+
+    /// The stage directory cannot be used.
+    #[error("the sandbox's stage directory {path:?} cannot be used: {reason}")]
+    Stage {
+        /// The path as given.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+
+    /// The launcher's plan could not be written.
+    #[error("the sandbox's plan cannot be written: {reason}")]
+    Plan {
         /// Why not.
         reason: String,
     },

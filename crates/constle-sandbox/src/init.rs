@@ -5,13 +5,16 @@
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use nix::sys::resource::{Resource, setrlimit};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::task::JoinSet;
 use tokio_util::task::TaskTracker;
@@ -60,6 +63,8 @@ enum InitError {
     RelayFailed { name: String, source: io::Error },
     #[error("cannot wait for the agent: {0}")]
     Wait(io::Error),
+    #[error("cannot turn core dumps off: {0}")]
+    Limit(io::Error),
 }
 
 impl InitError {
@@ -113,6 +118,9 @@ fn init(args: Vec<OsString>) -> Result<i32, InitError> {
     close_inherited_fds().map_err(InitError::Fds)?;
     // Best effort: without it the relay is only as exposed as the agent.
     let _ = nix::sys::prctl::set_dumpable(false);
+    // No core dumps, for good: a crashing agent must not make the kernel
+    // write its memory anywhere or start the host's core handler for it.
+    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(|e| InitError::Limit(e.into()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -188,15 +196,17 @@ async fn run(relays: Vec<InitRelay>, command: Vec<OsString>) -> Result<i32, Init
         listeners.push((listener, relay));
     }
 
-    let mut child = tokio::process::Command::new(&command[0])
+    // Before the agent exists, so that no exit goes unnoticed.
+    let mut children = Reaper::new()?;
+    let agent = std::process::Command::new(&command[0])
         .args(&command[1..])
         .stdin(Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .map_err(|source| InitError::Spawn {
             program: command[0].clone(),
             source,
         })?;
+    let agent = Pid::from_raw(agent.id() as i32);
 
     let connections = TaskTracker::new();
     let mut relays = JoinSet::new();
@@ -205,8 +215,8 @@ async fn run(relays: Vec<InitRelay>, command: Vec<OsString>) -> Result<i32, Init
     }
 
     tokio::select! {
-        status = child.wait() => {
-            let code = exit_code(status.map_err(InitError::Wait)?);
+        code = children.wait_for(agent) => {
+            let code = code?;
             relays.abort_all();
             connections.close();
             let _ = tokio::time::timeout(DRAIN_GRACE, connections.wait()).await;
@@ -220,18 +230,50 @@ async fn run(relays: Vec<InitRelay>, command: Vec<OsString>) -> Result<i32, Init
                     source: io::Error::other(join.to_string()),
                 },
             };
-            let _ = child.start_kill();
-            let _ = child.wait().await;
+            let _ = kill(agent, Signal::SIGKILL);
+            let _ = children.wait_for(agent).await;
             Err(err)
         }
     }
 }
 
-fn exit_code(status: ExitStatus) -> i32 {
-    status
-        .code()
-        .or_else(|| status.signal().map(|signal| 128 + signal))
-        .unwrap_or(EXIT_SANDBOX_FAILED)
+/// As the sandbox's pid 1, init inherits every process whose parent exits
+/// and must reap it, or zombies would pile up (each holding a pid). The
+/// agent's own exit is found among them.
+struct Reaper {
+    sigchld: tokio::signal::unix::Signal,
+}
+
+impl Reaper {
+    fn new() -> Result<Reaper, InitError> {
+        let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+            .map_err(InitError::Wait)?;
+        Ok(Reaper { sigchld })
+    }
+
+    /// Reaps every exited process until `agent` is among them: its status.
+    async fn wait_for(&mut self, agent: Pid) -> Result<i32, InitError> {
+        loop {
+            while let Some((pid, code)) = reap_one()? {
+                if pid == agent {
+                    return Ok(code);
+                }
+            }
+            self.sigchld.recv().await;
+        }
+    }
+}
+
+/// One exited child, if any, and its exit code (128 + signal if killed).
+fn reap_one() -> Result<Option<(Pid, i32)>, InitError> {
+    match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(pid, code)) => Ok(Some((pid, code))),
+        Ok(WaitStatus::Signaled(pid, signal, _)) => Ok(Some((pid, 128 + signal as i32))),
+        Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::ECHILD) => Ok(None),
+        // Stopped or continued children are not exits; look again.
+        Ok(_) => reap_one(),
+        Err(errno) => Err(InitError::Wait(errno.into())),
+    }
 }
 
 /// Accepts until the listener fails for good; returns why.

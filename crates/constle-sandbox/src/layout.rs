@@ -14,6 +14,20 @@ pub const EXE_INSIDE: &str = "/run/constle/constle";
 /// [`init_main`](crate::init_main).
 pub const INIT_SUBCOMMAND: &str = "sandbox-init";
 
+/// The hidden subcommand that launches the sandbox on the host:
+/// `constle sandbox-exec`. The `constle` binary passes the arguments after
+/// it to [`launch_main`](crate::launch_main).
+pub const LAUNCH_SUBCOMMAND: &str = "sandbox-exec";
+
+/// The agent's uid and gid inside the sandbox, whoever starts constle.
+pub const AGENT_ID: u32 = 1000;
+
+/// The host uid and gid the agent runs as when constle runs as root: no
+/// user of the host, and never root. (When constle runs as another user,
+/// the agent runs as that user: an unprivileged process cannot switch to
+/// anyone else.)
+pub const ROOT_AGENT_HOST_ID: u32 = 65533;
+
 /// The sandbox's host name (own UTS namespace).
 pub const HOSTNAME: &str = "constle-sandbox";
 
@@ -32,12 +46,10 @@ pub(crate) const SYSTEM_DIRS: &[&str] = &[
 /// The parts of the host's `/etc` mounted read-only (each only if it exists;
 /// links are followed). Everything else in `/etc` stays out: `shadow`,
 /// `gshadow`, `sudoers`, `ssh/`, `ssl/private/`, `environment`,
-/// `machine-id`, `hostname`, `hosts`, `resolv.conf`, …. Not used with a
-/// rootfs.
+/// `machine-id`, `hostname`, `hosts`, `resolv.conf`, and the host's
+/// `passwd` and `group` (the sandbox gets its own, [`passwd`] and
+/// [`group`]). Not used with a rootfs.
 pub(crate) const ETC_PATHS: &[&str] = &[
-    // user and group names, for `id`, `whoami`, git, Python's getpass
-    "/etc/passwd",
-    "/etc/group",
     "/etc/nsswitch.conf",
     // the dynamic linker's configuration
     "/etc/ld.so.cache",
@@ -55,6 +67,43 @@ pub(crate) const ETC_PATHS: &[&str] = &[
     "/etc/localtime",
     "/etc/timezone",
     "/etc/os-release",
+];
+
+/// The sandbox's `/etc/passwd`: root, the agent and nobody. `home` is the
+/// agent's home directory.
+pub(crate) fn passwd(home: &std::path::Path) -> String {
+    format!(
+        "root:x:0:0:root:/root:/usr/sbin/nologin\n\
+         agent:x:{AGENT_ID}:{AGENT_ID}:constle agent:{}:/bin/sh\n\
+         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        home.display()
+    )
+}
+
+/// The sandbox's `/etc/group`, to match [`passwd`].
+pub(crate) fn group() -> String {
+    format!("root:x:0:\nagent:x:{AGENT_ID}:\nnogroup:x:65534:\n")
+}
+
+/// Parts of the sandbox's own `/proc` that are made read-only: kernel
+/// settings (`sys`: `core_pattern`, `modprobe`, …) and triggers, which a
+/// process that ever held privilege in its namespace must not reach.
+pub(crate) const PROC_READ_ONLY: &[&str] = &[
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+];
+
+/// Files of `/proc` covered with `/dev/null`: kernel memory, keys and
+/// timing details no agent needs.
+pub(crate) const PROC_MASKED: &[&str] = &[
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
 ];
 
 /// Top-level entries of a rootfs that are not mounted: the sandbox brings its

@@ -14,23 +14,29 @@
 //!  host                                 sandbox (bwrap)
 //!  ────                                 ───────────────
 //!  proxy ◄── /tmp/…/proxy.sock ══ro══► /run/constle/proxy.sock ◄── relay ◄── 127.0.0.1:3128 ◄── agent
-//!  constle binary ═══════════════ro══► /run/constle/constle (runs the relay, then the agent)
+//!  constle binary ═══════════════ro══► /run/constle/constle (pid 1: runs the relay, then the agent)
 //! ```
 //!
-//! - [`bwrap_command`] turns a [`SandboxSpec`] into the `bwrap` command,
-//!   after checking it ([`SandboxError`]).
+//! - [`sandbox_command`] checks a [`SandboxSpec`] ([`SandboxError`]) and
+//!   returns the command that runs it: the constle binary as the launcher.
+//! - [`launch_main`] is the launcher, the hidden `constle sandbox-exec`
+//!   subcommand: on the host, it checks the spec again on the objects it
+//!   then mounts, confines itself when started as root, and becomes `bwrap`.
 //! - [`init_main`] is what the hidden `constle sandbox-init` subcommand runs
-//!   inside the sandbox.
+//!   inside the sandbox, as its pid 1.
 //!
 //! # Wiring it up
 //!
-//! The `constle` binary dispatches the hidden subcommand first thing, before
-//! any other argument parsing:
+//! The `constle` binary dispatches both hidden subcommands first thing,
+//! before any other argument parsing:
 //!
 //! ```no_run
 //! let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
 //! if args.get(1).is_some_and(|a| a == constle_sandbox::INIT_SUBCOMMAND) {
 //!     std::process::exit(constle_sandbox::init_main(args[2..].to_vec()));
+//! }
+//! if args.get(1).is_some_and(|a| a == constle_sandbox::LAUNCH_SUBCOMMAND) {
+//!     std::process::exit(constle_sandbox::launch_main(args[2..].to_vec()));
 //! }
 //! ```
 //!
@@ -38,12 +44,12 @@
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
-//! use constle_sandbox::{Relay, SandboxSpec, bwrap_command};
+//! use constle_sandbox::{Private, Relay, SandboxSpec, sandbox_command};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let spec = SandboxSpec {
 //!     command: vec!["python3".into(), "agent.py".into()],
-//!     workdir: "/home/me/agent".into(),
+//!     workdir: "/home/me/agent/work".into(),
 //!     env: BTreeMap::from([
 //!         ("HTTPS_PROXY".into(), "http://127.0.0.1:3128".into()),
 //!         ("HTTP_PROXY".into(), "http://127.0.0.1:3128".into()),
@@ -55,62 +61,75 @@
 //!         host_socket: "/tmp/constle-run-1234/proxy.sock".into(),
 //!     }],
 //!     constle_exe: std::env::current_exe()?,
+//!     private: vec![Private {
+//!         what: "CONSTLE_HOME (keys and logs)".into(),
+//!         path: "/home/me/.constle".into(),
+//!     }],
+//!     stage: "/tmp/constle-stage-1234".into(),
 //! };
-//! let status = bwrap_command(&spec)?.status()?; // the agent's status
+//! let status = sandbox_command(&spec)?.status()?; // the agent's status
 //! # Ok(())
 //! # }
 //! ```
 //!
 //! # What the agent gets
 //!
+//! - **Identity**: uid and gid [`AGENT_ID`] (`agent` in the sandbox's own
+//!   `/etc/passwd`), which on the host is the user who started constle, or
+//!   [`ROOT_AGENT_HOST_ID`] when that user is root: no id inside maps to
+//!   the host's root. Every capability dropped, `no_new_privs` set, and a
+//!   seccomp filter (see `seccomp`) on it and everything it starts.
 //! - **Namespaces**: its own network (loopback only), PID (it sees only the
-//!   sandbox's processes), IPC, UTS (host name [`HOSTNAME`]), cgroup, mount
-//!   and user namespaces; creating further user namespaces is disabled.
-//!   Abstract Unix sockets belong to the network namespace, so the host's are
-//!   out of reach too.
-//! - **Privileges**: every capability dropped, `no_new_privs` set (by bwrap),
-//!   a new session (no controlling terminal, so no `TIOCSTI` keystroke
-//!   injection into the host's terminal), stdin `/dev/null`.
-//! - **Lifetime**: the sandbox dies with the process that spawned `bwrap`
-//!   (see [`bwrap_command`] for the per-thread catch), and everything in it
-//!   dies with the agent: when the agent exits, the sandbox's PID namespace is
-//!   torn down, background processes included.
+//!   sandbox's processes; pid 1 is constle's non-dumpable init, which reaps
+//!   orphans and which no signal from inside can stop), IPC, UTS (host name
+//!   [`HOSTNAME`]), cgroup, mount and user namespaces; creating further user
+//!   namespaces is disabled. Abstract Unix sockets belong to the network
+//!   namespace, so the host's are out of reach too.
+//! - **Session**: a new one with no controlling terminal (so no `TIOCSTI`
+//!   into the host's terminal), stdin `/dev/null`; stdout and stderr are
+//!   whatever the caller gives (`constle run` gives pipes).
+//! - **Lifetime**: the sandbox dies with the process that spawned it (see
+//!   [`sandbox_command`] for the per-thread catch), and everything in it
+//!   dies with the agent: when the agent exits, pid 1 exits and the PID
+//!   namespace is torn down, background processes included.
 //! - **Environment**: exactly [`SandboxSpec::env`], nothing from the host,
 //!   plus `PATH=`[`DEFAULT_PATH`] when the spec has no `PATH`, and `PWD`
 //!   (the work directory, set by bwrap after changing into it).
 //! - **File descriptors**: 0, 1 and 2 only. Any other descriptor the host
-//!   let through (one without close-on-exec, say a directory, which would
-//!   let the agent walk the host's file tree) is closed by `sandbox-init`
-//!   before the agent starts, and `sandbox-init` is not dumpable, so the
-//!   agent cannot reach the relay's own descriptors through `/proc`.
+//!   let through is closed by `sandbox-init` before the agent starts, and
+//!   `sandbox-init` is not dumpable, so the agent cannot reach the relay's
+//!   own descriptors through `/proc`.
 //! - **Files**: read-only `/usr`, the `/bin`, `/sbin`, `/lib*` directories or
-//!   links, and a short list of files from `/etc` (user and group names,
-//!   dynamic linker, alternatives, public CA certificates, time zone,
-//!   `os-release`; never `shadow`, `ssh/`, `ssl/private/` or `environment`);
-//!   a fresh `/proc` and a minimal `/dev`; a private, empty `/tmp`; the work
+//!   links, a short list of files from `/etc` (dynamic linker,
+//!   alternatives, public CA certificates, time zone, `os-release`; never
+//!   `shadow`, `ssh/`, `ssl/private/` or `environment`) and the sandbox's own
+//!   `passwd` and `group`; a fresh `/proc` with `/proc/sys` and the kernel's
+//!   triggers read-only; a minimal `/dev`; a private, empty `/tmp`; the work
 //!   directory, the only writable host path, as current directory; and
 //!   `/run/constle/` with the constle binary and the relay sockets,
 //!   read-only. Nothing else: no home directory (so no `$CONSTLE_HOME`, keys
 //!   or logs), no `/sys`, no `/var`, no `/run` of the host. Everything else,
 //!   `/` included, is read-only. With [`SandboxSpec::rootfs`] the system
-//!   directories and `/etc` files come from the rootfs instead (each of its
-//!   top-level entries, read-only).
+//!   directories and `/etc` come from the rootfs instead (each of its
+//!   top-level entries, read-only). The work directory and the rootfs are
+//!   checked on their real paths and mounted by descriptor: neither may
+//!   contain or lie inside a [`SandboxSpec::private`] path, and a link
+//!   swapped in after the check changes nothing.
 //!
 //! # Limits
 //!
-//! - Needs bubblewrap 0.8 or later (`--disable-userns`); an older `bwrap`
-//!   refuses the invocation, so the run fails rather than starts weaker.
+//! - Needs bubblewrap 0.8 or later and unprivileged user namespaces; an
+//!   older `bwrap` refuses the invocation, so the run fails rather than
+//!   starts weaker.
+//! - As root, the work directory must be on a file system that supports
+//!   idmapped mounts (ext4, xfs, btrfs, tmpfs since Linux 6.3, …), unless it
+//!   belongs to [`ROOT_AGENT_HOST_ID`]; mounts below the work directory are
+//!   not shown then.
 //! - With a rootfs, the rootfs must provide what the constle binary needs
 //!   to start (its C library and dynamic linker), or constle must be built
-//!   statically.
-//! - When constle runs as root, the agent is root in its user namespace,
-//!   mapped to the host's root: without capabilities, but the owner of
-//!   root-owned files it can see. Everything it can see is read-only apart
-//!   from the work directory, `/tmp` and `/dev`, which are its own.
-//! - No seccomp filter is installed; the kernel's system call surface is
-//!   what an unprivileged process in user namespaces has.
-//! - Stopping the sandbox is killing `bwrap`; the agent gets `SIGKILL`, not
-//!   a chance to clean up.
+//!   statically, and its own `/etc/passwd` (the sandbox's is not used).
+//! - Stopping the sandbox is killing the launched process (`bwrap`); the
+//!   agent gets `SIGKILL`, not a chance to clean up.
 //! - bwrap 0.8 sets its parent-death signal once its namespaces are set up
 //!   (a few milliseconds after it starts) and does not check afterwards
 //!   whether the parent already died. If the caller dies inside that
@@ -122,14 +141,21 @@
 mod bwrap;
 mod error;
 mod init;
+mod launch;
 mod layout;
+mod plan;
+mod resolve;
 mod spec;
 mod splice;
 mod wire;
 
-pub use bwrap::bwrap_command;
+pub use bwrap::sandbox_command;
 pub use error::SandboxError;
 pub use init::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, init_main};
-pub use layout::{DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, RUN_DIR};
-pub use spec::{Relay, SandboxSpec};
+pub use launch::launch_main;
+pub use layout::{
+    AGENT_ID, DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND,
+    ROOT_AGENT_HOST_ID, RUN_DIR,
+};
+pub use spec::{Private, Relay, SandboxSpec};
 pub use splice::{SpliceSocket, splice_bidirectional};

@@ -4,15 +4,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::net::SocketAddrV4;
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt as _};
 use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
 
 use crate::SandboxError;
 use crate::layout::{self, RUN_DIR};
+use crate::resolve::{OpenDir, check_private, check_single_link, open_dir};
 
 /// One door out of the sandbox: a TCP listener inside, forwarding every
 /// connection to a Unix socket on the host.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Relay {
     /// What the relay is for (`"proxy"`, `"mcp-accounting"`): 1 to 32 of
     /// `a-z`, `0-9`, `-`, starting with a letter or digit. It names the
@@ -27,11 +30,23 @@ pub struct Relay {
     /// The Unix socket the caller has bound on the host. Only this socket
     /// file is mounted into the sandbox (read-only, which still allows
     /// `connect()`), not the directory holding it.
+    #[serde(with = "crate::plan::path")]
     pub host_socket: PathBuf,
 }
 
+/// A host path the sandbox must never see: `$CONSTLE_HOME`, the Agentfile,
+/// a hosts file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Private {
+    /// What it is, for error messages: `"CONSTLE_HOME (keys and logs)"`.
+    pub what: String,
+    /// Where it is; it need not exist yet.
+    #[serde(with = "crate::plan::path")]
+    pub path: PathBuf,
+}
+
 /// Everything that decides what the agent's process sees.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxSpec {
     /// The agent's argv. `command[0]` is looked up in the sandbox's `PATH`
     /// when it has no `/`.
@@ -39,6 +54,7 @@ pub struct SandboxSpec {
     /// The work directory: absolute, existing, the only writable host path
     /// and the agent's current directory. Symbolic links are resolved; the
     /// agent sees the resolved path.
+    #[serde(with = "crate::plan::path")]
     pub workdir: PathBuf,
     /// Exactly the agent's environment (the caller adds `HTTPS_PROXY` and
     /// friends). Nothing from the host is inherited. One addition: without a
@@ -46,24 +62,41 @@ pub struct SandboxSpec {
     pub env: BTreeMap<String, String>,
     /// A directory to use as the sandbox's `/` instead of the host's system
     /// directories.
+    #[serde(with = "crate::plan::opt_path")]
     pub rootfs: Option<PathBuf>,
     /// The ways out.
     pub relays: Vec<Relay>,
-    /// The `constle` executable, mounted read-only at
-    /// `/run/constle/constle` and started as the sandbox's first process
+    /// The `constle` executable: it launches the sandbox
+    /// (`constle sandbox-exec`, on the host) and is mounted read-only at
+    /// `/run/constle/constle` as the sandbox's first process
     /// (`constle sandbox-init`), which runs the relays and the agent.
+    #[serde(with = "crate::plan::path")]
     pub constle_exe: PathBuf,
+    /// Host paths the sandbox must never see. The work directory and the
+    /// rootfs may neither contain one of them nor lie inside one, judged on
+    /// real paths (links followed, `..` resolved); a private file with
+    /// other hard links is refused, since one of them could be anywhere.
+    pub private: Vec<Private>,
+    /// A directory of the caller's for the launcher: existing, empty, the
+    /// caller's own and writable by no one else, in a
+    /// directory anyone may search (such as `/tmp`), removed by the caller
+    /// after the run. Run as root, the launcher mounts a tmpfs over it in a
+    /// mount namespace of its own, to put what the sandbox mounts where the
+    /// agent's unprivileged uid can reach it; the host never sees anything
+    /// in it.
+    #[serde(with = "crate::plan::path")]
+    pub stage: PathBuf,
 }
 
-/// A spec whose every part was checked; paths are resolved.
+/// A spec whose every part was checked. The work directory and rootfs are
+/// held open: they are what gets mounted.
 #[derive(Debug)]
 pub(crate) struct CheckedSpec<'a> {
     pub command: &'a [String],
-    pub workdir: PathBuf,
+    pub workdir: OpenDir,
     pub env: BTreeMap<&'a str, &'a str>,
-    pub rootfs: Option<PathBuf>,
+    pub rootfs: Option<OpenDir>,
     pub relays: Vec<CheckedRelay<'a>>,
-    pub constle_exe: &'a Path,
 }
 
 #[derive(Debug)]
@@ -78,8 +111,8 @@ pub(crate) struct CheckedRelay<'a> {
 /// Top-level host directories that may not be the work directory: binding
 /// one of them writable would expose or shadow far more than a project.
 const FORBIDDEN_WORKDIRS: &[&str] = &[
-    "bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin", "sys",
-    "tmp", "usr", "var",
+    "bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "proc", "root", "run",
+    "sbin", "sys", "tmp", "usr", "var",
 ];
 
 /// Where the work directory may not lie at all: the sandbox mounts its own
@@ -87,87 +120,64 @@ const FORBIDDEN_WORKDIRS: &[&str] = &[
 const FORBIDDEN_WORKDIR_PREFIXES: &[&str] = &["/proc", "/dev", "/sys", RUN_DIR];
 
 impl SandboxSpec {
+    /// Every check, made before anything starts. The directories are opened
+    /// here and judged by what the descriptors name.
     pub(crate) fn check(&self) -> Result<CheckedSpec<'_>, SandboxError> {
-        if self.command.is_empty() {
-            return Err(SandboxError::EmptyCommand);
-        }
-        for (i, arg) in self.command.iter().enumerate() {
-            if arg.contains('\0') {
-                return Err(SandboxError::NulByte {
-                    what: format!("command argument {i}"),
-                });
-            }
-        }
-        if self.command[0].is_empty() {
-            return Err(SandboxError::EmptyCommand);
-        }
-
-        let mut env = BTreeMap::new();
-        for (name, value) in &self.env {
-            if name.is_empty() || name.contains('=') {
-                return Err(SandboxError::InvalidEnvName { name: name.clone() });
-            }
-            if name.contains('\0') {
-                return Err(SandboxError::NulByte {
-                    what: format!("environment variable name {name:?}"),
-                });
-            }
-            if value.contains('\0') {
-                return Err(SandboxError::NulByte {
-                    what: format!("value of {name}"),
-                });
-            }
-            env.insert(name.as_str(), value.as_str());
-        }
-
+        check_command(&self.command)?;
+        let env = check_env(&self.env)?;
+        check_single_link(&self.private)?;
         let rootfs = match &self.rootfs {
             None => None,
-            Some(path) => Some(check_rootfs(path)?),
+            Some(path) => Some(check_rootfs(path, &self.private)?),
         };
-        let workdir = check_workdir(&self.workdir, rootfs.as_deref())?;
+        let workdir = check_workdir(&self.workdir, rootfs.as_ref(), &self.private)?;
         let relays = check_relays(&self.relays)?;
-        check_exe(&self.constle_exe, &workdir)?;
-
+        check_exe(&self.constle_exe, &workdir.path)?;
+        check_stage(&self.stage)?;
         Ok(CheckedSpec {
             command: &self.command,
             workdir,
             env,
             rootfs,
             relays,
-            constle_exe: &self.constle_exe,
         })
-    }
-
-    /// Whether the host path `path` would be visible inside the sandbox
-    /// built from this spec: under the work directory, under the rootfs, or
-    /// under one of the system paths mounted read-only.
-    ///
-    /// Use it to make sure secrets stay out, for instance that
-    /// `$CONSTLE_HOME` is not inside the work directory. Paths that cannot
-    /// be resolved are judged as written.
-    pub fn exposes(&self, path: &Path) -> bool {
-        let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-        let under = |root: &Path| {
-            let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-            path.starts_with(root)
-        };
-        if under(&self.workdir) || under(&self.constle_exe) {
-            return true;
-        }
-        if self.relays.iter().any(|r| under(&r.host_socket)) {
-            return true;
-        }
-        match &self.rootfs {
-            Some(rootfs) => under(rootfs),
-            None => layout::SYSTEM_DIRS
-                .iter()
-                .chain(layout::ETC_PATHS)
-                .any(|p| under(Path::new(p))),
-        }
     }
 }
 
-fn check_rootfs(path: &Path) -> Result<PathBuf, SandboxError> {
+fn check_command(command: &[String]) -> Result<(), SandboxError> {
+    if command.first().is_none_or(String::is_empty) {
+        return Err(SandboxError::EmptyCommand);
+    }
+    match command.iter().position(|arg| arg.contains('\0')) {
+        Some(i) => Err(SandboxError::NulByte {
+            what: format!("command argument {i}"),
+        }),
+        None => Ok(()),
+    }
+}
+
+fn check_env(env: &BTreeMap<String, String>) -> Result<BTreeMap<&str, &str>, SandboxError> {
+    let mut checked = BTreeMap::new();
+    for (name, value) in env {
+        if name.is_empty() || name.contains('=') {
+            return Err(SandboxError::InvalidEnvName { name: name.clone() });
+        }
+        if name.contains('\0') {
+            return Err(SandboxError::NulByte {
+                what: format!("environment variable name {name:?}"),
+            });
+        }
+        if value.contains('\0') {
+            return Err(SandboxError::NulByte {
+                what: format!("value of {name}"),
+            });
+        }
+        checked.insert(name.as_str(), value.as_str());
+    }
+    Ok(checked)
+}
+
+fn check_rootfs(path: &Path, private: &[Private]) -> Result<OpenDir, SandboxError> {
     let err = |reason: String| SandboxError::Rootfs {
         path: path.to_path_buf(),
         reason,
@@ -175,36 +185,38 @@ fn check_rootfs(path: &Path) -> Result<PathBuf, SandboxError> {
     if !path.is_absolute() {
         return Err(err("it is not an absolute path".into()));
     }
-    let resolved = path
-        .canonicalize()
-        .map_err(|e| err(format!("{e}; create it first")))?;
-    if !resolved.is_dir() {
-        return Err(err("it is not a directory".into()));
-    }
-    if resolved == Path::new("/") {
+    let rootfs =
+        open_dir(path).map_err(|e| err(format!("{e}; it must be an existing directory")))?;
+    if rootfs.path == Path::new("/") {
         return Err(err(
             "it is the host's own root; leave rootfs out to use the host's system directories"
                 .into(),
         ));
     }
-    Ok(resolved)
+    check_private("rootfs", &rootfs.path, private)?;
+    Ok(rootfs)
 }
 
-fn check_workdir(path: &Path, rootfs: Option<&Path>) -> Result<PathBuf, SandboxError> {
+fn check_workdir(
+    path: &Path,
+    rootfs: Option<&OpenDir>,
+    private: &[Private],
+) -> Result<OpenDir, SandboxError> {
     if !path.is_absolute() {
         return Err(SandboxError::WorkdirNotAbsolute {
             path: path.to_path_buf(),
         });
     }
-    let resolved = path
-        .canonicalize()
-        .map_err(|source| SandboxError::Workdir {
+    let workdir = open_dir(path).map_err(|source| match source.raw_os_error() {
+        Some(code) if code == nix::errno::Errno::ENOTDIR as i32 => SandboxError::WorkdirNotDir {
+            path: path.to_path_buf(),
+        },
+        _ => SandboxError::Workdir {
             path: path.to_path_buf(),
             source,
-        })?;
-    if !resolved.is_dir() {
-        return Err(SandboxError::WorkdirNotDir { path: resolved });
-    }
+        },
+    })?;
+    let resolved = &workdir.path;
     let forbidden = |reason| SandboxError::WorkdirForbidden {
         path: resolved.clone(),
         reason,
@@ -230,28 +242,49 @@ fn check_workdir(path: &Path, rootfs: Option<&Path>) -> Result<PathBuf, SandboxE
     {
         return Err(forbidden("the sandbox mounts its own file systems there"));
     }
+    check_private("workdir", resolved, private)?;
     if let Some(rootfs) = rootfs {
-        if rootfs.starts_with(&resolved) {
-            return Err(forbidden("it contains the rootfs"));
-        }
-        // The top-level entries of the rootfs are mounted read-only, so a
-        // mount point below one of them must already exist in the rootfs.
-        let top_in_rootfs = rootfs.join(top);
-        if !layout::ROOTFS_SKIPPED.iter().any(|s| OsStr::new(s) == *top)
-            && std::fs::symlink_metadata(&top_in_rootfs).is_ok()
-        {
-            let relative: PathBuf = normals.iter().collect();
-            let inside = rootfs.join(relative);
-            if !inside.is_dir() {
-                return Err(SandboxError::WorkdirMissingInRootfs {
-                    path: resolved.clone(),
-                    top: Path::new("/").join(top),
-                    missing: inside,
-                });
-            }
+        check_against_rootfs(resolved, &normals, &rootfs.path)?;
+    }
+    Ok(workdir)
+}
+
+/// The rootfs and the work directory may not hold one another: a workdir
+/// holding the rootfs would let the agent rewrite its own system files for
+/// the next run, and the other way round the workdir would be shadowed.
+fn check_against_rootfs(
+    workdir: &Path,
+    normals: &[&OsStr],
+    rootfs: &Path,
+) -> Result<(), SandboxError> {
+    let forbidden = |reason| SandboxError::WorkdirForbidden {
+        path: workdir.to_path_buf(),
+        reason,
+    };
+    if rootfs.starts_with(workdir) {
+        return Err(forbidden("it contains the rootfs"));
+    }
+    if workdir.starts_with(rootfs) {
+        return Err(forbidden("it lies inside the rootfs"));
+    }
+    // The top-level entries of the rootfs are mounted read-only, so a
+    // mount point below one of them must already exist in the rootfs.
+    let top = normals[0];
+    let top_in_rootfs = rootfs.join(top);
+    if !layout::ROOTFS_SKIPPED.iter().any(|s| OsStr::new(s) == top)
+        && std::fs::symlink_metadata(&top_in_rootfs).is_ok()
+    {
+        let relative: PathBuf = normals.iter().collect();
+        let inside = rootfs.join(relative);
+        if !inside.is_dir() {
+            return Err(SandboxError::WorkdirMissingInRootfs {
+                path: workdir.to_path_buf(),
+                top: Path::new("/").join(top),
+                missing: inside,
+            });
         }
     }
-    Ok(resolved)
+    Ok(())
 }
 
 /// Relay names: 1 to 32 of `a-z`, `0-9`, `-`, starting with a letter or
@@ -322,6 +355,33 @@ fn check_relays(relays: &[Relay]) -> Result<Vec<CheckedRelay<'_>>, SandboxError>
     Ok(checked)
 }
 
+fn check_stage(path: &Path) -> Result<(), SandboxError> {
+    let err = |reason: &str| SandboxError::Stage {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    };
+    let meta = std::fs::symlink_metadata(path).map_err(|e| err(&e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(err("it is not a directory"));
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o022 != 0 {
+        return Err(err(
+            "it must be this user's own, and writable by no one else",
+        ));
+    }
+    for parent in path.ancestors().skip(1) {
+        let searchable = std::fs::metadata(parent).is_ok_and(|m| m.mode() & 0o001 != 0);
+        if !searchable {
+            return Err(err(&format!(
+                "{} is closed to other users, so the agent could not reach what is staged there; \
+                 use a directory under /tmp (set TMPDIR)",
+                parent.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn check_exe(path: &Path, workdir: &Path) -> Result<(), SandboxError> {
     let err = |reason: String| SandboxError::ConstleExe {
         path: path.to_path_buf(),
@@ -365,5 +425,248 @@ mod tests {
         ] {
             assert!(!valid_relay_name(bad), "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod check_tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn refuses_bad_specs() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("exe");
+        std::fs::write(&exe, b"").unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let base = SandboxSpec {
+            command: vec!["true".into()],
+            workdir: work.path().to_path_buf(),
+            env: BTreeMap::new(),
+            rootfs: None,
+            relays: vec![],
+            constle_exe: exe.clone(),
+            private: vec![],
+            stage: dir.path().to_path_buf(),
+        };
+        base.check().unwrap();
+
+        let refuse = |f: &dyn Fn(&mut SandboxSpec)| {
+            let mut s = base.clone();
+            f(&mut s);
+            s.check().unwrap_err()
+        };
+        assert!(matches!(
+            refuse(&|s| s.command.clear()),
+            SandboxError::EmptyCommand
+        ));
+        assert!(matches!(
+            refuse(&|s| s.command = vec!["a\0b".into()]),
+            SandboxError::NulByte { .. }
+        ));
+        assert!(matches!(
+            refuse(&|s| {
+                s.env.insert("A=B".into(), "x".into());
+            }),
+            SandboxError::InvalidEnvName { .. }
+        ));
+        assert!(matches!(
+            refuse(&|s| s.workdir = "relative".into()),
+            SandboxError::WorkdirNotAbsolute { .. }
+        ));
+        assert!(matches!(
+            refuse(&|s| s.workdir = work.path().join("missing")),
+            SandboxError::Workdir { .. }
+        ));
+        assert!(matches!(
+            refuse(&|s| s.workdir = exe.clone()),
+            SandboxError::WorkdirNotDir { .. }
+        ));
+        for dir in ["/", "/usr", "/etc", "/tmp", "/proc/self", "/dev"] {
+            assert!(
+                matches!(
+                    refuse(&|s| s.workdir = dir.into()),
+                    SandboxError::WorkdirForbidden { .. }
+                ),
+                "{dir}"
+            );
+        }
+        assert!(matches!(
+            refuse(&|s| s.rootfs = Some(exe.clone())),
+            SandboxError::Rootfs { .. }
+        ));
+        assert!(matches!(
+            refuse(&|s| s.rootfs = Some("/".into())),
+            SandboxError::Rootfs { .. }
+        ));
+        assert!(matches!(
+            refuse(&|s| s.constle_exe = dir.path().join("missing")),
+            SandboxError::ConstleExe { .. }
+        ));
+        let in_work = work.path().join("constle");
+        std::fs::write(&in_work, b"").unwrap();
+        assert!(matches!(
+            refuse(&|s| s.constle_exe = in_work.clone()),
+            SandboxError::ConstleExe { .. }
+        ));
+
+        let sock_path = dir.path().join("s.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
+        let relay = |name: &str, listen: &str, path: &Path| Relay {
+            name: name.into(),
+            listen: listen.parse().unwrap(),
+            host_socket: path.to_path_buf(),
+        };
+        let mut ok = base.clone();
+        ok.relays = vec![
+            relay("proxy", "127.0.0.1:3128", &sock_path),
+            relay("mcp-a", "127.0.0.1:3129", &sock_path),
+        ];
+        ok.check().unwrap();
+        let with = |relays: Vec<Relay>| {
+            let mut s = base.clone();
+            s.relays = relays;
+            s.check().unwrap_err()
+        };
+        assert!(matches!(
+            with(vec![relay("Proxy", "127.0.0.1:3128", &sock_path)]),
+            SandboxError::InvalidRelayName { .. }
+        ));
+        assert!(matches!(
+            with(vec![
+                relay("a", "127.0.0.1:3128", &sock_path),
+                relay("a", "127.0.0.1:3129", &sock_path)
+            ]),
+            SandboxError::DuplicateRelay { what: "name", .. }
+        ));
+        assert!(matches!(
+            with(vec![
+                relay("a", "127.0.0.1:3128", &sock_path),
+                relay("b", "127.0.0.1:3128", &sock_path)
+            ]),
+            SandboxError::DuplicateRelay {
+                what: "listen address",
+                ..
+            }
+        ));
+        assert!(matches!(
+            with(vec![relay("a", "10.0.0.1:3128", &sock_path)]),
+            SandboxError::InvalidRelayAddress { .. }
+        ));
+        assert!(matches!(
+            with(vec![relay("a", "127.0.0.1:80", &sock_path)]),
+            SandboxError::InvalidRelayAddress { .. }
+        ));
+        assert!(matches!(
+            with(vec![relay("a", "127.0.0.1:3128", &exe)]),
+            SandboxError::HostSocket { .. }
+        ));
+        assert!(matches!(
+            with(vec![relay("a", "127.0.0.1:3128", &dir.path().join("none"))]),
+            SandboxError::HostSocket { .. }
+        ));
+    }
+
+    #[test]
+    fn rootfs_needs_workdir_mount_point() {
+        let rootfs = tempfile::tempdir().unwrap();
+        // Outside /tmp (which a rootfs never provides), so the workdir's
+        // top-level directory is one the rootfs could hold. The build
+        // itself may live under /tmp (a CI clone), hence the fallback.
+        let exe = std::env::current_exe().unwrap();
+        let outside_tmp = [exe.parent().unwrap(), Path::new("/var/tmp")]
+            .into_iter()
+            .find(|dir| dir.canonicalize().is_ok_and(|d| !d.starts_with("/tmp")))
+            .expect("a writable directory outside /tmp");
+        let host = tempfile::tempdir_in(outside_tmp).unwrap();
+        let exe = host.path().join("exe");
+        std::fs::write(&exe, b"").unwrap();
+        let work = host.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        // The workdir's top-level directory exists in the rootfs but the
+        // workdir itself does not.
+        let resolved = work.canonicalize().unwrap();
+        let top = resolved.components().nth(1).unwrap().as_os_str().to_owned();
+        let mut spec = SandboxSpec {
+            command: vec!["true".into()],
+            workdir: work.clone(),
+            env: BTreeMap::new(),
+            rootfs: Some(rootfs.path().to_path_buf()),
+            relays: vec![],
+            constle_exe: exe,
+            private: vec![],
+            stage: host.path().to_path_buf(),
+        };
+        assert_ne!(top, "tmp");
+        // Not in the rootfs at all: the sandbox creates the mount point.
+        spec.check().unwrap();
+        std::fs::create_dir(rootfs.path().join(&top)).unwrap();
+        assert!(matches!(
+            spec.check().unwrap_err(),
+            SandboxError::WorkdirMissingInRootfs { .. }
+        ));
+        let rel = resolved.strip_prefix("/").unwrap();
+        std::fs::create_dir_all(rootfs.path().join(rel)).unwrap();
+        spec.check().unwrap();
+        spec.rootfs = Some(rootfs.path().join("missing"));
+        assert!(matches!(
+            spec.check().unwrap_err(),
+            SandboxError::Rootfs { .. }
+        ));
+    }
+
+    #[test]
+    fn refuses_a_workdir_that_shows_something_private() {
+        let host = tempfile::tempdir().unwrap();
+        let root = host.path().canonicalize().unwrap();
+        let home = root.join("home");
+        let work = root.join("project/work");
+        std::fs::create_dir_all(home.join("keys")).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        let agentfile = root.join("project/agent.yaml");
+        std::fs::write(&agentfile, "name: a\n").unwrap();
+        // A link an earlier run planted in its workdir, pointing home.
+        std::os::unix::fs::symlink(&home, work.join("planted")).unwrap();
+        let spec = |workdir: PathBuf| SandboxSpec {
+            command: vec!["true".into()],
+            workdir,
+            env: BTreeMap::new(),
+            rootfs: None,
+            relays: vec![],
+            constle_exe: "/usr/bin/true".into(),
+            private: vec![
+                Private {
+                    what: "CONSTLE_HOME".into(),
+                    path: home.clone(),
+                },
+                Private {
+                    what: "the Agentfile".into(),
+                    path: agentfile.clone(),
+                },
+            ],
+            stage: host.path().to_path_buf(),
+        };
+        spec(work.clone()).check().unwrap();
+        for (workdir, relation) in [
+            (work.join("planted"), "is"),
+            (work.join("planted/keys"), "lies inside"),
+            (home.join("keys/../keys"), "lies inside"),
+            (work.join(".."), "contains"),
+            (root.clone(), "contains"),
+        ] {
+            match spec(workdir.clone()).check() {
+                Err(SandboxError::Exposes { relation: r, .. }) => {
+                    assert_eq!(r, relation, "{workdir:?}")
+                }
+                other => panic!("{workdir:?}: {other:?}"),
+            }
+        }
+        let mut with_rootfs = spec(work.clone());
+        with_rootfs.rootfs = Some(work.join("planted"));
+        assert!(matches!(
+            with_rootfs.check(),
+            Err(SandboxError::Exposes { role: "rootfs", .. })
+        ));
     }
 }

@@ -31,14 +31,21 @@ enum Outcome {
 }
 
 fn main() -> ExitCode {
-    // Inside a sandbox `constle` is the relay, not the command line; clap
-    // never sees those arguments, so they reach the relay exactly as written.
+    // Launching a sandbox or inside one, `constle` is the launcher or the
+    // relay, not the command line; clap never sees those arguments, so they
+    // reach them exactly as written.
     let mut args = std::env::args_os().skip(1);
-    if args
-        .next()
-        .is_some_and(|first| first == constle_sandbox::INIT_SUBCOMMAND)
-    {
-        let code = constle_sandbox::init_main(args.collect());
+    let sandbox_side: Option<fn(Vec<std::ffi::OsString>) -> i32> = match args.next() {
+        Some(first) if first == constle_sandbox::INIT_SUBCOMMAND => {
+            Some(constle_sandbox::init_main)
+        }
+        Some(first) if first == constle_sandbox::LAUNCH_SUBCOMMAND => {
+            Some(constle_sandbox::launch_main)
+        }
+        _ => None,
+    };
+    if let Some(main) = sandbox_side {
+        let code = main(args.collect());
         return ExitCode::from(u8::try_from(code).unwrap_or(125));
     }
     let cli = cli::Cli::parse();

@@ -30,6 +30,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     let manifest = validated.manifest;
     let options = RunOptions {
         home: constle_home()?,
+        agentfile: args.file.clone(),
         hosts_file: args.hosts_file.clone(),
         constle_exe: std::env::current_exe()
             .context("cannot find the constle binary to run inside the sandbox")?,

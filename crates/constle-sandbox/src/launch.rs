@@ -1,0 +1,554 @@
+//! `constle sandbox-exec`: the launcher. A fresh, single-threaded process on
+//! the host that turns the plan [`sandbox_command`](crate::sandbox_command)
+//! gave it into a running `bwrap`, by becoming it.
+//!
+//! In order:
+//! 1. checks the spec again ([`SandboxSpec::check`](crate::SandboxSpec)),
+//!    holding the work directory and rootfs open: from here on the sandbox
+//!    mounts these objects, whatever their paths come to name;
+//! 2. as root only: enters a mount namespace of its own, shows the work
+//!    directory to the agent's uid through an idmapped mount (so files the
+//!    agent writes belong on disk to the directory's owner, and the agent
+//!    is nobody the host knows), and gives the agent's uid the relay sockets;
+//! 3. opens everything else bwrap mounts (this executable, the relay
+//!    sockets, the rootfs's entries) and writes the sandbox's own
+//!    `passwd`, `group`, seccomp filters and bwrap's arguments into memory
+//!    files;
+//! 4. as root only: switches to [`ROOT_AGENT_HOST_ID`] for good (no
+//!    supplementary groups, no way back);
+//! 5. replaces itself with `bwrap --args FD`, which inherits exactly those
+//!    descriptors. bwrap mounts each by descriptor and checks the mount is
+//!    the same object.
+//!
+//! Arguments travel in a memory file rather than on the command line, which
+//! every user of the host can read.
+
+use std::convert::Infallible;
+use std::ffi::{CStr, OsString};
+use std::fs::File;
+use std::io::{self, BufRead as _, BufReader, Seek as _, Write as _};
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::FileTypeExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use nix::fcntl::{AtFlags, FcntlArg, FdFlag, OFlag, fcntl, open, openat, readlinkat};
+use nix::mount::{MsFlags, mount};
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use nix::sys::stat::{Mode, SFlag, fstat};
+use nix::unistd::{Gid, Uid, fchownat, geteuid, setgroups, setresgid, setresuid};
+use rustix::mount::{MoveMountFlags, move_mount};
+
+use crate::layout::{LAUNCH_SUBCOMMAND, ROOT_AGENT_HOST_ID, ROOTFS_SKIPPED, group, passwd};
+use crate::plan::Plan;
+use crate::resolve::OpenDir;
+use crate::spec::{CheckedRelay, CheckedSpec};
+use crate::{EXIT_SANDBOX_FAILED, SandboxError, bwrap};
+
+/// The launcher's helper mode: hold a fresh user namespace open until
+/// stdin closes, for the launcher to write its mapping and keep a
+/// descriptor of it.
+const HOLD_USERNS: &str = "--hold-userns";
+
+#[derive(Debug, thiserror::Error)]
+enum LaunchError {
+    #[error("{0}\n(this subcommand launches the sandbox on the host; `constle run` starts it)")]
+    Usage(String),
+    #[error(transparent)]
+    Check(#[from] SandboxError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "as root, the agent runs as uid {ROOT_AGENT_HOST_ID} and sees its work directory {path:?} \
+         through an idmapped mount, which failed ({source}); the file system may not support \
+         idmapped mounts: run constle as an unprivileged user, or make the work directory \
+         belong to uid and gid {ROOT_AGENT_HOST_ID}"
+    )]
+    Idmap { path: PathBuf, source: io::Error },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> LaunchError {
+    let what = what.into();
+    move |source| LaunchError::Io { what, source }
+}
+
+fn nix_err(what: impl Into<String>) -> impl FnOnce(nix::Error) -> LaunchError {
+    let what = what.into();
+    move |errno| LaunchError::Io {
+        what,
+        source: errno.into(),
+    }
+}
+
+/// Runs `constle sandbox-exec ARGS`; `args` are the arguments after the
+/// subcommand. Returns only on failure, with the exit status for the
+/// binary (the launcher otherwise becomes `bwrap`).
+pub fn launch_main(args: Vec<OsString>) -> i32 {
+    let result = match args.as_slice() {
+        [] => launch().map(|never| match never {}),
+        [flag] if flag == HOLD_USERNS => hold_userns(),
+        _ => Err(LaunchError::Usage(format!("unexpected arguments {args:?}"))),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            let _ = writeln!(io::stderr().lock(), "constle {LAUNCH_SUBCOMMAND}: {err}");
+            EXIT_SANDBOX_FAILED
+        }
+    }
+}
+
+/// Descriptors the launcher opened for bwrap, each mounted by number.
+#[derive(Debug)]
+pub(crate) struct Descriptors {
+    pub workdir: OwnedFd,
+    pub exe: OwnedFd,
+    /// One per relay, in the spec's order.
+    pub relays: Vec<OwnedFd>,
+    pub rootfs: Vec<RootfsEntry>,
+    /// The sandbox's own `/etc/passwd` and `/etc/group` (without a rootfs).
+    pub passwd: Option<OwnedFd>,
+    pub group: Option<OwnedFd>,
+    pub seccomp: Vec<OwnedFd>,
+}
+
+/// A top-level entry of the rootfs.
+#[derive(Debug)]
+pub(crate) enum RootfsEntry {
+    /// A directory (`dir`) or file, mounted read-only at `inside`.
+    Mount {
+        fd: OwnedFd,
+        inside: PathBuf,
+        dir: bool,
+    },
+    /// A symbolic link, recreated at `inside`.
+    Link { target: PathBuf, inside: PathBuf },
+}
+
+impl Descriptors {
+    fn all(&self) -> impl Iterator<Item = &OwnedFd> {
+        let rootfs = self.rootfs.iter().filter_map(|e| match e {
+            RootfsEntry::Mount { fd, .. } => Some(fd),
+            RootfsEntry::Link { .. } => None,
+        });
+        [&self.workdir, &self.exe]
+            .into_iter()
+            .chain(&self.relays)
+            .chain(rootfs)
+            .chain(self.passwd.iter())
+            .chain(self.group.iter())
+            .chain(&self.seccomp)
+    }
+}
+
+fn launch() -> Result<Infallible, LaunchError> {
+    let plan = Plan::from_env().map_err(LaunchError::Usage)?;
+    let as_root = geteuid().is_root();
+    if as_root {
+        // First: a descriptor opened before it names a mount of the host's
+        // namespace, which nothing here may mount over or copy.
+        private_mount_namespace()?;
+    }
+    let checked = plan.spec.check()?;
+    let mut fds = open_mounts(&checked)?;
+    if as_root {
+        confine_as_root(&checked, &plan.spec.stage, &mut fds)?;
+    }
+    let args = bwrap::bwrap_args(&checked, &fds);
+    let options = memfd(c"bwrap-args", &nul_separated(&args.options))?;
+    for fd in fds.all().chain([&options]) {
+        inheritable(fd)?;
+    }
+    if as_root {
+        become_agent()?;
+    }
+    let err = Command::new(&plan.bwrap)
+        .arg("--args")
+        .arg(options.as_raw_fd().to_string())
+        .args(&args.command)
+        .env_clear()
+        .exec();
+    Err(LaunchError::Io {
+        what: format!("cannot run {}", plan.bwrap.display()),
+        source: err,
+    })
+}
+
+/// Everything bwrap mounts, opened as the objects the check judged.
+fn open_mounts(checked: &CheckedSpec<'_>) -> Result<Descriptors, LaunchError> {
+    let (passwd, group) = match checked.rootfs {
+        Some(_) => (None, None),
+        None => (
+            Some(memfd(c"passwd", passwd(&checked.workdir.path).as_bytes())?),
+            Some(memfd(c"group", group().as_bytes())?),
+        ),
+    };
+    Ok(Descriptors {
+        workdir: dup(&checked.workdir.fd)?,
+        exe: open_exe()?,
+        relays: open_relays(&checked.relays)?,
+        rootfs: match &checked.rootfs {
+            Some(dir) => open_rootfs(dir)?,
+            None => Vec::new(),
+        },
+        passwd,
+        group,
+        seccomp: Vec::new(),
+    })
+}
+
+/// A mount namespace of the launcher's own, so that nothing it mounts is
+/// seen by the host; it ends with the sandbox.
+fn private_mount_namespace() -> Result<(), LaunchError> {
+    unshare(CloneFlags::CLONE_NEWNS).map_err(nix_err("cannot make a mount namespace"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_SLAVE,
+        None::<&str>,
+    )
+    .map_err(nix_err("cannot make the mount namespace private"))
+}
+
+/// As root, in the launcher's own mount namespace: the work directory
+/// shown to the agent's uid, the relay sockets handed to that uid, and
+/// every descriptor bwrap mounts moved under the stage directory.
+///
+/// The staging is for bwrap, which will run as the agent's uid: it
+/// resolves each descriptor's path again, and may not be able to reach
+/// the original (the constle executable or the work directory under
+/// `/root`, the relay sockets in a directory only root may enter). The
+/// stage holds a copy of each mount on a tmpfs of this namespace alone,
+/// where the agent's uid can reach it.
+fn confine_as_root(
+    checked: &CheckedSpec<'_>,
+    stage: &Path,
+    fds: &mut Descriptors,
+) -> Result<(), LaunchError> {
+    let agent = (ROOT_AGENT_HOST_ID, ROOT_AGENT_HOST_ID);
+    let workdir = &checked.workdir;
+    let idmapped = match (workdir.uid, workdir.gid) == agent {
+        true => None,
+        false => Some(idmapped_workdir(workdir)?),
+    };
+    for (relay, fd) in checked.relays.iter().zip(&fds.relays) {
+        fchownat(
+            fd,
+            "",
+            Some(Uid::from_raw(agent.0)),
+            Some(Gid::from_raw(agent.1)),
+            AtFlags::AT_EMPTY_PATH,
+        )
+        .map_err(nix_err(format!(
+            "cannot hand relay {} to the agent",
+            relay.name
+        )))?;
+    }
+    let stage = Stage::mount(stage)?;
+    fds.workdir = match idmapped {
+        Some(tree) => stage.attach(&tree, &fds.workdir, "workdir")?,
+        None => stage.bind(&fds.workdir, "workdir", Kind::Dir)?,
+    };
+    fds.exe = stage.bind(&fds.exe, "constle", Kind::File)?;
+    for (relay, fd) in checked.relays.iter().zip(fds.relays.iter_mut()) {
+        *fd = stage.bind(fd, &format!("relay-{}", relay.name), Kind::File)?;
+    }
+    for (i, entry) in fds.rootfs.iter_mut().enumerate() {
+        if let RootfsEntry::Mount { fd, dir, .. } = entry {
+            let kind = if *dir { Kind::Dir } else { Kind::File };
+            *fd = stage.bind(fd, &format!("rootfs-{i}"), kind)?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Dir,
+    File,
+}
+
+/// A tmpfs over the caller's stage directory, in this mount namespace only.
+struct Stage(PathBuf);
+
+impl Stage {
+    fn mount(dir: &Path) -> Result<Stage, LaunchError> {
+        mount(
+            Some("tmpfs"),
+            dir,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some("mode=0755"),
+        )
+        .map_err(nix_err(format!(
+            "cannot mount the stage on {}",
+            dir.display()
+        )))?;
+        Ok(Stage(dir.to_path_buf()))
+    }
+
+    fn mount_point(&self, name: &str, kind: Kind) -> Result<PathBuf, LaunchError> {
+        let at = self.0.join(name);
+        let made = match kind {
+            Kind::Dir => std::fs::create_dir(&at),
+            Kind::File => File::create_new(&at).map(drop),
+        };
+        made.map_err(io_err(format!("cannot make {}", at.display())))?;
+        Ok(at)
+    }
+
+    /// Binds what `fd` is at `name`, and opens it there.
+    fn bind(&self, fd: &OwnedFd, name: &str, kind: Kind) -> Result<OwnedFd, LaunchError> {
+        let at = self.mount_point(name, kind)?;
+        let source = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        mount(
+            Some(&source),
+            &at,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .map_err(nix_err(format!("cannot stage {name}")))?;
+        reopen_same(fd, &at)
+    }
+
+    /// Attaches the detached mount `tree` (a copy of `original`) at `name`,
+    /// and opens it there.
+    fn attach(
+        &self,
+        tree: &OwnedFd,
+        original: &OwnedFd,
+        name: &str,
+    ) -> Result<OwnedFd, LaunchError> {
+        let at = self.mount_point(name, Kind::Dir)?;
+        move_mount(
+            tree.as_fd(),
+            "",
+            rustix::fs::CWD,
+            &at,
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+        .map_err(|e| io_err(format!("cannot stage {name}"))(e.into()))?;
+        reopen_same(original, &at)
+    }
+}
+
+/// `at`, opened, provided it is the same object as `fd`.
+fn reopen_same(fd: &OwnedFd, at: &Path) -> Result<OwnedFd, LaunchError> {
+    let what = format!("cannot open the staged {}", at.display());
+    let reopened = open(
+        at,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(nix_err(&what))?;
+    let (a, b) = (
+        fstat(fd).map_err(nix_err(&what))?,
+        fstat(&reopened).map_err(nix_err(&what))?,
+    );
+    match (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) {
+        true => Ok(reopened),
+        false => Err(LaunchError::Io {
+            what,
+            source: io::Error::other("it is not what was checked"),
+        }),
+    }
+}
+
+/// The work directory as the agent's uid sees it: an idmapped, detached
+/// copy of its mount.
+fn idmapped_workdir(workdir: &OpenDir) -> Result<OwnedFd, LaunchError> {
+    let userns = owner_to_agent(workdir.uid, workdir.gid)?;
+    constle_idmap::idmapped_clone(workdir.fd.as_fd(), userns.as_fd()).map_err(|source| {
+        LaunchError::Idmap {
+            path: workdir.path.clone(),
+            source,
+        }
+    })
+}
+
+/// A user namespace mapping `uid` and `gid` (the work directory's owner) to
+/// the agent's host uid and gid, held by a helper process only while it is
+/// set up: the descriptor keeps it alive.
+fn owner_to_agent(uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
+    let what = "cannot make the user namespace for the work directory's mapping";
+    let mut holder = Command::new("/proc/self/exe")
+        .args([LAUNCH_SUBCOMMAND, HOLD_USERNS])
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(io_err(what))?;
+    let result = map_holder(&mut holder, uid, gid);
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+    result.map_err(io_err(what))
+}
+
+fn map_holder(holder: &mut std::process::Child, uid: u32, gid: u32) -> io::Result<OwnedFd> {
+    let mut ready = String::new();
+    if let Some(out) = holder.stdout.take() {
+        BufReader::new(out).read_line(&mut ready)?;
+    }
+    if ready != "ready\n" {
+        return Err(io::Error::other("the helper did not make its namespace"));
+    }
+    let proc = PathBuf::from(format!("/proc/{}", holder.id()));
+    std::fs::write(
+        proc.join("uid_map"),
+        format!("{uid} {ROOT_AGENT_HOST_ID} 1\n"),
+    )?;
+    std::fs::write(
+        proc.join("gid_map"),
+        format!("{gid} {ROOT_AGENT_HOST_ID} 1\n"),
+    )?;
+    Ok(File::open(proc.join("ns/user"))?.into())
+}
+
+/// The helper side of [`owner_to_agent`].
+fn hold_userns() -> Result<i32, LaunchError> {
+    unshare(CloneFlags::CLONE_NEWUSER).map_err(nix_err("cannot make a user namespace"))?;
+    let mut out = io::stdout().lock();
+    writeln!(out, "ready")
+        .and_then(|()| out.flush())
+        .map_err(io_err("cannot tell the launcher"))?;
+    io::copy(&mut io::stdin().lock(), &mut io::sink()).map_err(io_err("cannot wait"))?;
+    Ok(0)
+}
+
+/// Switches to the agent's host uid and gid for good: the real, effective
+/// and saved ids all change, and supplementary groups are dropped.
+fn become_agent() -> Result<(), LaunchError> {
+    let uid = Uid::from_raw(ROOT_AGENT_HOST_ID);
+    let gid = Gid::from_raw(ROOT_AGENT_HOST_ID);
+    let what = format!("cannot switch to uid {ROOT_AGENT_HOST_ID}");
+    setgroups(&[]).map_err(nix_err(&what))?;
+    setresgid(gid, gid, gid).map_err(nix_err(&what))?;
+    setresuid(uid, uid, uid).map_err(nix_err(&what))?;
+    if nix::unistd::setuid(Uid::from_raw(0)).is_ok() {
+        return Err(LaunchError::Io {
+            what,
+            source: io::Error::other("root could be regained"),
+        });
+    }
+    Ok(())
+}
+
+/// Each top-level entry of the rootfs, opened from the rootfs's own
+/// descriptor without following links, except those the sandbox brings
+/// itself. Other kinds of entries (sockets, devices) are left out.
+fn open_rootfs(rootfs: &OpenDir) -> Result<Vec<RootfsEntry>, LaunchError> {
+    let listing = PathBuf::from(format!("/proc/self/fd/{}", rootfs.fd.as_raw_fd()));
+    let what = || format!("cannot read the rootfs {}", rootfs.path.display());
+    let mut names: Vec<OsString> = std::fs::read_dir(&listing)
+        .map_err(io_err(what()))?
+        .map(|entry| entry.map(|e| e.file_name()))
+        .collect::<io::Result<_>>()
+        .map_err(io_err(what()))?;
+    names.retain(|n| !ROOTFS_SKIPPED.iter().any(|s| n.as_bytes() == s.as_bytes()));
+    names.sort();
+    let mut entries = Vec::with_capacity(names.len());
+    for name in names {
+        let inside = Path::new("/").join(&name);
+        let fd = openat(
+            &rootfs.fd,
+            name.as_os_str(),
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(nix_err(what()))?;
+        let kind =
+            SFlag::from_bits_truncate(fstat(&fd).map_err(nix_err(what()))?.st_mode) & SFlag::S_IFMT;
+        if kind == SFlag::S_IFLNK {
+            let target = readlinkat(&rootfs.fd, name.as_os_str()).map_err(nix_err(what()))?;
+            entries.push(RootfsEntry::Link {
+                target: target.into(),
+                inside,
+            });
+        } else if kind == SFlag::S_IFDIR || kind == SFlag::S_IFREG {
+            let dir = kind == SFlag::S_IFDIR;
+            entries.push(RootfsEntry::Mount { fd, inside, dir });
+        }
+    }
+    Ok(entries)
+}
+
+fn open_relays(relays: &[CheckedRelay<'_>]) -> Result<Vec<OwnedFd>, LaunchError> {
+    relays
+        .iter()
+        .map(|relay| {
+            let what = format!("relay {}", relay.name);
+            let fd = open_path(relay.host_socket, &what)?;
+            let meta = File::from(fd.try_clone().map_err(io_err(&what))?)
+                .metadata()
+                .map_err(io_err(&what))?;
+            match meta.file_type().is_socket() {
+                true => Ok(fd),
+                false => Err(LaunchError::Io {
+                    what,
+                    source: io::Error::other(format!(
+                        "{} is no longer a Unix socket",
+                        relay.host_socket.display()
+                    )),
+                }),
+            }
+        })
+        .collect()
+}
+
+/// This executable, opened by its path in this mount namespace (the
+/// kernel's own `/proc/self/exe` names a mount of the one it was started
+/// in, which cannot be copied from here), provided that path is still it.
+fn open_exe() -> Result<OwnedFd, LaunchError> {
+    let what = "the constle executable";
+    let running = open_path(Path::new("/proc/self/exe"), what)?;
+    let path = crate::resolve::fd_path(&running).map_err(io_err(what))?;
+    let fd = open_path(&path, what)?;
+    reopen_same(&running, &path).map(|_| fd)
+}
+
+fn open_path(path: &Path, what: &str) -> Result<OwnedFd, LaunchError> {
+    open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(nix_err(format!("cannot open {what} ({})", path.display())))
+}
+
+fn dup(fd: &OwnedFd) -> Result<OwnedFd, LaunchError> {
+    fd.try_clone()
+        .map_err(io_err("cannot duplicate a descriptor"))
+}
+
+/// A memory file holding `bytes`, read from its start.
+fn memfd(name: &CStr, bytes: &[u8]) -> Result<OwnedFd, LaunchError> {
+    let what = || format!("cannot write the sandbox's {}", name.to_string_lossy());
+    let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC).map_err(nix_err(what()))?;
+    let mut file = File::from(fd);
+    file.write_all(bytes)
+        .and_then(|()| file.rewind())
+        .map_err(io_err(what()))?;
+    Ok(file.into())
+}
+
+/// Lets `exec` pass `fd` on.
+fn inheritable(fd: &OwnedFd) -> Result<(), LaunchError> {
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))
+        .map(drop)
+        .map_err(nix_err("cannot pass a descriptor to bwrap"))
+}
+
+/// `bwrap --args` reads arguments separated by NUL bytes.
+fn nul_separated(args: &[OsString]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(args.iter().map(|a| a.len() + 1).sum());
+    for arg in args {
+        bytes.extend_from_slice(arg.as_bytes());
+        bytes.push(0);
+    }
+    bytes
+}
