@@ -122,6 +122,8 @@ pub const CODES: &[(&str, Severity)] = &[
     ("invalid_did_key", Severity::Error),
     ("invalid_command", Severity::Error),
     ("invalid_path", Severity::Error),
+    ("workdir_holds_agentfile", Severity::Error),
+    ("rootfs_holds_agentfile", Severity::Error),
     ("invalid_env_name", Severity::Error),
     ("reserved_env_name", Severity::Error),
     ("invalid_string", Severity::Error),

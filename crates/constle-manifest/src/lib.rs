@@ -214,6 +214,7 @@ pub fn parse_str(
                 let input = validate::Input {
                     root: root.pos,
                     base_dir: base_dir_of(path),
+                    agentfile: path.to_path_buf(),
                     env,
                 };
                 manifest = validate::validate(raw, input, &mut sink);

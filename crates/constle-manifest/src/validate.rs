@@ -28,6 +28,10 @@ use crate::values::{
     parse_amount,
 };
 
+/// `sandbox.workdir` when the Agentfile names none, relative to its
+/// directory: never the Agentfile's own directory, which holds the policy.
+pub const DEFAULT_WORKDIR: &str = "work";
+
 /// Environment variables constle sets for the agent, refused in `sandbox.env`
 /// in any case; so is every name starting `CONSTLE_`.
 pub const RESERVED_ENV: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY"];
@@ -36,6 +40,8 @@ pub const RESERVED_ENV: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "A
 pub(crate) struct Input<'a> {
     pub root: Pos,
     pub base_dir: PathBuf,
+    /// The Agentfile itself, which no directory the sandbox mounts may hold.
+    pub agentfile: PathBuf,
     pub env: &'a dyn Fn(&str) -> Option<String>,
 }
 
@@ -43,6 +49,7 @@ struct V<'a, 's> {
     sink: &'s mut Sink,
     env: &'a dyn Fn(&str) -> Option<String>,
     base_dir: PathBuf,
+    agentfile: PathBuf,
 }
 
 /// Validates `raw`. Returns `None` if any error was recorded (here or earlier).
@@ -51,6 +58,7 @@ pub(crate) fn validate(raw: RawManifest, input: Input<'_>, sink: &mut Sink) -> O
         sink,
         env: input.env,
         base_dir: input.base_dir,
+        agentfile: input.agentfile,
     };
     let root = input.root;
 
@@ -229,6 +237,34 @@ impl V<'_, '_> {
         Some(resolve(&self.base_dir, s))
     }
 
+    /// A directory the sandbox mounts (`workdir`, `rootfs`): a valid path
+    /// that does not hold this Agentfile, which the agent could otherwise
+    /// read, and through a work directory rewrite for its next run.
+    fn sandbox_dir(&mut self, value: &Located<String>, field: &str) -> Option<PathBuf> {
+        let dir = self.path(value)?;
+        if !holds(&dir, &self.agentfile) {
+            return Some(dir);
+        }
+        self.sink.error(
+            if field == "workdir" {
+                "workdir_holds_agentfile"
+            } else {
+                "rootfs_holds_agentfile"
+            },
+            value.pos,
+            format!(
+                "sandbox.{field} {} holds this Agentfile, so the agent could see{} its own policy",
+                dir.display(),
+                if field == "workdir" { " and rewrite" } else { "" }
+            ),
+            Some(format!(
+                "give the agent a directory of its own beside the Agentfile, e.g. {field}: ./{}",
+                if field == "workdir" { DEFAULT_WORKDIR } else { "rootfs" }
+            )),
+        );
+        None
+    }
+
     fn identity(&mut self, raw: &RawManifest) -> Option<Option<Identity>> {
         let Some(identity) = &raw.identity.0 else {
             return Some(None);
@@ -254,11 +290,11 @@ impl V<'_, '_> {
             )
             .and_then(|c| self.command(c));
         let workdir = match &s.workdir.0 {
-            Some(w) => self.path(w),
-            None => Some(self.base_dir.clone()),
+            Some(w) => self.sandbox_dir(w, "workdir"),
+            None => Some(self.base_dir.join(DEFAULT_WORKDIR)),
         };
         let rootfs = match &s.rootfs.0 {
-            Some(r) => self.path(r).map(Some),
+            Some(r) => self.sandbox_dir(r, "rootfs").map(Some),
             None => Some(None),
         };
         let env = self.env(s);
@@ -1036,6 +1072,15 @@ impl V<'_, '_> {
             );
         }
         Some(Some(url))
+    }
+}
+
+/// Whether directory `dir` holds `file`: on real paths where both exist,
+/// else on the paths as written.
+fn holds(dir: &Path, file: &Path) -> bool {
+    match (dir.canonicalize(), file.canonicalize()) {
+        (Ok(dir), Ok(file)) => file.starts_with(dir),
+        _ => file.starts_with(dir),
     }
 }
 
