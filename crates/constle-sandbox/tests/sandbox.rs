@@ -29,8 +29,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use constle_sandbox::{
-    DEFAULT_PATH, HOSTNAME, INIT_SUBCOMMAND, Relay, SandboxError, SandboxSpec, bwrap_command,
-    init_main,
+    DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, Relay, SandboxError, SandboxSpec,
+    bwrap_command, init_main, seccomp_programs,
 };
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use sha2::{Digest, Sha256};
@@ -101,6 +101,10 @@ fn main() {
         ),
         e2e("rootfs_replaces_system_dirs", rootfs_replaces_system_dirs),
         e2e("startup_overhead", startup_overhead),
+        e2e(
+            "seccomp_filter_seen_from_inside",
+            seccomp_filter_seen_from_inside,
+        ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }
@@ -1542,4 +1546,149 @@ fn startup_overhead() -> TestResult {
     check(relay < bare + Duration::from_millis(500), || {
         format!("sandbox-init adds more than 500 ms: bare {bare:?}, with relay {relay:?}")
     })
+}
+
+// ---------------------------------------------------------------------------
+// System-call filter
+
+const SYSCALLS_PROBE: &str = include_str!("probes/syscalls.py");
+
+/// What [`SYSCALLS_PROBE`] prints under the filter, line by line.
+const SYSCALLS_EXPECTED: &[(&str, &str)] = &[
+    ("ptrace PTRACE_TRACEME", "EPERM"),
+    ("ptrace PTRACE_ATTACH", "EPERM"),
+    ("process_vm_readv", "EPERM"),
+    ("process_vm_writev", "EPERM"),
+    ("pidfd_getfd", "EPERM"),
+    ("kcmp", "EPERM"),
+    ("bpf", "EPERM"),
+    ("perf_event_open", "EPERM"),
+    ("userfaultfd", "EPERM"),
+    ("io_uring_setup", "EPERM"),
+    ("keyctl", "EPERM"),
+    ("add_key", "EPERM"),
+    ("mount", "EPERM"),
+    ("umount2", "EPERM"),
+    ("pivot_root", "EPERM"),
+    ("unshare CLONE_NEWUSER", "EPERM"),
+    ("setns", "EPERM"),
+    ("clone CLONE_NEWUSER", "EPERM"),
+    ("clone3", "ENOSYS"),
+    ("openat2", "ENOSYS"),
+    ("ioctl TIOCSTI", "EPERM"),
+    ("ioctl TIOCSTI, high bits", "EPERM"),
+    ("ioctl TIOCLINUX", "EPERM"),
+    ("socket AF_NETLINK", "EAFNOSUPPORT"),
+    ("socket AF_PACKET", "EAFNOSUPPORT"),
+    ("socket AF_VSOCK", "EAFNOSUPPORT"),
+    ("socket AF_ALG", "EAFNOSUPPORT"),
+    ("socket AF_INET SOCK_RAW", "EPERM"),
+    ("socket AF_INET SOCK_SEQPACKET", "EPERM"),
+    ("socket AF_INET IPPROTO_SCTP", "EPERM"),
+    #[cfg(target_arch = "x86_64")]
+    ("chmod u+s", "EPERM"),
+    #[cfg(target_arch = "x86_64")]
+    ("creat u+s", "EPERM"),
+    ("fchmod u+s", "EPERM"),
+    ("fchmodat g+s", "EPERM"),
+    ("fchmodat2 u+s", "EPERM"),
+    ("os.chmod u+s", "EPERM"),
+    ("os.open O_CREAT u+s", "EPERM"),
+    ("os.open O_TMPFILE g+s", "EPERM"),
+    ("os.mknod regular u+s", "EPERM"),
+    ("no set-id file exists", "OK"),
+    ("personality READ_IMPLIES_EXEC", "EPERM"),
+    #[cfg(target_arch = "x86_64")]
+    ("x32 getpid", "EPERM"),
+    ("fork", "OK"),
+    ("posix_spawn", "OK"),
+    ("subprocess", "OK"),
+    ("python3 -c 'import ssl, json'", "OK"),
+    ("thread", "OK"),
+    ("tcp over loopback", "OK"),
+    ("socket AF_INET6 SOCK_DGRAM", "OK"),
+    ("socketpair AF_UNIX", "OK"),
+    ("os.chmod 0755", "OK"),
+    ("os.open O_CREAT 0644", "OK"),
+    ("os.mkfifo", "OK"),
+    ("tcgetattr", "OK"),
+    ("personality query", "OK"),
+    ("memfd_create", "OK"),
+    ("prctl PR_SET_NAME", "OK"),
+    ("epoll", "OK"),
+    ("splice", "OK"),
+];
+
+/// The filters from [`seccomp_programs`], installed by bwrap itself
+/// (`--add-seccomp-fd`), with this binary as the sandbox's first process
+/// and the probe as the agent: every refused call fails as specified from
+/// inside, and ordinary work (threads, processes, sockets, files) still
+/// runs. Independent of [`bwrap_command`]: a plain bwrap line with the
+/// same namespaces, over a read-only view of the host.
+fn seccomp_filter_seen_from_inside() -> TestResult {
+    let fx = Fixture::new();
+    let programs: Vec<PathBuf> = seccomp_programs()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, program)| {
+            let path = fx.dir.path().join(format!("seccomp-{i}.bpf"));
+            std::fs::write(&path, program).unwrap();
+            path
+        })
+        .collect();
+    // sh opens program i on descriptor 3 + i; bwrap reads and closes them.
+    let fds: Vec<String> = (3..3 + programs.len()).map(|fd| fd.to_string()).collect();
+    let opens: String = fds
+        .iter()
+        .enumerate()
+        .map(|(i, fd)| format!("exec {fd}<\"${}\"; ", i + 1))
+        .collect();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(format!("{opens}shift {}; exec \"$@\"", programs.len()))
+        .arg("sh")
+        .args(&programs)
+        .arg(BWRAP)
+        .args(["--unshare-all", "--unshare-user", "--disable-userns"])
+        .args(["--die-with-parent", "--new-session", "--cap-drop", "ALL"])
+        .args(["--clearenv", "--setenv", "PATH", DEFAULT_PATH])
+        .args(["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"])
+        .args([
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/run",
+            "--chdir",
+            "/tmp",
+            "--ro-bind",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .arg(EXE_INSIDE);
+    for fd in &fds {
+        cmd.args(["--add-seccomp-fd", fd]);
+    }
+    cmd.args(["--", EXE_INSIDE, INIT_SUBCOMMAND, "--", PYTHON, "-c"])
+        .arg(SYSCALLS_PROBE)
+        .env_clear()
+        .stdin(Stdio::null());
+    let run = run(cmd);
+    run.assert_success();
+    let seen: BTreeMap<&str, &str> = run
+        .stdout
+        .lines()
+        .filter_map(|line| line.split_once(": "))
+        .collect();
+    let expected: BTreeMap<&str, &str> = SYSCALLS_EXPECTED.iter().copied().collect();
+    let wrong: Vec<String> = expected
+        .iter()
+        .filter(|&(name, want)| seen.get(name) != Some(want))
+        .map(|(name, want)| format!("{name}: expected {want}, got {:?}", seen.get(name)))
+        .chain(
+            seen.keys()
+                .filter(|name| !expected.contains_key(*name))
+                .map(|name| format!("{name}: not in the table")),
+        )
+        .collect();
+    check(wrong.is_empty(), || format!("{}\n{run}", wrong.join("\n")))
 }
