@@ -21,6 +21,8 @@
 //!   after checking it ([`SandboxError`]).
 //! - [`init_main`] is what the hidden `constle sandbox-init` subcommand runs
 //!   inside the sandbox.
+//! - [`seccomp_programs`] is the seccomp filter for the sandbox, as the
+//!   programs bwrap's `--add-seccomp-fd` installs.
 //!
 //! # Wiring it up
 //!
@@ -107,7 +109,9 @@
 //!   mapped to the host's root: without capabilities, but the owner of
 //!   root-owned files it can see. Everything it can see is read-only apart
 //!   from the work directory, `/tmp` and `/dev`, which are its own.
-//! - No seccomp filter is installed; the kernel's system call surface is
+//! - [`seccomp_programs`] builds the system-call filter (`docs/sandbox.md`,
+//!   "System calls"), but [`bwrap_command`] does not install it yet: until
+//!   the launcher passes it to bwrap, the kernel's system call surface is
 //!   what an unprivileged process in user namespaces has.
 //! - Stopping the sandbox is killing `bwrap`; the agent gets `SIGKILL`, not
 //!   a chance to clean up.
