@@ -263,6 +263,7 @@ const THREAD: i32 = CLONE_VM
 const HIGH: u64 = 0xdead_beef_0000_0000;
 const SUID: u64 = 0o4755;
 const SGID: u64 = 0o2755;
+#[cfg(target_arch = "x86_64")]
 const X32: i64 = 0x4000_0000;
 
 /// Refused on their arguments.
