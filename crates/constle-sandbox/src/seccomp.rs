@@ -45,8 +45,9 @@
 //!   check this), and their order does not matter.
 //!
 //! bwrap installs the programs (`--add-seccomp-fd`, once per program) in
-//! the sandbox's PID 1 and in its first process, just before they start;
-//! every process started from there inherits them and cannot remove them.
+//! the sandbox's first process (constle's `sandbox-init`) just before
+//! executing it, and in its own PID 1, the reaper; every process started
+//! from there inherits them and cannot remove them.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
