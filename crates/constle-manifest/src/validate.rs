@@ -255,11 +255,19 @@ impl V<'_, '_> {
             format!(
                 "sandbox.{field} {} holds this Agentfile, so the agent could see{} its own policy",
                 dir.display(),
-                if field == "workdir" { " and rewrite" } else { "" }
+                if field == "workdir" {
+                    " and rewrite"
+                } else {
+                    ""
+                }
             ),
             Some(format!(
                 "give the agent a directory of its own beside the Agentfile, e.g. {field}: ./{}",
-                if field == "workdir" { DEFAULT_WORKDIR } else { "rootfs" }
+                if field == "workdir" {
+                    DEFAULT_WORKDIR
+                } else {
+                    "rootfs"
+                }
             )),
         );
         None

@@ -191,15 +191,27 @@ fn a_sandbox_directory_may_not_hold_the_agentfile() {
     };
     assert_eq!(check(""), []);
     assert_eq!(check("  workdir: ./work\n"), []);
-    assert_eq!(check("  workdir: .\n"), [("workdir_holds_agentfile", 4, 12)]);
-    assert_eq!(check("  workdir: ./\n"), [("workdir_holds_agentfile", 4, 12)]);
+    assert_eq!(
+        check("  workdir: .\n"),
+        [("workdir_holds_agentfile", 4, 12)]
+    );
+    assert_eq!(
+        check("  workdir: ./\n"),
+        [("workdir_holds_agentfile", 4, 12)]
+    );
     let parent = format!("  workdir: {}\n", dir.path().parent().unwrap().display());
     assert_eq!(check(&parent), [("workdir_holds_agentfile", 4, 12)]);
     // through a link, and upwards with `..` (resolved on the real paths)
     std::os::unix::fs::symlink(dir.path(), dir.path().join("link")).unwrap();
     std::fs::create_dir(dir.path().join("work")).unwrap();
-    assert_eq!(check("  workdir: ./link\n"), [("workdir_holds_agentfile", 4, 12)]);
-    assert_eq!(check("  workdir: ./work/..\n"), [("workdir_holds_agentfile", 4, 12)]);
+    assert_eq!(
+        check("  workdir: ./link\n"),
+        [("workdir_holds_agentfile", 4, 12)]
+    );
+    assert_eq!(
+        check("  workdir: ./work/..\n"),
+        [("workdir_holds_agentfile", 4, 12)]
+    );
     assert_eq!(check("  rootfs: .\n"), [("rootfs_holds_agentfile", 4, 11)]);
     let help = match constle_manifest::load_file(&file, &|_| None) {
         Err(r) => r.errors[0].help.clone().unwrap(),
@@ -208,7 +220,13 @@ fn a_sandbox_directory_may_not_hold_the_agentfile() {
     assert!(help.contains("rootfs: ./rootfs"), "{help}");
     std::fs::write(&file, "name: a\nsandbox:\n  command: [x]\n  workdir: .\n").unwrap();
     let err = constle_manifest::load_file(&file, &|_| None).unwrap_err();
-    assert!(err.errors[0].help.as_deref().unwrap().contains("workdir: ./work"));
+    assert!(
+        err.errors[0]
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("workdir: ./work")
+    );
 }
 
 #[test]

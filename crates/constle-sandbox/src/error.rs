@@ -3,7 +3,8 @@
 use std::io;
 use std::path::PathBuf;
 
-/// Why [`bwrap_command`](crate::bwrap_command) refused a [`SandboxSpec`](crate::SandboxSpec).
+/// Why [`sandbox_command`](crate::sandbox_command) (or the launcher) refused a [`SandboxSpec`](crate::SandboxSpec),
+/// or [`seccomp_programs`](crate::seccomp_programs) could not build the filter.
 ///
 /// Every refusal happens before anything is started: a spec that would give
 /// the agent more than it declares is an error, never a silent adjustment.
@@ -203,4 +204,13 @@ pub enum SandboxError {
     /// No `bwrap` on `PATH` (nor at `/usr/bin/bwrap`).
     #[error("bubblewrap (bwrap) is not installed: install the `bubblewrap` package")]
     BwrapNotFound,
+
+    /// The system-call filter cannot be built (see
+    /// [`seccomp_programs`](crate::seccomp_programs)): the architecture has
+    /// no policy, or the policy does not compile.
+    #[error("the sandbox's system-call filter cannot be built: {reason}")]
+    Seccomp {
+        /// Why not.
+        reason: String,
+    },
 }

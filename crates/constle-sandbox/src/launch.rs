@@ -12,8 +12,8 @@
 //!    is nobody the host knows), and gives the agent's uid the relay sockets;
 //! 3. opens everything else bwrap mounts (this executable, the relay
 //!    sockets, the rootfs's entries) and writes the sandbox's own
-//!    `passwd`, `group`, seccomp filters and bwrap's arguments into memory
-//!    files;
+//!    `passwd`, `group`, seccomp filters ([`seccomp_programs`]) and
+//!    bwrap's arguments into memory files;
 //! 4. as root only: switches to [`ROOT_AGENT_HOST_ID`] for good (no
 //!    supplementary groups, no way back);
 //! 5. replaces itself with `bwrap --args FD`, which inherits exactly those
@@ -46,7 +46,7 @@ use crate::layout::{LAUNCH_SUBCOMMAND, ROOT_AGENT_HOST_ID, ROOTFS_SKIPPED, group
 use crate::plan::Plan;
 use crate::resolve::OpenDir;
 use crate::spec::{CheckedRelay, CheckedSpec};
-use crate::{EXIT_SANDBOX_FAILED, SandboxError, bwrap};
+use crate::{EXIT_SANDBOX_FAILED, SandboxError, bwrap, seccomp_programs};
 
 /// The launcher's helper mode: hold a fresh user namespace open until
 /// stdin closes, for the launcher to write its mapping and keep a
@@ -200,7 +200,10 @@ fn open_mounts(checked: &CheckedSpec<'_>) -> Result<Descriptors, LaunchError> {
         },
         passwd,
         group,
-        seccomp: Vec::new(),
+        seccomp: seccomp_programs()?
+            .iter()
+            .map(|program| memfd(c"seccomp", program))
+            .collect::<Result<_, _>>()?,
     })
 }
 

@@ -24,6 +24,8 @@
 //!   then mounts, confines itself when started as root, and becomes `bwrap`.
 //! - [`init_main`] is what the hidden `constle sandbox-init` subcommand runs
 //!   inside the sandbox, as its pid 1.
+//! - [`seccomp_programs`] is the sandbox's seccomp filter, as the programs
+//!   bwrap's `--add-seccomp-fd` installs (the launcher passes them).
 //!
 //! # Wiring it up
 //!
@@ -145,6 +147,7 @@ mod launch;
 mod layout;
 mod plan;
 mod resolve;
+mod seccomp;
 mod spec;
 mod splice;
 mod wire;
@@ -157,5 +160,6 @@ pub use layout::{
     AGENT_ID, DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND,
     ROOT_AGENT_HOST_ID, RUN_DIR,
 };
+pub use seccomp::seccomp_programs;
 pub use spec::{Private, Relay, SandboxSpec};
 pub use splice::{SpliceSocket, splice_bidirectional};

@@ -1,4 +1,4 @@
-//! How `bwrap_command` tells `sandbox-init` about the relays: one
+//! How the launcher tells `sandbox-init` about the relays: one
 //! `--relay NAME,ADDRESS,SOCKET` argument pair per relay, before `--`.
 //! The socket path comes last, so it may hold commas.
 

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use constle_sandbox::{
     DEFAULT_PATH, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND, Private, Relay, SandboxError,
-    SandboxSpec, init_main, launch_main, sandbox_command,
+    SandboxSpec, init_main, launch_main, sandbox_command, seccomp_programs,
 };
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use sha2::{Digest, Sha256};
@@ -104,6 +104,10 @@ fn main() {
         ),
         e2e("rootfs_replaces_system_dirs", rootfs_replaces_system_dirs),
         e2e("startup_overhead", startup_overhead),
+        e2e(
+            "seccomp_filter_seen_from_inside",
+            seccomp_filter_seen_from_inside,
+        ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }
@@ -1568,4 +1572,107 @@ fn startup_overhead() -> TestResult {
     check(relay < bare + Duration::from_millis(500), || {
         format!("sandbox-init adds more than 500 ms: bare {bare:?}, with relay {relay:?}")
     })
+}
+
+// ---------------------------------------------------------------------------
+// System-call filter
+
+const SYSCALLS_PROBE: &str = include_str!("probes/syscalls.py");
+
+/// What [`SYSCALLS_PROBE`] prints under the filter, line by line.
+const SYSCALLS_EXPECTED: &[(&str, &str)] = &[
+    ("ptrace PTRACE_TRACEME", "EPERM"),
+    ("ptrace PTRACE_ATTACH", "EPERM"),
+    ("process_vm_readv", "EPERM"),
+    ("process_vm_writev", "EPERM"),
+    ("pidfd_getfd", "EPERM"),
+    ("kcmp", "EPERM"),
+    ("bpf", "EPERM"),
+    ("perf_event_open", "EPERM"),
+    ("userfaultfd", "EPERM"),
+    ("io_uring_setup", "EPERM"),
+    ("keyctl", "EPERM"),
+    ("add_key", "EPERM"),
+    ("mount", "EPERM"),
+    ("umount2", "EPERM"),
+    ("pivot_root", "EPERM"),
+    ("unshare CLONE_NEWUSER", "EPERM"),
+    ("setns", "EPERM"),
+    ("clone CLONE_NEWUSER", "EPERM"),
+    ("clone3", "ENOSYS"),
+    ("openat2", "ENOSYS"),
+    ("ioctl TIOCSTI", "EPERM"),
+    ("ioctl TIOCSTI, high bits", "EPERM"),
+    ("ioctl TIOCLINUX", "EPERM"),
+    ("socket AF_NETLINK", "EAFNOSUPPORT"),
+    ("socket AF_PACKET", "EAFNOSUPPORT"),
+    ("socket AF_VSOCK", "EAFNOSUPPORT"),
+    ("socket AF_ALG", "EAFNOSUPPORT"),
+    ("socket AF_INET SOCK_RAW", "EPERM"),
+    ("socket AF_INET SOCK_SEQPACKET", "EPERM"),
+    ("socket AF_INET IPPROTO_SCTP", "EPERM"),
+    #[cfg(target_arch = "x86_64")]
+    ("chmod u+s", "EPERM"),
+    #[cfg(target_arch = "x86_64")]
+    ("creat u+s", "EPERM"),
+    ("fchmod u+s", "EPERM"),
+    ("fchmodat g+s", "EPERM"),
+    ("fchmodat2 u+s", "EPERM"),
+    ("os.chmod u+s", "EPERM"),
+    ("os.open O_CREAT u+s", "EPERM"),
+    ("os.open O_TMPFILE g+s", "EPERM"),
+    ("os.mknod regular u+s", "EPERM"),
+    ("no set-id file exists", "OK"),
+    ("personality READ_IMPLIES_EXEC", "EPERM"),
+    #[cfg(target_arch = "x86_64")]
+    ("x32 getpid", "EPERM"),
+    ("fork", "OK"),
+    ("posix_spawn", "OK"),
+    ("subprocess", "OK"),
+    ("python3 -c 'import ssl, json'", "OK"),
+    ("thread", "OK"),
+    ("tcp over loopback", "OK"),
+    ("socket AF_INET6 SOCK_DGRAM", "OK"),
+    ("socketpair AF_UNIX", "OK"),
+    ("os.chmod 0755", "OK"),
+    ("os.open O_CREAT 0644", "OK"),
+    ("os.mkfifo", "OK"),
+    ("tcgetattr", "OK"),
+    ("personality query", "OK"),
+    ("memfd_create", "OK"),
+    ("prctl PR_SET_NAME", "OK"),
+    ("epoll", "OK"),
+    ("splice", "OK"),
+];
+
+/// The filters from [`seccomp_programs`], as the launcher installs them
+/// (bwrap's `--add-seccomp-fd`) on the sandbox's first process, with the
+/// probe as the agent: every refused call fails as specified from inside,
+/// and ordinary work (threads, processes, sockets, files) still runs.
+fn seccomp_filter_seen_from_inside() -> TestResult {
+    let fx = Fixture::new();
+    let programs = seccomp_programs().unwrap();
+    check(programs.len() >= 3, || {
+        format!("{} programs", programs.len())
+    })?;
+    let cmd = sandbox_command(&fx.python(SYSCALLS_PROBE, &[])).unwrap();
+    let run = run(cmd);
+    run.assert_success();
+    let seen: BTreeMap<&str, &str> = run
+        .stdout
+        .lines()
+        .filter_map(|line| line.split_once(": "))
+        .collect();
+    let expected: BTreeMap<&str, &str> = SYSCALLS_EXPECTED.iter().copied().collect();
+    let wrong: Vec<String> = expected
+        .iter()
+        .filter(|&(name, want)| seen.get(name) != Some(want))
+        .map(|(name, want)| format!("{name}: expected {want}, got {:?}", seen.get(name)))
+        .chain(
+            seen.keys()
+                .filter(|name| !expected.contains_key(*name))
+                .map(|name| format!("{name}: not in the table")),
+        )
+        .collect();
+    check(wrong.is_empty(), || format!("{}\n{run}", wrong.join("\n")))
 }
