@@ -137,7 +137,10 @@ pub fn parse_access_line(line: &str) -> Result<NetworkEvent, AccessLogError> {
         .unwrap_or_default();
     // Allowed only when the allow rule's note, and nothing else, is there.
     let allowed = notes.len() == 1 && notes[0] == reason::ALLOWED;
-    let reason = notes.into_iter().find(|n| n != reason::ALLOWED);
+    let reason = notes
+        .into_iter()
+        .find(|n| n != reason::ALLOWED)
+        .or_else(|| (!allowed).then(|| unruled(f[9]).to_owned()));
 
     Ok(NetworkEvent {
         allowed,
@@ -151,6 +154,15 @@ pub fn parse_access_line(line: &str) -> Result<NetworkEvent, AccessLogError> {
         client,
         detail: None,
     })
+}
+
+/// Why Squid refused a request that no rule judged, from its HTTP status
+/// (`000`: the connection ended before a request arrived).
+fn unruled(status: &str) -> &'static str {
+    match status {
+        "000" => reason::NO_REQUEST,
+        _ => reason::MALFORMED_REQUEST,
+    }
 }
 
 /// The event reported for a line [`parse_access_line`] refused: never
@@ -369,7 +381,7 @@ mod tests {
     }
 
     #[test]
-    fn malformed_requests_have_no_reason() {
+    fn malformed_requests_have_their_reason() {
         let e = parse(
             "constle1 1795986391.366 127.0.0.1 35058 garbage error:invalid-request - - NONE_NONE 400 - - -",
         );
@@ -378,7 +390,7 @@ mod tests {
         assert_eq!(e.port, 0);
         assert_eq!(e.method, "garbage");
         assert_eq!(e.squid_result, "NONE_NONE/400");
-        assert_eq!(e.reason, None);
+        assert_eq!(e.reason.as_deref(), Some("malformed_request"));
         // A CONNECT Squid could not parse still names its target in the URL.
         let e = parse(
             "constle1 1795986406.112 127.0.0.1 33272 CONNECT .api.example.test:443 - - NONE_NONE 400 - - -",
@@ -398,6 +410,7 @@ mod tests {
         assert_eq!(e.method, "-");
         assert_eq!(e.squid_result, "NONE_NONE/000");
         assert!(!e.allowed);
+        assert_eq!(e.reason.as_deref(), Some("no_request"));
     }
 
     #[test]

@@ -88,6 +88,10 @@ pub mod reason {
     pub const INTERNAL_DESTINATION: &str = "internal_destination";
     /// The name does not resolve (no address, or the lookup failed).
     pub const UNRESOLVED: &str = "unresolved";
+    /// Squid could not parse the request, so no rule judged it (HTTP 400).
+    pub const MALFORMED_REQUEST: &str = "malformed_request";
+    /// The connection ended before a whole request arrived.
+    pub const NO_REQUEST: &str = "no_request";
     /// The final `deny all` (no earlier rule matched; not expected).
     pub const DEFAULT_DENY: &str = "default_deny";
     /// Constle could not decode Squid's line; counted as refused, the line

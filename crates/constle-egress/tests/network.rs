@@ -464,7 +464,7 @@ async fn malformed_request_is_one_refused_event() {
     let event = f.event().await;
     assert!(!event.allowed);
     assert_eq!(event.squid_result, "NONE_NONE/400");
-    assert_eq!(event.reason, None);
+    assert_eq!(event.reason.as_deref(), Some("malformed_request"));
     assert!(!event.method.contains('\u{1b}'), "{event:?}");
     f.finish().await;
 }
@@ -589,5 +589,6 @@ async fn a_connection_that_sends_nothing_is_not_dropped_silently() {
     assert!(!event.allowed);
     assert_eq!(event.method, "-");
     assert_eq!(event.squid_result, "NONE_NONE/000");
+    assert_eq!(event.reason.as_deref(), Some("no_request"));
     f.finish().await;
 }
