@@ -337,15 +337,20 @@ fn build(
 }
 
 fn v2_refused(dir: &Path, e: &io::Error) -> String {
-    let hint = if e.kind() == io::ErrorKind::PermissionDenied {
-        " (that cgroup is not delegated to this user)"
+    format!(
+        "creating {} in the cgroup v2 hierarchy failed: {e}{}",
+        dir.display(),
+        not_delegated(e)
+    )
+}
+
+/// What a refusal to write a v2 group's files usually means.
+fn not_delegated(e: &io::Error) -> &'static str {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        " (constle's cgroup is not delegated to this user)"
     } else {
         ""
-    };
-    format!(
-        "creating {} in the cgroup v2 hierarchy failed: {e}{hint}",
-        dir.display()
-    )
+    }
 }
 
 /// Makes `controllers` available to the children of `parent` through its
@@ -377,8 +382,9 @@ fn enable(parent: &Path, controllers: &[Controller], pid: u32) -> Result<(), Lim
         LimitsError::unavailable(
             first,
             format!(
-                "cannot hand the {first} controller down from {}: writing {line:?} to cgroup.subtree_control failed: {e}",
-                parent.display()
+                "cgroup v2 offers the {first} controller, but writing {line:?} to {} failed: {e}{}",
+                file.display(),
+                not_delegated(&e)
             ),
         )
     };
@@ -492,6 +498,47 @@ mod tests {
         assert_eq!(*action, "cannot set");
         assert!(path.ends_with("memory.limit_in_bytes"), "{err}");
         assert_eq!(fs::read_dir(&memory).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn enable_writes_only_what_is_missing() {
+        let parent = tempfile::tempdir().unwrap();
+        let file = parent.path().join("cgroup.subtree_control");
+        fs::write(&file, "memory\n").unwrap();
+        enable(
+            parent.path(),
+            &[Controller::Memory, Controller::Pids, Controller::Cpu],
+            7,
+        )
+        .unwrap();
+        assert_eq!(fs::read_to_string(&file).unwrap(), "+pids +cpu");
+        fs::write(&file, "cpu memory pids\n").unwrap();
+        enable(parent.path(), &[Controller::Memory], 7).unwrap();
+        assert_eq!(fs::read_to_string(&file).unwrap(), "cpu memory pids\n");
+    }
+
+    /// constle moves itself aside only when it is alone in its cgroup.
+    #[test]
+    fn moving_aside_needs_an_own_scope() {
+        let parent = tempfile::tempdir().unwrap();
+        fs::write(parent.path().join("cgroup.procs"), "1\n7\n").unwrap();
+        let err = move_self(parent.path(), 7, Controller::Memory).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("also holds other processes ([1])"),
+            "{message}"
+        );
+        assert!(message.ends_with(OWN_SCOPE_HELP), "{message}");
+        assert!(!parent.path().join("constle-7-self").exists());
+
+        // Alone: it makes its leaf and enters it (which the fake cannot do).
+        fs::write(parent.path().join("cgroup.procs"), "7\n").unwrap();
+        let err = move_self(parent.path(), 7, Controller::Memory).unwrap_err();
+        let LimitsError::Io { action, path, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(*action, "cannot enter");
+        assert_eq!(path, &parent.path().join("constle-7-self/cgroup.procs"));
     }
 
     #[test]
