@@ -9,7 +9,7 @@ use crate::Controller;
 pub(crate) const HELP: &str = "constle never ignores a declared limit: run it as root, or on a cgroup v2 system start it in a delegated scope (systemd-run --user --scope -p Delegate=yes constle run …), or remove the limit from sandbox.limits";
 
 /// What to do when constle shares its cgroup with other processes.
-pub(crate) const OWN_SCOPE_HELP: &str = "start constle in a scope of its own, before it starts anything else (systemd-run --user --scope -p Delegate=yes constle run …)";
+pub(crate) const OWN_SCOPE_HELP: &str = "start constle in a scope of its own, before it starts anything else (systemd-run --user --scope -p Delegate=yes constle run …; as root, without --user)";
 
 /// Why a run's cgroups cannot be made, read or removed.
 #[derive(Debug, thiserror::Error)]

@@ -124,7 +124,7 @@ impl RunCgroup {
     pub fn cpu_stat(&self) -> Result<CpuStat, LimitsError> {
         let v2 = self.groups.iter().find(|g| g.version == Version::V2);
         let usage = match v2 {
-            Some(g) => Some(micros(cgfs::counter(
+            Some(g) => Some(Duration::from_micros(cgfs::counter(
                 &g.dir.join("cpu.stat"),
                 "usage_usec",
             )?)),
@@ -135,7 +135,7 @@ impl RunCgroup {
             .iter()
             .find(|g| g.controllers.contains(&Controller::Cpu));
         let throttled = match limited {
-            Some(g) if g.version == Version::V2 => Some(micros(cgfs::counter(
+            Some(g) if g.version == Version::V2 => Some(Duration::from_micros(cgfs::counter(
                 &g.dir.join("cpu.stat"),
                 "throttled_usec",
             )?)),
@@ -237,10 +237,6 @@ impl Drop for RunCgroup {
         // Nothing to report to; `remove` is the way to hear about failures.
         let _ = self.teardown();
     }
-}
-
-fn micros(us: u64) -> Duration {
-    Duration::from_micros(us)
 }
 
 /// The label is part of a directory name in every hierarchy.
