@@ -117,6 +117,7 @@ pub const CODES: &[(&str, Severity)] = &[
     ("invalid_integer", Severity::Error),
     ("out_of_range", Severity::Error),
     ("invalid_amount", Severity::Error),
+    ("invalid_limit", Severity::Error),
     ("unknown_variant", Severity::Error),
     ("invalid_name", Severity::Error),
     ("invalid_did_key", Severity::Error),

@@ -70,9 +70,10 @@ use std::path::{Path, PathBuf};
 pub use diagnostic::{CODES, Diagnostic, Location, Severity};
 pub use model::{
     A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, GateMatch, GatedTool, HumanGates,
-    Identity, MAX_APPROVAL_TIMEOUT_SECONDS, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS,
-    MCP_BASE_SERVER_REQUESTS, Manifest, Mcp, McpServer, Network, Notify, NotifyChannel, OnTimeout,
-    Pricing, Sandbox, Spending,
+    Identity, Limits, MAX_APPROVAL_TIMEOUT_SECONDS, MAX_CPU_MILLIS, MAX_PIDS,
+    MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MCP_BASE_SERVER_REQUESTS, MIN_CPU_MILLIS,
+    MIN_MEMORY_BYTES, MIN_PIDS, Manifest, Mcp, McpServer, Network, Notify, NotifyChannel,
+    OnTimeout, Pricing, Sandbox, Spending,
 };
 pub use validate::RESERVED_ENV;
 pub use values::{

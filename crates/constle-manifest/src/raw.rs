@@ -1,9 +1,9 @@
 //! The Agentfile as written: serde types that mirror the YAML one to one.
 //!
 //! Every field is a [`Field`] (absent or present, with positions) and every
-//! scalar is text, except the two typed ones (`enabled`, a bool, and
-//! `approval_timeout_seconds`, an integer) whose spelling the deserializer
-//! checks. Meaning is given in [`crate::validate`], which turns these into the
+//! scalar is text, except the typed ones (`enabled`, a bool, and
+//! `approval_timeout_seconds` and `pids`, integers) whose spelling the
+//! deserializer checks. Meaning is given in [`crate::validate`], which turns these into the
 //! checked [`crate::Manifest`].
 
 use serde::Deserialize;
@@ -39,6 +39,17 @@ pub(crate) struct RawSandbox {
     pub env: Field<Pairs<Located<String>>>,
     pub rootfs: Field<String>,
     pub network: Field<RawNetwork>,
+    pub limits: Field<RawLimits>,
+}
+
+/// `memory` and `cpus` are text (a YAML number arrives as its digits), so
+/// `512m`, `536870912`, `1.5` and `"1.5"` all reach their parsers exactly.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    pub memory: Field<String>,
+    pub pids: Field<u64>,
+    pub cpus: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -15,17 +15,18 @@ use rust_decimal::Decimal;
 use crate::de::{Field, Located};
 use crate::diagnostic::{Pos, Sink, did_you_mean, show, suggest};
 use crate::model::{
-    A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, HumanGates, Identity,
-    MAX_APPROVAL_TIMEOUT_SECONDS, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, Manifest, Mcp,
-    McpServer, Network, Notify, NotifyChannel, OnTimeout, Pricing, Sandbox, Spending,
+    A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, HumanGates, Identity, Limits,
+    MAX_APPROVAL_TIMEOUT_SECONDS, MAX_PIDS, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MIN_PIDS,
+    Manifest, Mcp, McpServer, Network, Notify, NotifyChannel, OnTimeout, Pricing, Sandbox,
+    Spending,
 };
 use crate::raw::{
-    RawA2a, RawHumanGates, RawManifest, RawMcp, RawNetwork, RawPricing, RawSandbox, RawServer,
-    RawSpending, Strings,
+    RawA2a, RawHumanGates, RawLimits, RawManifest, RawMcp, RawNetwork, RawPricing, RawSandbox,
+    RawServer, RawSpending, Strings,
 };
 use crate::values::{
     EnvVarName, Hostname, HttpUrl, InvalidValue, MethodName, RedisUrl, ServerId, ToolName,
-    parse_amount,
+    parse_amount, parse_cpus, parse_memory,
 };
 
 /// `sandbox.workdir` when the Agentfile names none, relative to its
@@ -180,11 +181,22 @@ impl V<'_, '_> {
         })
     }
 
-    fn amount(&mut self, value: &Field<String>) -> Option<Option<Decimal>> {
+    /// An optional text field checked by `f`: `Some(None)` when absent,
+    /// `None` when invalid (the error is reported at the value).
+    fn optional<T>(
+        &mut self,
+        value: &Field<String>,
+        code: &'static str,
+        f: impl FnOnce(&str) -> Result<T, InvalidValue>,
+    ) -> Option<Option<T>> {
         match &value.0 {
             None => Some(None),
-            Some(v) => self.check(v, "invalid_amount", parse_amount).map(Some),
+            Some(v) => self.check(v, code, f).map(Some),
         }
+    }
+
+    fn amount(&mut self, value: &Field<String>) -> Option<Option<Decimal>> {
+        self.optional(value, "invalid_amount", parse_amount)
     }
 
     fn url(&mut self, value: &Located<String>) -> Option<HttpUrl> {
@@ -313,13 +325,56 @@ impl V<'_, '_> {
                 allowed_hosts: Vec::new(),
             }),
         };
+        let limits = match &s.limits.0 {
+            Some(l) => self.limits(&l.value),
+            None => Some(Limits::default()),
+        };
         Some(Sandbox {
             command: command?,
             workdir: workdir?,
             env: env?,
             rootfs: rootfs?,
             network: network?,
+            limits: limits?,
         })
+    }
+
+    fn limits(&mut self, l: &RawLimits) -> Option<Limits> {
+        let memory = self.optional(&l.memory, "invalid_limit", parse_memory);
+        let cpus = self.optional(&l.cpus, "invalid_limit", parse_cpus);
+        let pids = match &l.pids.0 {
+            None => Some(None),
+            Some(p) => self.pids(p).map(Some),
+        };
+        Some(Limits {
+            memory_bytes: memory?,
+            pids: pids?,
+            cpu_millis: cpus?,
+        })
+    }
+
+    fn pids(&mut self, pids: &Located<u64>) -> Option<u32> {
+        // Placeholder 0 after a spelling error was reported already.
+        if self.sink.is_poisoned(pids.pos) {
+            return None;
+        }
+        match u32::try_from(pids.value) {
+            Ok(n) if (MIN_PIDS..=MAX_PIDS).contains(&n) => Some(n),
+            _ => {
+                self.sink.error(
+                    "invalid_limit",
+                    pids.pos,
+                    format!(
+                        "pids is {}; it must be from {MIN_PIDS} to {MAX_PIDS}",
+                        pids.value
+                    ),
+                    Some(format!(
+                        "write at least {MIN_PIDS}: the count includes every thread and constle's own processes in the sandbox, e.g. pids: 256"
+                    )),
+                );
+                None
+            }
+        }
     }
 
     fn command(&mut self, command: &Located<Strings>) -> Option<Vec<String>> {

@@ -1,6 +1,7 @@
 //! Checked value types of an Agentfile, each created only by a parser that
 //! enforces its rules: [`Hostname`], [`HttpUrl`], [`ServerId`], [`ToolName`],
-//! [`MethodName`], [`EnvVarName`], and USD amounts ([`parse_amount`]).
+//! [`MethodName`], [`EnvVarName`], USD amounts ([`parse_amount`]), and the
+//! Docker-style sizes and CPU counts of `sandbox.limits`.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -8,8 +9,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 use rust_decimal::Decimal;
+use rust_decimal::prelude::ToPrimitive;
 
 use crate::diagnostic::show;
+use crate::model::{MAX_CPU_MILLIS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES};
 
 /// Why a string is not a valid value of one of this module's types: what is
 /// wrong and, when there is one, what to write instead.
@@ -736,20 +739,66 @@ pub const MAX_AMOUNT_INTEGER_DIGITS: usize = 18;
 /// Most digits after the decimal point of an amount.
 pub const MAX_AMOUNT_SCALE: usize = 10;
 
+/// How one kind of decimal value is spelled and named in messages.
+struct DecimalRules {
+    /// What the value is called: "amount".
+    noun: &'static str,
+    /// What to write, as an example.
+    example: &'static str,
+    /// What to write instead of a negative value.
+    negative: &'static str,
+    /// What to leave out, after `example`, when the text is no decimal.
+    without: &'static str,
+    max_integer_digits: usize,
+    max_scale: usize,
+}
+
+const AMOUNT: DecimalRules = DecimalRules {
+    noun: "amount",
+    example: "write a plain decimal amount such as 5.00",
+    negative: "amounts are zero or more; write a positive value such as 5.00",
+    without: "without sign, currency symbol or thousands separators",
+    max_integer_digits: MAX_AMOUNT_INTEGER_DIGITS,
+    max_scale: MAX_AMOUNT_SCALE,
+};
+
+/// `sandbox.limits.cpus`: thousandths of a CPU are the finest step kept.
+const CPUS: DecimalRules = DecimalRules {
+    noun: "cpus",
+    example: "write a number of CPUs such as 1.5",
+    negative: "write a positive number of CPUs such as 1.5",
+    without: "without sign, unit or percent sign",
+    max_integer_digits: 4,
+    max_scale: 3,
+};
+
 /// Reads a USD amount exactly from its source text: digits with an optional
 /// decimal point and fraction, no sign, exponent, separators or currency
 /// symbol; at most [`MAX_AMOUNT_INTEGER_DIGITS`] digits before the point and
 /// [`MAX_AMOUNT_SCALE`] after. The scale written is kept (`5.00` has scale 2).
 pub fn parse_amount(text: &str) -> Result<Decimal, InvalidValue> {
+    parse_decimal(text, &AMOUNT)
+}
+
+/// Reads a plain decimal exactly from its text, never through a float, by
+/// `rules`.
+fn parse_decimal(text: &str, rules: &DecimalRules) -> Result<Decimal, InvalidValue> {
+    let DecimalRules {
+        noun,
+        example,
+        negative,
+        without,
+        max_integer_digits,
+        max_scale,
+    } = *rules;
     let shown = show(text);
-    let example = "write a plain decimal amount such as 5.00";
     if text.is_empty() {
-        return Err(invalid("empty amount", example.to_string()));
+        return Err(invalid(format!("empty {noun}"), example.to_string()));
     }
     if text.starts_with('-') {
         return Err(invalid(
-            format!("amount {shown} is negative"),
-            "amounts are zero or more; write a positive value such as 5.00".to_string(),
+            format!("{noun} {shown} is negative"),
+            negative.to_string(),
         ));
     }
     let lower = text.to_ascii_lowercase();
@@ -758,7 +807,7 @@ pub fn parse_amount(text: &str) -> Result<Decimal, InvalidValue> {
         ".inf" | "inf" | "infinity" | ".nan" | "nan"
     ) {
         return Err(invalid(
-            format!("amount {shown} is not a number"),
+            format!("{noun} {shown} is not a number"),
             example.to_string(),
         ));
     }
@@ -776,10 +825,10 @@ pub fn parse_amount(text: &str) -> Result<Decimal, InvalidValue> {
         } else if frac == Some("") && digits(whole) {
             format!("write {whole}")
         } else {
-            format!("{example}, without sign, currency symbol or thousands separators")
+            format!("{example}, {without}")
         };
         return Err(invalid(
-            format!("amount {shown} is not a plain decimal number"),
+            format!("{noun} {shown} is not a plain decimal number"),
             help,
         ));
     }
@@ -791,20 +840,151 @@ pub fn parse_amount(text: &str) -> Result<Decimal, InvalidValue> {
             frac.map(|f| format!(".{f}")).unwrap_or_default()
         );
         return Err(invalid(
-            format!("amount {shown} has a leading zero"),
+            format!("{noun} {shown} has a leading zero"),
             format!("write {fixed}"),
         ));
     }
-    if whole.len() > MAX_AMOUNT_INTEGER_DIGITS || frac.is_some_and(|f| f.len() > MAX_AMOUNT_SCALE) {
+    if whole.len() > max_integer_digits || frac.is_some_and(|f| f.len() > max_scale) {
         return Err(invalid(
-            format!("amount {shown} is too large or too precise"),
+            format!("{noun} {shown} is too large or too precise"),
             format!(
-                "use at most {MAX_AMOUNT_INTEGER_DIGITS} digits before the decimal point and {MAX_AMOUNT_SCALE} after it"
+                "use at most {max_integer_digits} digits before the decimal point and {max_scale} after it"
             ),
         ));
     }
     Decimal::from_str_exact(text)
-        .map_err(|e| invalid(format!("amount {shown}: {e}"), example.to_string()))
+        .map_err(|e| invalid(format!("{noun} {shown}: {e}"), example.to_string()))
+}
+
+/// Reads `sandbox.limits.cpus` as `docker run --cpus` takes it (`1.5`,
+/// `0.25`, `2`), exactly, into thousandths of a CPU: from
+/// [`MIN_CPU_MILLIS`] to [`MAX_CPU_MILLIS`].
+pub(crate) fn parse_cpus(text: &str) -> Result<u32, InvalidValue> {
+    let cpus = parse_decimal(text, &CPUS)?;
+    // At most three decimals, so this is a whole number.
+    let millis = (cpus * Decimal::ONE_THOUSAND).to_u32();
+    match millis {
+        Some(m) if (MIN_CPU_MILLIS..=MAX_CPU_MILLIS).contains(&m) => Ok(m),
+        _ => Err(invalid(
+            format!("cpus {} is outside 0.01 to 1024", show(text)),
+            "write a number of CPUs from 0.01 (a hundredth of one CPU) to 1024, e.g. 1.5"
+                .to_string(),
+        )),
+    }
+}
+
+/// The units `sandbox.limits.memory` takes, as `docker run --memory` does:
+/// 1024-based, one letter, any case.
+const MEMORY_UNITS: [(char, u64); 4] = [('g', 1 << 30), ('m', 1 << 20), ('k', 1 << 10), ('b', 1)];
+
+/// Reads `sandbox.limits.memory` as `docker run --memory` takes it: a
+/// positive whole number with an optional unit `b`, `k`, `m` or `g`
+/// (1024-based, any case; no unit means bytes), at least
+/// [`MIN_MEMORY_BYTES`].
+pub(crate) fn parse_memory(text: &str) -> Result<u64, InvalidValue> {
+    let shown = show(text);
+    let lower = text.to_ascii_lowercase();
+    let split = lower
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(lower.len());
+    let (number, suffix) = lower.split_at(split);
+    let unit = match suffix.chars().next() {
+        None => Some(1),
+        Some(c) if suffix.len() == 1 => MEMORY_UNITS.iter().find(|u| u.0 == c).map(|u| u.1),
+        Some(_) => None,
+    };
+    let Some(unit) = unit.filter(|_| !number.is_empty()) else {
+        return Err(memory_spelling(&shown, number, suffix));
+    };
+    if let Some((whole, frac)) = number.split_once('.') {
+        let help = exact_bytes(whole, frac, unit).map_or_else(
+            || "write a whole number with a smaller unit, e.g. 1536m for 1.5g".to_string(),
+            |bytes| format!("write {}", docker_size(bytes)),
+        );
+        return Err(invalid(
+            format!("memory {shown} is not a whole number"),
+            help,
+        ));
+    }
+    if number.len() > 1 && number.starts_with('0') {
+        let trimmed = number.trim_start_matches('0');
+        return Err(invalid(
+            format!("memory {shown} has a leading zero"),
+            format!(
+                "write {}{suffix}",
+                if trimmed.is_empty() { "0" } else { trimmed }
+            ),
+        ));
+    }
+    let bytes = number.parse::<u64>().ok().and_then(|n| n.checked_mul(unit));
+    match bytes {
+        Some(b) if b >= MIN_MEMORY_BYTES => Ok(b),
+        Some(_) => Err(invalid(
+            format!("memory {shown} is below Docker's minimum of 6m"),
+            "write at least 6m; an agent usually needs hundreds of megabytes, e.g. 512m"
+                .to_string(),
+        )),
+        None => Err(invalid(
+            format!("memory {shown} is too large"),
+            "write a size that fits in 64 bits, e.g. 64g".to_string(),
+        )),
+    }
+}
+
+/// Why `number` + `suffix` is not a size, and what to write.
+fn memory_spelling(shown: &str, number: &str, suffix: &str) -> InvalidValue {
+    let units = "Docker's units are b, k, m and g, each 1024-based";
+    let any = || format!("write a whole number with an optional unit, e.g. 512m or 2g; {units}");
+    let help = match suffix {
+        _ if number.is_empty() => any(),
+        "kb" | "kib" | "mb" | "mib" | "gb" | "gib" => {
+            format!("write {number}{}; {units}", &suffix[..1])
+        }
+        "t" | "tb" | "tib" => match number.parse::<u64>().ok().and_then(|n| n.checked_mul(1024)) {
+            Some(gigabytes) => format!("write {gigabytes}g; {units}"),
+            None => any(),
+        },
+        _ => any(),
+    };
+    invalid(format!("memory {shown} is not a size"), help)
+}
+
+/// `whole.frac` × `unit` when that is a whole number of bytes.
+fn exact_bytes(whole: &str, frac: &str, unit: u64) -> Option<u64> {
+    if frac.len() > 18 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let scale = 10u128.pow(u32::try_from(frac.len()).ok()?);
+    let whole = if whole.is_empty() {
+        0
+    } else {
+        whole.parse::<u128>().ok()?
+    };
+    let frac = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<u128>().ok()?
+    };
+    let scaled = whole
+        .checked_mul(scale)?
+        .checked_add(frac)?
+        .checked_mul(u128::from(unit))?;
+    scaled
+        .is_multiple_of(scale)
+        .then(|| u64::try_from(scaled / scale).ok())
+        .flatten()
+        .filter(|b| *b > 0)
+}
+
+/// `bytes` in the largest unit that divides it: 1536m, 2g, 100000.
+fn docker_size(bytes: u64) -> String {
+    MEMORY_UNITS
+        .iter()
+        .find(|(_, size)| *size > 1 && bytes.is_multiple_of(*size))
+        .map_or_else(
+            || bytes.to_string(),
+            |(unit, size)| format!("{}{unit}", bytes / size),
+        )
 }
 
 #[cfg(test)]

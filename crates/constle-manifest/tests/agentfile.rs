@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use constle_manifest::{
-    Egress, GateMatch, OnTimeout, Rejected, Severity, Validated, load_file, parse_str,
+    Egress, GateMatch, Limits, OnTimeout, Rejected, Severity, Validated, load_file, parse_str,
 };
 use rust_decimal::Decimal;
 
@@ -117,6 +117,14 @@ fn docs_full_example_parses_cleanly() {
     assert_eq!(m.sandbox.env.get("RETRIES").map(String::as_str), Some("3"));
     assert_eq!(m.sandbox.network.egress, Egress::Restricted);
     assert!(m.sandbox.network.allows("api.groq.com"));
+    assert_eq!(
+        m.sandbox.limits,
+        Limits {
+            memory_bytes: Some(2 << 30),
+            pids: Some(256),
+            cpu_millis: Some(1500),
+        }
+    );
     assert_eq!(m.mcp.servers.len(), 2);
     let accounting = m.mcp.server("accounting").unwrap();
     assert_eq!(accounting.env_var(), "CONSTLE_MCP_ACCOUNTING_URL");
@@ -1147,6 +1155,195 @@ fn on_timeout_values() {
 }
 
 // --------------------------------------------------------- spending, a2a
+
+// ---------------------------------------------------------- sandbox.limits
+
+/// `sandbox.limits` holding `body` (one `key: value` per line, unindented).
+fn limits_src(body: &str) -> String {
+    let body: String = body.lines().map(|l| format!("    {l}\n")).collect();
+    format!("{MIN}  limits:\n{body}")
+}
+
+#[track_caller]
+fn limits(body: &str) -> Limits {
+    ok(&limits_src(body)).manifest.sandbox.limits
+}
+
+/// The one error for the one-line `body` (`key: value`), which must point
+/// at the value, and its help line.
+#[track_caller]
+fn limit_error(body: &str) -> (&'static str, String) {
+    let r = rejected(&limits_src(body));
+    assert_eq!(r.errors.len(), 1, "{r}");
+    let e = &r.errors[0];
+    let l = e.location.as_ref().unwrap();
+    let column = "    ".len() + body.find(": ").unwrap() + ": ".len() + 1;
+    assert_eq!((l.line, l.column), (5, column), "{e}");
+    (e.code, e.help.clone().unwrap())
+}
+
+#[test]
+fn limits_default_to_none() {
+    assert_eq!(ok(MIN).manifest.sandbox.limits, Limits::default());
+    let v = ok(&format!("{MIN}  limits: {{}}\n"));
+    assert_eq!(v.manifest.sandbox.limits, Limits::default());
+    let all = limits("memory: 512m\npids: 64\ncpus: 1.5");
+    assert_eq!(
+        all,
+        Limits {
+            memory_bytes: Some(512 << 20),
+            pids: Some(64),
+            cpu_millis: Some(1500),
+        }
+    );
+}
+
+#[test]
+fn memory_is_a_docker_size() {
+    for (text, bytes) in [
+        ("512m", 512u64 << 20),
+        ("512M", 512 << 20),
+        ("\"512m\"", 512 << 20),
+        ("2g", 2 << 30),
+        ("6m", 6 << 20),
+        ("6144k", 6 << 20),
+        ("6291456", 6 << 20),
+        ("6291456b", 6 << 20),
+        ("6291456B", 6 << 20),
+        ("16777216g", 1 << 54),
+    ] {
+        assert_eq!(
+            limits(&format!("memory: {text}")).memory_bytes,
+            Some(bytes),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn memory_refusals_say_what_to_write() {
+    for (text, help) in [
+        ("512mb", "write 512m; Docker's units are b, k, m and g"),
+        ("512MiB", "write 512m;"),
+        ("2GB", "write 2g;"),
+        ("1.5g", "write 1536m"),
+        ("0.5m", "write 512k"),
+        ("1.1b", "e.g. 1536m for 1.5g"),
+        ("1t", "write 1024g"),
+        ("0512m", "write 512m"),
+        ("5m", "write at least 6m"),
+        ("0", "write at least 6m"),
+        ("6291455", "write at least 6m"),
+        ("99999999999g", "fits in 64 bits"),
+        ("512 m", "e.g. 512m or 2g"),
+        ("-1", "e.g. 512m or 2g"),
+        ("1e9", "e.g. 512m or 2g"),
+        ("m", "e.g. 512m or 2g"),
+        ("\"\"", "e.g. 512m or 2g"),
+    ] {
+        let (code, got) = limit_error(&format!("memory: {text}"));
+        assert_eq!(code, "invalid_limit", "{text}");
+        assert!(got.contains(help), "{text}: {got}");
+    }
+    assert_eq!(errors(&limits_src("memory: ~")), [("invalid_type", 5, 13)]);
+    assert_eq!(
+        errors(&limits_src("memory: [512m]")),
+        [("invalid_type", 5, 13)]
+    );
+}
+
+#[test]
+fn pids_are_a_whole_number_from_8() {
+    for n in [8, 64, 4_194_304] {
+        assert_eq!(limits(&format!("pids: {n}")).pids, Some(n));
+    }
+    for bad in ["7", "0", "4194305", "99999999999"] {
+        let (code, help) = limit_error(&format!("pids: {bad}"));
+        assert_eq!(code, "invalid_limit", "{bad}");
+        assert!(help.contains("constle's own processes"), "{help}");
+    }
+    assert_eq!(limit_error("pids: \"64\"").1, "write it without quotes: 64");
+    for bad in ["1.5", "064", "64k", "-1"] {
+        assert_eq!(limit_error(&format!("pids: {bad}")).0, "invalid_integer");
+    }
+}
+
+#[test]
+fn cpus_are_exact_thousandths() {
+    for (text, millis) in [
+        ("1.5", 1500),
+        ("\"1.5\"", 1500),
+        ("2", 2000),
+        ("0.01", 10),
+        ("0.015", 15),
+        ("0.333", 333),
+        ("1024", 1_024_000),
+    ] {
+        assert_eq!(
+            limits(&format!("cpus: {text}")).cpu_millis,
+            Some(millis),
+            "{text}"
+        );
+    }
+    for (text, help) in [
+        ("0", "from 0.01"),
+        ("0.009", "from 0.01"),
+        ("1025", "to 1024"),
+        ("0.0001", "3 after it"),
+        ("0.3333", "3 after it"),
+        (".5", "write 0.5"),
+        ("2.", "write 2"),
+        ("01.5", "write 1.5"),
+        ("-1", "positive number of CPUs"),
+        ("1e1", "exponent"),
+        ("50%", "number of CPUs such as 1.5"),
+        (".nan", "number of CPUs such as 1.5"),
+    ] {
+        let (code, got) = limit_error(&format!("cpus: {text}"));
+        assert_eq!(code, "invalid_limit", "{text}");
+        assert!(got.contains(help), "{text}: {got}");
+    }
+}
+
+#[test]
+fn limits_refuse_unknown_keys() {
+    let r = rejected(&limits_src("memory-swap: 1g\ncpu: 1\npids_limit: 64"));
+    assert_eq!(
+        at(&r.errors),
+        [
+            ("unknown_field", 5, 5),
+            ("unknown_field", 6, 5),
+            ("unknown_field", 7, 5)
+        ]
+    );
+    assert!(r.errors[0].message.contains("in sandbox.limits"));
+    assert!(
+        r.errors[1]
+            .help
+            .as_ref()
+            .unwrap()
+            .contains("did you mean `cpus`?")
+    );
+    assert!(
+        r.errors[2]
+            .help
+            .as_ref()
+            .unwrap()
+            .contains("valid fields: memory, pids, cpus")
+    );
+}
+
+#[test]
+fn every_limit_error_in_one_pass() {
+    assert_eq!(
+        errors(&limits_src("memory: 1mb\npids: 2\ncpus: 0")),
+        [
+            ("invalid_limit", 5, 13),
+            ("invalid_limit", 6, 11),
+            ("invalid_limit", 7, 11)
+        ]
+    );
+}
 
 #[test]
 fn spending_warnings() {
