@@ -260,6 +260,7 @@ mod tests {
             constle_exe: "/usr/bin/true".into(),
             private: vec![],
             stage: work.path().to_path_buf(),
+            cgroup_procs: vec![],
         };
         let checked = spec.check().unwrap();
         let fds = Descriptors {

@@ -14,8 +14,9 @@
 //!    sockets, the rootfs's entries) and writes the sandbox's own
 //!    `passwd`, `group`, seccomp filters ([`seccomp_programs`]) and
 //!    bwrap's arguments into memory files;
-//! 4. as root only: switches to [`ROOT_AGENT_HOST_ID`] for good (no
-//!    supplementary groups, no way back);
+//! 4. enters the run's cgroups (`sandbox.limits`), then, as root only,
+//!    switches to [`ROOT_AGENT_HOST_ID`] for good (no supplementary groups,
+//!    no way back);
 //! 5. replaces itself with `bwrap --args FD`, which inherits exactly those
 //!    descriptors. bwrap mounts each by descriptor and checks the mount is
 //!    the same object.
@@ -166,6 +167,10 @@ fn launch() -> Result<Infallible, LaunchError> {
     for fd in fds.all().chain([&options]) {
         inheritable(fd)?;
     }
+    // Last before bwrap, and still with the rights to: from here on,
+    // everything the sandbox runs is inside the run's cgroups.
+    constle_limits::enter(&plan.spec.cgroup_procs)
+        .map_err(|e| LaunchError::Usage(format!("cannot enter the run's cgroups: {e}")))?;
     if as_root {
         become_agent()?;
     }

@@ -68,6 +68,7 @@
 //!         path: "/home/me/.constle".into(),
 //!     }],
 //!     stage: "/tmp/constle-stage-1234".into(),
+//!     cgroup_procs: vec![],
 //! };
 //! let status = sandbox_command(&spec)?.status()?; // the agent's status
 //! # Ok(())

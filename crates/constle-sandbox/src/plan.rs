@@ -51,6 +51,24 @@ pub(crate) mod path {
     }
 }
 
+/// Serde for a list of paths as their bytes.
+pub(crate) mod paths {
+    use super::*;
+
+    pub fn serialize<S: serde::Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<&[u8]> = paths.iter().map(|p| p.as_os_str().as_bytes()).collect();
+        bytes.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+        Vec::<Vec<u8>>::deserialize(d).map(|all| {
+            all.into_iter()
+                .map(|b| PathBuf::from(OsString::from_vec(b)))
+                .collect()
+        })
+    }
+}
+
 /// Serde for an optional path as its bytes.
 pub(crate) mod opt_path {
     use super::*;
@@ -96,7 +114,8 @@ mod tests {
                     what: "CONSTLE_HOME".into(),
                     path: odd.clone(),
                 }],
-                stage: odd,
+                stage: odd.clone(),
+                cgroup_procs: vec![odd.join("cgroup.procs")],
             },
             bwrap: "/usr/bin/bwrap".into(),
         };

@@ -86,6 +86,12 @@ pub struct SandboxSpec {
     /// in it.
     #[serde(with = "crate::plan::path")]
     pub stage: PathBuf,
+    /// The `cgroup.procs` files of the run's cgroups (`constle_limits`),
+    /// which the launcher enters just before it becomes bwrap, so that
+    /// everything in the sandbox is inside them; empty for no limits. If
+    /// entering fails, nothing starts.
+    #[serde(with = "crate::plan::paths")]
+    pub cgroup_procs: Vec<PathBuf>,
 }
 
 /// A spec whose every part was checked. The work directory and rootfs are
@@ -449,6 +455,7 @@ mod check_tests {
             constle_exe: exe.clone(),
             private: vec![],
             stage: dir.path().to_path_buf(),
+            cgroup_procs: vec![],
         };
         base.check().unwrap();
 
@@ -597,6 +604,7 @@ mod check_tests {
             constle_exe: exe,
             private: vec![],
             stage: host.path().to_path_buf(),
+            cgroup_procs: vec![],
         };
         assert_ne!(top, "tmp");
         // Not in the rootfs at all: the sandbox creates the mount point.
@@ -646,6 +654,7 @@ mod check_tests {
                 },
             ],
             stage: host.path().to_path_buf(),
+            cgroup_procs: vec![],
         };
         spec(work.clone()).check().unwrap();
         for (workdir, relation) in [

@@ -184,6 +184,7 @@ impl Fixture {
             constle_exe: std::env::current_exe().unwrap(),
             private: Vec::new(),
             stage: self.stage.path().to_path_buf(),
+            cgroup_procs: Vec::new(),
         }
     }
 

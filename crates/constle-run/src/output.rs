@@ -1,0 +1,105 @@
+//! The agent's standard output and error: pipes that constle reads and
+//! prints escaped (`constle_escape`), never the operator's terminal itself.
+//!
+//! Given the terminal, an agent could read the operator's keystrokes, turn
+//! off `ISIG` so that Ctrl-C no longer stops it, and draw anything it liked,
+//! a fake approval prompt included. Through a pipe it can do none of that:
+//! it has no descriptor of the terminal, and every byte it writes that could
+//! act on a terminal is shown as an escape instead.
+//!
+//! Each stream is copied by a thread of its own, a read at a time, so
+//! output appears as the agent writes it, a slow reader of constle's output
+//! slows the agent down (through the full pipe) rather than piling up
+//! memory, and a reader that went away (`constle run … | head`) costs the
+//! agent nothing: the rest is read and dropped.
+//!
+//! While a person is being asked at the terminal ([`OutputHold`]), nothing
+//! of the agent's is printed: the agent cannot put lines that look like
+//! the question, or another one, beside it.
+
+use std::io::{self, PipeReader, Write};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use constle_escape::{ForwardReport, forward};
+
+/// Held while the terminal is asking a person; the agent's output waits.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct OutputHold(Arc<tokio::sync::Mutex<()>>);
+
+impl OutputHold {
+    /// Holds the agent's output back until the guard is dropped.
+    pub(crate) async fn hold(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.0.lock().await
+    }
+}
+
+/// The two copying threads of one run.
+pub(crate) struct AgentOutput {
+    threads: Vec<JoinHandle<ForwardReport>>,
+}
+
+impl AgentOutput {
+    /// Pipes for the agent's stdout and stderr, and the threads that print
+    /// what comes through them on constle's own.
+    pub(crate) fn start(hold: &OutputHold) -> io::Result<(AgentOutput, Stdio, Stdio)> {
+        let (out, out_end) = io::pipe()?;
+        let (err, err_end) = io::pipe()?;
+        let threads = vec![
+            copy("stdout", out, Held::new(hold, io::stdout()))?,
+            copy("stderr", err, Held::new(hold, io::stderr()))?,
+        ];
+        Ok((AgentOutput { threads }, out_end.into(), err_end.into()))
+    }
+
+    /// Waits until everything the agent wrote is printed: both pipes closed
+    /// by every process that held them. The sandbox is gone by then, so
+    /// this is quick; `grace` bounds it should something still hold a pipe.
+    pub(crate) async fn finish(self, grace: Duration) {
+        let joined = tokio::task::spawn_blocking(move || {
+            for thread in self.threads {
+                let _ = thread.join();
+            }
+        });
+        let _ = tokio::time::timeout(grace, joined).await;
+    }
+}
+
+fn copy(
+    name: &str,
+    from: PipeReader,
+    to: Held<impl Write + Send + 'static>,
+) -> io::Result<JoinHandle<ForwardReport>> {
+    std::thread::Builder::new()
+        .name(format!("agent-{name}"))
+        .spawn(move || forward(from, to))
+}
+
+/// A writer that waits out an [`OutputHold`] before each write.
+struct Held<W> {
+    hold: OutputHold,
+    inner: W,
+}
+
+impl<W> Held<W> {
+    fn new(hold: &OutputHold, inner: W) -> Held<W> {
+        Held {
+            hold: hold.clone(),
+            inner,
+        }
+    }
+}
+
+impl<W: Write> Write for Held<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let _turn = self.hold.0.blocking_lock();
+        self.inner.write(bytes)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let _turn = self.hold.0.blocking_lock();
+        self.inner.flush()
+    }
+}
