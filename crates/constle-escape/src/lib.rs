@@ -35,8 +35,15 @@
 //!
 //! - [`escape`]: one-line fields (a tool name, a path, an error message).
 //!   Newline and tab are escaped too, so the field stays on its line.
+//! - [`StreamEscaper`]: the agent's output, as bytes in pieces as they are
+//!   read. Newline and tab pass; bytes that are not UTF-8 are shown as
+//!   `\x{..}`; a character cut between two pieces is put back together.
 
 #![forbid(unsafe_code)]
+
+mod stream;
+
+pub use stream::StreamEscaper;
 
 /// Whether `c` must not reach a terminal as it is: a C0 or C1 control,
 /// DEL, or a bidirectional formatting character (see the crate
