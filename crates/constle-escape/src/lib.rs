@@ -38,11 +38,17 @@
 //! - [`StreamEscaper`]: the agent's output, as bytes in pieces as they are
 //!   read. Newline and tab pass; bytes that are not UTF-8 are shown as
 //!   `\x{..}`; a character cut between two pieces is put back together.
+//! - [`forward`]: a blocking copy from the agent's pipe to the terminal
+//!   through a [`StreamEscaper`], which keeps reading (and discards) when
+//!   the terminal side fails, so the agent never blocks on a full pipe:
+//!   `constle_escape::forward(pipe, std::io::stdout())`.
 
 #![forbid(unsafe_code)]
 
+mod forward;
 mod stream;
 
+pub use forward::{CHUNK_BYTES, ForwardReport, forward};
 pub use stream::StreamEscaper;
 
 /// Whether `c` must not reach a terminal as it is: a C0 or C1 control,
