@@ -19,6 +19,20 @@
 //! - Unicode bidirectional formatting characters (U+061C, U+200E, U+200F,
 //!   U+202A–U+202E, U+2066–U+2069): they reorder what is shown, so text can
 //!   read differently from what it says.
+//! - Invisible format characters: U+200B ZERO WIDTH SPACE, U+2060–U+2064
+//!   (word joiner, invisible operators), U+FEFF (byte order mark), U+180E,
+//!   the deprecated U+206A–U+206F, the annotation marks U+FFF9–U+FFFB, the
+//!   tag characters U+E0000–U+E007F, and the rare invisible controls
+//!   U+13430–U+1343F, U+1BCA0–U+1BCA3 and U+1D173–U+1D17A. They show
+//!   nothing, so two different texts (a tool's arguments in the human
+//!   gate's prompt, say) would look the same, and tag characters can carry
+//!   a hidden message to any model the output is pasted into. This is the
+//!   Unicode category Cf except: U+200C and U+200D (zero width non-joiner
+//!   and joiner), which emoji sequences and several scripts need, and the
+//!   format characters a terminal shows (the soft hyphen and the prefixed
+//!   number marks such as U+0600).
+//! - U+2028 LINE SEPARATOR and U+2029 PARAGRAPH SEPARATOR: line breaks that
+//!   terminals do not agree on; output has one line break, `\n`.
 //!
 //! # Formats
 //!
@@ -52,7 +66,8 @@ pub use forward::{CHUNK_BYTES, ForwardReport, forward};
 pub use stream::StreamEscaper;
 
 /// Whether `c` must not reach a terminal as it is: a C0 or C1 control,
-/// DEL, or a bidirectional formatting character (see the crate
+/// DEL, a bidirectional formatting character, an invisible format
+/// character, or a line or paragraph separator (see the crate
 /// documentation for why each).
 pub fn is_unsafe(c: char) -> bool {
     matches!(
@@ -64,6 +79,18 @@ pub fn is_unsafe(c: char) -> bool {
             | '\u{200f}'
             | '\u{202a}'..='\u{202e}'
             | '\u{2066}'..='\u{2069}'
+            | '\u{180e}'
+            | '\u{200b}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{206a}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{13430}'..='\u{1343f}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0000}'..='\u{e007f}'
     )
 }
 

@@ -18,11 +18,27 @@ const LINE: &[(&str, &str)] = &[
         "\u{61c}\u{200e}\u{200f}\u{202a}\u{2069}",
         "\\u{61c}\\u{200e}\\u{200f}\\u{202a}\\u{2069}",
     ),
-    // Neighbours of the unsafe ranges are shown as they are.
+    // Invisible, so "ali\u{200b}ce" would look like "alice".
     (
-        " ~\u{a0}\u{200d}\u{2029}\u{202f}",
-        " ~\u{a0}\u{200d}\u{2029}\u{202f}",
+        "ali\u{200b}ce\u{feff}\u{2060}\u{2064}\u{180e}\u{206f}\u{fffb}",
+        "ali\\u{200b}ce\\u{feff}\\u{2060}\\u{2064}\\u{180e}\\u{206f}\\u{fffb}",
     ),
+    (
+        "\u{e0001}\u{e0041}\u{e007f}",
+        "\\u{e0001}\\u{e0041}\\u{e007f}",
+    ),
+    ("one\u{2028}two\u{2029}", "one\\u{2028}two\\u{2029}"),
+    // Neighbours of the unsafe ranges, the joiners emoji and scripts need,
+    // and format characters a terminal shows are shown as they are.
+    (
+        " ~\u{a0}\u{202f}\u{2065}\u{e0080}",
+        " ~\u{a0}\u{202f}\u{2065}\u{e0080}",
+    ),
+    (
+        "👨\u{200d}👩\u{200d}👧 می\u{200c}خواهم",
+        "👨\u{200d}👩\u{200d}👧 می\u{200c}خواهم",
+    ),
+    ("soft\u{ad}hyphen \u{600}1", "soft\u{ad}hyphen \u{600}1"),
     // Backslashes are not escaped: harmless, not reversible.
     ("\\u{1b}", "\\u{1b}"),
 ];

@@ -24,6 +24,10 @@ const STREAM: &[(&[u8], &str)] = &[
         "\u{61c}\u{200e}\u{200f}".as_bytes(),
         "\\u{61c}\\u{200e}\\u{200f}",
     ),
+    (
+        "a\u{200b}b\u{feff}\u{e0041}\u{2028}".as_bytes(),
+        "a\\u{200b}b\\u{feff}\\u{e0041}\\u{2028}",
+    ),
     // Not UTF-8: stray bytes, a bad continuation, an overlong slash, a
     // surrogate, a code point past U+10FFFF, a sequence cut off at the end.
     (b"\xff\xfe", "\\x{ff}\\x{fe}"),
@@ -89,7 +93,7 @@ fn stream() -> impl Strategy<Value = Vec<u8>> {
     let piece = prop_oneof![
         "[ -~]{1,20}".prop_map(String::into_bytes),
         any::<char>().prop_map(|c| c.to_string().into_bytes()),
-        "[\u{0}-\u{a0}\u{61c}\u{200b}-\u{200f}\u{2028}-\u{206f}\u{feff}]"
+        "[\u{0}-\u{a0}\u{61c}\u{200b}-\u{200f}\u{2028}-\u{206f}\u{feff}\u{e0000}-\u{e0080}]"
             .prop_map(String::into_bytes),
         any::<u8>().prop_map(|b| vec![b]),
         any::<char>().prop_map(|c| {
