@@ -20,6 +20,10 @@ use tokio::time::Instant;
 use crate::request::PendingRequest;
 use crate::subject::SubjectDigest;
 
+// The one definition of what may reach a terminal lives in `constle-escape`;
+// re-exported so callers of this crate keep `constle_human_gate::escape`.
+pub use constle_escape::escape;
+
 /// Arguments longer than this many bytes (after escaping) are too large to
 /// show, and so can be denied but never approved at the terminal.
 pub const MAX_SHOWN_BYTES: usize = 4096;
@@ -223,29 +227,6 @@ fn push_wrapped(out: &mut String, line: &str) {
         columns += width(c);
     }
     out.push('\n');
-}
-
-/// Makes text that did not come from us safe to print: control characters
-/// (C0 including ESC, CR, backspace and newline, DEL, and C1 such as CSI
-/// U+009B) and Unicode bidirectional overrides, isolates and marks are shown
-/// as `\u{..}` instead of acting on the terminal.
-///
-/// The same rules as `escape` in the `constle` binary's `terminal` module;
-/// the two should become one.
-pub fn escape(text: &str) -> String {
-    let mut safe = String::with_capacity(text.len());
-    for c in text.chars() {
-        let bidi = matches!(
-            c,
-            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
-        );
-        if c.is_control() || bidi {
-            let _ = write!(safe, "\\u{{{:x}}}", c as u32);
-        } else {
-            safe.push(c);
-        }
-    }
-    safe
 }
 
 /// What the person at the terminal decided.

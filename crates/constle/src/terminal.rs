@@ -86,10 +86,10 @@ fn paint_if(colored: bool, paint: Paint, text: &str) -> String {
     }
 }
 
-/// Makes text that came from a file or an agent safe to print: the same
-/// escaping the human-gate prompt uses, so there is one definition of what
-/// may reach a terminal.
-pub use constle_human_gate::escape;
+// Makes text that came from a file or an agent safe to print on one line:
+// `constle-escape` holds the one definition of what may reach a terminal,
+// which the human-gate prompt uses too.
+pub use constle_escape::escape;
 
 /// Prints a line on stdout. A closed pipe (`constle … | head`) ends the
 /// program quietly with success, as other Unix tools do.
