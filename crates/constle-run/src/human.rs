@@ -25,6 +25,8 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
+use crate::output::OutputHold;
+
 /// How often the webhook is polled for a decision.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -50,6 +52,9 @@ struct Inner {
     on_timeout: OnTimeout,
     webhook: Option<(WebhookClient, WebhookUrl)>,
     terminal: Option<Mutex<HostTty>>,
+    /// Held while the terminal asks, so that the agent's output cannot sit
+    /// beside the question.
+    hold: OutputHold,
     said_no_terminal: AtomicBool,
     log: Arc<AuditLog>,
     aborts: mpsc::UnboundedSender<GateAbort>,
@@ -75,7 +80,7 @@ impl HumanGate {
         agent: &str,
         gates: &HumanGates,
         log: &Arc<AuditLog>,
-        terminal: Option<HostTty>,
+        terminal: Option<(HostTty, OutputHold)>,
     ) -> Option<(HumanGate, GateAborts)> {
         let approver = gates
             .approver_pubkey
@@ -87,6 +92,7 @@ impl HumanGate {
             .find_map(|notify| WebhookUrl::from_env(notify.url_secret_ref.as_str()).ok())
             .and_then(|url| Some((WebhookClient::new().ok()?, url)));
         let (aborts, aborted) = mpsc::unbounded_channel();
+        let (terminal, hold) = terminal.unzip();
         let inner = Inner {
             agent: agent.to_owned(),
             approver,
@@ -94,6 +100,7 @@ impl HumanGate {
             on_timeout: gates.on_timeout,
             webhook,
             terminal: terminal.map(Mutex::new),
+            hold: hold.unwrap_or_default(),
             said_no_terminal: AtomicBool::new(false),
             log: Arc::clone(log),
             aborts,
@@ -201,6 +208,7 @@ impl Inner {
             return std::future::pending().await;
         };
         let mut tty = terminal.lock().await;
+        let _quiet = self.hold.hold().await;
         tty.discard_typeahead();
         match ask_terminal(&mut *tty, prompt, deadline).await {
             TerminalOutcome::NoAnswer => std::future::pending().await,

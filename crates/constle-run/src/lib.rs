@@ -8,7 +8,9 @@
 mod a2a;
 mod bridge;
 mod human;
+mod limits;
 mod mcp;
+mod output;
 mod plan;
 mod run;
 mod spend;

@@ -15,6 +15,7 @@ use tokio::net::UnixListener;
 use tokio::task::JoinHandle;
 
 use crate::human::{GateAbort, GateAborts, HumanGate};
+use crate::output::OutputHold;
 use crate::run::{RunError, io};
 use crate::spend::SpendMeter;
 
@@ -33,15 +34,22 @@ pub(crate) struct McpGates {
 impl McpGates {
     /// Binds one socket per declared server under `sockets` and starts its
     /// gate. Gated calls go to the human gates (with `terminal` as the host
-    /// terminal, if there is one); priced calls to `meter`.
+    /// terminal, if there is one, holding the agent's output back with
+    /// `hold` while it asks); priced calls to `meter`.
     pub(crate) fn start(
         manifest: &Manifest,
         sockets: &Path,
         log: &Arc<AuditLog>,
         terminal: Option<constle_human_gate::HostTty>,
+        hold: &OutputHold,
         meter: Option<SpendMeter>,
     ) -> Result<McpGates, RunError> {
-        let human = HumanGate::new(manifest.name.as_str(), &manifest.human_gates, log, terminal);
+        let human = HumanGate::new(
+            manifest.name.as_str(),
+            &manifest.human_gates,
+            log,
+            terminal.map(|tty| (tty, hold.clone())),
+        );
         let (human, aborts) = human.unzip();
         let mut gates = McpGates {
             relays: Vec::new(),

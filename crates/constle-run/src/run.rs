@@ -14,13 +14,16 @@ use std::time::{Duration, Instant};
 use constle_audit::{Appender, AuditError, AuditLog, Event};
 use constle_egress::{EgressPolicy, NetworkEvent, Squid};
 use constle_identity::{KeyKind, KeyStore};
+use constle_limits::LimitHit;
 use constle_manifest::{Egress, Manifest};
 use constle_sandbox::{Private, Relay, SandboxSpec};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::a2a::A2aLink;
 use crate::bridge;
+use crate::limits::{RunLimits, limit_event};
 use crate::mcp::McpGates;
+use crate::output::{AgentOutput, OutputHold};
 use crate::spend::SpendMeter;
 
 /// Where the agent finds the proxy inside the sandbox.
@@ -85,6 +88,12 @@ pub enum RunError {
         /// The gated tool.
         tool: String,
     },
+    /// A declared limit cannot be enforced on this machine.
+    #[error(transparent)]
+    Limits(constle_limits::LimitsError),
+    /// The agent's processes reached a declared limit; the run was stopped.
+    #[error("{0}; the run was stopped")]
+    LimitReached(String),
     /// Agent-to-agent messaging could not start.
     #[error("a2a: {0}")]
     A2a(String),
@@ -154,7 +163,7 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     })
 }
 
-fn event(name: &str) -> Event {
+pub(crate) fn event(name: &str) -> Event {
     // Every name used here is a literal snake_case word.
     Event::new(name).unwrap_or_else(|_| unreachable!("event names in this module are valid"))
 }
@@ -196,6 +205,9 @@ async fn supervise(
         let now = Instant::now();
         std::mem::replace(&mut clock, now).elapsed()
     };
+    // First: on cgroup v2, constle may have to move itself into a cgroup
+    // of its own, before anything it starts would share its old one.
+    let limits = RunLimits::create(manifest)?;
     let sockets = private_dir("constle-sockets-")?;
     // Beside the sockets' directory, not in it: the sandbox's launcher
     // needs a stage whose parents anyone may search (see SandboxSpec).
@@ -210,8 +222,9 @@ async fn supervise(
         .is_active()
         .then(constle_human_gate::open_host_tty)
         .flatten();
+    let hold = OutputHold::default();
     let meter = SpendMeter::open(manifest, &options.home, log).await;
-    let mut gates = McpGates::start(manifest, sockets.path(), log, terminal, meter)?;
+    let mut gates = McpGates::start(manifest, sockets.path(), log, terminal, &hold, meter)?;
     let a2a = A2aLink::start(manifest, &options.home, sockets.path(), log).await?;
     let mut env = agent_env(manifest, proxy.is_some(), gates.env());
     env.extend(a2a.as_ref().map(A2aLink::env));
@@ -229,21 +242,18 @@ async fn supervise(
         constle_exe: options.constle_exe.clone(),
         private: private_paths(options),
         stage: stage.path().to_path_buf(),
+        cgroup_procs: limits.procs_files(),
     };
     let proxy_start = lap();
-    let mut command =
-        constle_sandbox::sandbox_command(&spec).map_err(|e| RunError::Sandbox(e.to_string()))?;
-    command.stdin(Stdio::null()).process_group(0);
-    let mut agent = tokio::process::Command::from(command)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| RunError::Sandbox(format!("cannot start bwrap: {e}")))?;
-    let result = watch(&mut agent, proxy.as_mut(), &mut gates, stop, log).await;
+    let (mut agent, output) = start_sandbox(&spec, &hold)?;
+    let result = watch(&mut agent, proxy.as_mut(), &mut gates, &limits, stop, log).await;
     let sandbox = lap();
     // The agent goes first: Squid logs a tunnel when it closes, so every
     // tunnel must be closed before the proxy stops.
     let _ = agent.start_kill();
     let _ = agent.wait().await;
+    limits.end();
+    output.finish(OUTPUT_GRACE).await;
     drop(gates);
     drop(a2a);
     let recorded = match proxy {
@@ -258,6 +268,36 @@ async fn supervise(
     let code = result?;
     recorded?;
     Ok((code, phases))
+}
+
+/// How long the agent's output may keep coming once the sandbox is gone.
+const OUTPUT_GRACE: Duration = Duration::from_secs(5);
+
+/// Spawns the sandbox with its stdout and stderr on pipes constle prints
+/// from, in a process group of its own (the terminal's Ctrl-C goes to
+/// constle, which ends the run, not to the sandbox).
+fn start_sandbox(
+    spec: &SandboxSpec,
+    hold: &OutputHold,
+) -> Result<(tokio::process::Child, AgentOutput), RunError> {
+    let mut command =
+        constle_sandbox::sandbox_command(spec).map_err(|e| RunError::Sandbox(e.to_string()))?;
+    let (output, stdout, stderr) =
+        AgentOutput::start(hold).map_err(io("cannot make the agent's output pipes"))?;
+    command
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0);
+    let mut command = tokio::process::Command::from(command);
+    let agent = command
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| RunError::Sandbox(format!("cannot start bwrap: {e}")))?;
+    // The command holds this process's copies of the pipes' ends: without
+    // dropping it, the pipes would never reach their end.
+    drop(command);
+    Ok((agent, output))
 }
 
 /// Where a run's time went, for `run_finished` and the run benchmark.
@@ -393,6 +433,7 @@ async fn watch(
     agent: &mut tokio::process::Child,
     mut proxy: Option<&mut Proxy>,
     gates: &mut McpGates,
+    limits: &RunLimits,
     stop: &mut StopSignals,
     log: &AuditLog,
 ) -> Result<i32, RunError> {
@@ -417,7 +458,19 @@ async fn watch(
         }
     };
     tokio::select! {
-        status = agent.wait() => Ok(exit_code(status.map_err(io("waiting for the agent"))?)),
+        status = agent.wait() => {
+            let code = exit_code(status.map_err(io("waiting for the agent"))?);
+            // A memory limit ends the agent through the kernel's OOM killer:
+            // the run then failed at its limit, whatever the exit code says.
+            match limits.reached_now() {
+                Some(hit) => limit_reached(log, &hit).await,
+                None => Ok(code),
+            }
+        }
+        hit = limits.reached() => {
+            let _ = agent.start_kill();
+            limit_reached(log, &hit).await
+        }
         trouble = trouble => {
             let _ = agent.start_kill();
             let reason = match trouble {
@@ -440,6 +493,11 @@ async fn watch(
             Ok(128 + number)
         }
     }
+}
+
+async fn limit_reached(log: &AuditLog, hit: &LimitHit) -> Result<i32, RunError> {
+    record(log, limit_event(hit)).await?;
+    Err(RunError::LimitReached(hit.to_string()))
 }
 
 /// The signals that end a run. Taken over before anything of the run
