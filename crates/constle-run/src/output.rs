@@ -20,8 +20,9 @@
 use std::io::{self, PipeReader, Write};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
+
+use tokio::sync::oneshot;
 
 use constle_escape::{ForwardReport, forward};
 
@@ -36,9 +37,9 @@ impl OutputHold {
     }
 }
 
-/// The two copying threads of one run.
+/// The two copying threads of one run, each reporting when its pipe ended.
 pub(crate) struct AgentOutput {
-    threads: Vec<JoinHandle<ForwardReport>>,
+    done: Vec<oneshot::Receiver<ForwardReport>>,
 }
 
 impl AgentOutput {
@@ -47,23 +48,24 @@ impl AgentOutput {
     pub(crate) fn start(hold: &OutputHold) -> io::Result<(AgentOutput, Stdio, Stdio)> {
         let (out, out_end) = io::pipe()?;
         let (err, err_end) = io::pipe()?;
-        let threads = vec![
+        let done = vec![
             copy("stdout", out, Held::new(hold, io::stdout()))?,
             copy("stderr", err, Held::new(hold, io::stderr()))?,
         ];
-        Ok((AgentOutput { threads }, out_end.into(), err_end.into()))
+        Ok((AgentOutput { done }, out_end.into(), err_end.into()))
     }
 
     /// Waits until everything the agent wrote is printed: both pipes closed
     /// by every process that held them. The sandbox is gone by then, so
-    /// this is quick; `grace` bounds it should something still hold a pipe.
+    /// this is quick; `grace` bounds it should something still hold a pipe
+    /// (the threads are then left to the end of the process).
     pub(crate) async fn finish(self, grace: Duration) {
-        let joined = tokio::task::spawn_blocking(move || {
-            for thread in self.threads {
-                let _ = thread.join();
+        let all = async {
+            for done in self.done {
+                let _ = done.await;
             }
-        });
-        let _ = tokio::time::timeout(grace, joined).await;
+        };
+        let _ = tokio::time::timeout(grace, all).await;
     }
 }
 
@@ -71,10 +73,14 @@ fn copy(
     name: &str,
     from: PipeReader,
     to: Held<impl Write + Send + 'static>,
-) -> io::Result<JoinHandle<ForwardReport>> {
+) -> io::Result<oneshot::Receiver<ForwardReport>> {
+    let (report, done) = oneshot::channel();
     std::thread::Builder::new()
         .name(format!("agent-{name}"))
-        .spawn(move || forward(from, to))
+        .spawn(move || {
+            let _ = report.send(forward(from, to));
+        })?;
+    Ok(done)
 }
 
 /// A writer that waits out an [`OutputHold`] before each write.

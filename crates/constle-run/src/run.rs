@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -245,13 +245,16 @@ async fn supervise(
         cgroup_procs: limits.procs_files(),
     };
     let proxy_start = lap();
-    let (mut agent, output) = start_sandbox(&spec, &hold)?;
+    let (mut agent, output, lifeline) = start_sandbox(&spec, &hold)?;
     let result = watch(&mut agent, proxy.as_mut(), &mut gates, &limits, stop, log).await;
     let sandbox = lap();
     // The agent goes first: Squid logs a tunnel when it closes, so every
     // tunnel must be closed before the proxy stops.
     let _ = agent.start_kill();
     let _ = agent.wait().await;
+    // Whatever of the sandbox outlived bwrap (it can only while bwrap
+    // starts) ends with the lifeline, and so do its ends of the pipes.
+    drop(lifeline);
     limits.end();
     output.finish(OUTPUT_GRACE).await;
     drop(gates);
@@ -275,17 +278,20 @@ const OUTPUT_GRACE: Duration = Duration::from_secs(5);
 
 /// Spawns the sandbox with its stdout and stderr on pipes constle prints
 /// from, in a process group of its own (the terminal's Ctrl-C goes to
-/// constle, which ends the run, not to the sandbox).
+/// constle, which ends the run, not to the sandbox), and with a lifeline:
+/// the sandbox ends when the returned pipe end closes, at the latest when
+/// constle exits, however it does.
 fn start_sandbox(
     spec: &SandboxSpec,
     hold: &OutputHold,
-) -> Result<(tokio::process::Child, AgentOutput), RunError> {
+) -> Result<(tokio::process::Child, AgentOutput, std::io::PipeWriter), RunError> {
     let mut command =
         constle_sandbox::sandbox_command(spec).map_err(|e| RunError::Sandbox(e.to_string()))?;
     let (output, stdout, stderr) =
         AgentOutput::start(hold).map_err(io("cannot make the agent's output pipes"))?;
+    let (lifeline, held) = std::io::pipe().map_err(io("cannot make the sandbox's lifeline"))?;
     command
-        .stdin(Stdio::null())
+        .stdin(lifeline)
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0);
@@ -297,7 +303,7 @@ fn start_sandbox(
     // The command holds this process's copies of the pipes' ends: without
     // dropping it, the pipes would never reach their end.
     drop(command);
-    Ok((agent, output))
+    Ok((agent, output, held))
 }
 
 /// Where a run's time went, for `run_finished` and the run benchmark.

@@ -35,6 +35,13 @@ use crate::{SandboxError, SandboxSpec, wire};
 /// change (`constle run` reads them through pipes). The agent's stdin is
 /// `/dev/null` whatever the caller does.
 ///
+/// # A lifeline
+///
+/// Give the command's stdin the read end of a pipe whose write end the
+/// caller keeps and never writes to: when that end closes (the caller
+/// dropped it, or died however it died), the sandbox ends. It closes the
+/// gap the parent-death signal below leaves while bwrap starts.
+///
 /// # Spawning: `--die-with-parent` is per thread
 ///
 /// `bwrap --die-with-parent` uses `PR_SET_PDEATHSIG`, which fires when the

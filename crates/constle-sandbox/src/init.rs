@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use nix::sys::resource::{Resource, setrlimit};
 use nix::sys::signal::{Signal, kill};
+use nix::sys::stat::{SFlag, fstat};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use tokio::net::{TcpListener, TcpStream, UnixStream};
@@ -121,11 +122,52 @@ fn init(args: Vec<OsString>) -> Result<i32, InitError> {
     // No core dumps, for good: a crashing agent must not make the kernel
     // write its memory anywhere or start the host's core handler for it.
     setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(|e| InitError::Limit(e.into()))?;
+    hold_lifeline()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(InitError::Runtime)?;
     runtime.block_on(run(relays, command))
+}
+
+/// When stdin is a pipe, it is the caller's lifeline: the caller holds its
+/// write end and never writes, so it reaches its end exactly when the
+/// caller is gone, and then the sandbox ends (as pid 1, init takes every
+/// process of it along). bubblewrap's parent-death signal does the same
+/// but is set only once bwrap is under way; a caller that died before
+/// that would otherwise leave the sandbox running.
+fn hold_lifeline() -> Result<(), InitError> {
+    let is_pipe = fstat(io::stdin())
+        .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFIFO);
+    if !is_pipe {
+        return Ok(());
+    }
+    std::thread::Builder::new()
+        .name("lifeline".into())
+        .spawn(|| {
+            until_closed(io::stdin().lock());
+            let _ = writeln!(
+                io::stderr().lock(),
+                "constle {INIT_SUBCOMMAND}: the process that started the sandbox is gone; \
+                 the sandbox ends"
+            );
+            std::process::exit(EXIT_SANDBOX_FAILED);
+        })
+        .map(drop)
+        .map_err(InitError::Runtime)
+}
+
+/// Reads `from` to its end (or a lasting error), discarding.
+fn until_closed(mut from: impl io::Read) {
+    let mut buf = [0u8; 64];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }
 
 fn parse_args(args: Vec<OsString>) -> Result<(Vec<InitRelay>, Vec<OsString>), InitError> {

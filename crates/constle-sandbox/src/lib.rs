@@ -135,8 +135,9 @@
 //!   agent gets `SIGKILL`, not a chance to clean up.
 //! - bwrap 0.8 sets its parent-death signal once its namespaces are set up
 //!   (a few milliseconds after it starts) and does not check afterwards
-//!   whether the parent already died. If the caller dies inside that
-//!   window, the sandbox runs on until the agent exits.
+//!   whether the parent already died. A caller that dies inside that
+//!   window leaves the sandbox running, unless it gave the sandbox a
+//!   lifeline (see [`sandbox_command`]), as `constle run` does.
 
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]

@@ -99,6 +99,10 @@ fn main() {
             killing_the_parent_kills_everything,
         ),
         e2e(
+            "closing_the_lifeline_ends_the_sandbox",
+            closing_the_lifeline_ends_the_sandbox,
+        ),
+        e2e(
             "agent_exit_kills_its_background_processes",
             agent_exit_kills_background,
         ),
@@ -1391,6 +1395,39 @@ fn killing_bwrap_kills_everything() -> TestResult {
     child.wait().unwrap();
     started?;
     wait_until_gone(&marker)
+}
+
+fn closing_the_lifeline_ends_the_sandbox() -> TestResult {
+    // bwrap itself is left alone: only the lifeline's write end closes, as
+    // when the caller dies before bwrap has set its parent-death signal.
+    let fx = Fixture::new();
+    let marker = unique("constle-test-lifeline");
+    let (lifeline, held) = std::io::pipe().unwrap();
+    let mut cmd = sandbox_command(&sleeper(&fx, &marker)).unwrap();
+    let mut child = cmd
+        .stdin(lifeline)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(cmd);
+    let started = wait_for_agent(&marker);
+    drop(held);
+    let gone = wait_until_gone(&marker);
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    started?;
+    gone?;
+    check(status.code() == Some(125), || {
+        format!("{status:?}: {stderr}")
+    })?;
+    check(stderr.contains("the sandbox ends"), || stderr.clone())
 }
 
 fn killing_the_parent_kills_everything() -> TestResult {

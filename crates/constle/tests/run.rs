@@ -367,9 +367,26 @@ fn open_egress_is_announced() {
 }
 
 #[test]
-fn a_workdir_holding_constle_home_is_refused() {
-    let body = "sandbox:\n  command: [\"true\"]\n  workdir: .\n  network:\n    egress: none\n";
-    run_says(&Case::new(), body, Some(125), "CONSTLE_HOME");
+fn a_workdir_showing_constle_home_or_the_agentfile_is_refused() {
+    let body = |workdir: &str| {
+        format!(
+            "sandbox:\n  command: [\"true\"]\n  workdir: {workdir}\n  network:\n    egress: none\n"
+        )
+    };
+    let case = Case::new();
+    // The Agentfile's own directory: refused as the Agentfile is read.
+    run_says(&case, &body("."), Some(1), "workdir_holds_agentfile");
+    // CONSTLE_HOME itself, and through a link an earlier run planted.
+    fs::create_dir_all(case.home().join("keys")).unwrap();
+    std::os::unix::fs::symlink(case.home(), case.path("work/planted")).unwrap();
+    for workdir in ["./home", "./home/keys", "./work/planted"] {
+        run_says(&case, &body(workdir), Some(125), "CONSTLE_HOME");
+    }
+    assert!(!case.home().join("logs").read_dir().unwrap().any(|e| {
+        fs::read_to_string(e.unwrap().path())
+            .unwrap()
+            .contains("\"exit_status\":0")
+    }));
 }
 
 /// Every row of the spec's network tables and the list, asked from
