@@ -122,9 +122,18 @@ fn safe_len(text: &str, escapes: impl Fn(char) -> bool) -> usize {
     let mut len = 0;
     loop {
         len += printable_ascii_len(&text.as_bytes()[len..]);
-        match text[len..].chars().next() {
-            Some(c) if !escapes(c) => len += c.len_utf8(),
-            _ => return len,
+        // Other characters one by one, until printable ASCII comes again.
+        for c in text[len..].chars() {
+            if matches!(c, ' '..='~') {
+                break;
+            }
+            if escapes(c) {
+                return len;
+            }
+            len += c.len_utf8();
+        }
+        if len == text.len() {
+            return len;
         }
     }
 }
@@ -152,7 +161,7 @@ fn push_hex(out: &mut String, kind: char, value: u32) {
     let digits = (u32::BITS - value.leading_zeros()).div_ceil(4).max(1);
     for shift in (0..digits).rev() {
         let digit = (value >> (shift * 4)) & 0xf;
-        out.extend(char::from_digit(digit, 16));
+        out.push(char::from(b"0123456789abcdef"[digit as usize]));
     }
     out.push('}');
 }
