@@ -15,6 +15,7 @@ import json
 import math
 import os
 import pathlib
+import resource
 import shutil
 import signal
 import statistics
@@ -172,6 +173,20 @@ def stop(proc):
         proc.wait()
 
 
+def children_cpu():
+    """CPU seconds (user + system) of every child process reaped so far,
+    and of the children they reaped."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_timed(cmd, env, cwd, timeout, what):
+    """As run_plain; returns (wall seconds, CPU seconds of the whole tree)."""
+    before = children_cpu()
+    _, wall = run_plain(cmd, env, cwd, timeout, what)
+    return wall, children_cpu() - before
+
+
 def run_plain(cmd, env, cwd, timeout, what):
     """Runs `cmd` to completion; returns (stdout, wall seconds). Stopped with
     SIGTERM, not SIGKILL, on a timeout or a signal to us: a killed
@@ -271,16 +286,22 @@ class Bench:
             "none": self.constle_cmd(self.agentfile("bench-none", ["true"], False), False),
             "restricted": self.constle_cmd(self.agentfile("bench-restricted", ["true"], True), True),
         }
+        if self.args.baseline_constle:
+            agentfile = self.agentfile("bench-baseline", ["true"], False)
+            variants["baseline"] = [self.args.baseline_constle, "run", str(agentfile)]
         names = list(variants)
         walls = {name: [] for name in names}
+        cpus = {name: [] for name in names}
         for i in range(WARMUP_RUNS + n):
             if i == WARMUP_RUNS or (i > WARMUP_RUNS and (i - WARMUP_RUNS) % 5 == 0):
                 progress(f"run overhead: {i - WARMUP_RUNS}/{n}")
             # rotate the order so that no variant always runs right after another
-            for name in names[i % 3:] + names[:i % 3]:
-                _, wall = run_plain(variants[name], self.env, self.dir, 30, f"run overhead, {name}")
+            turn = i % len(names)
+            for name in names[turn:] + names[:turn]:
+                wall, cpu = run_timed(variants[name], self.env, self.dir, 30, f"run overhead, {name}")
                 if i >= WARMUP_RUNS:
                     walls[name].append(wall)
+                    cpus[name].append(cpu)
         phases = {}
         for name, agent in (("none", "bench-none"), ("restricted", "bench-restricted")):
             finished = self.run_finished(agent)
@@ -291,7 +312,7 @@ class Bench:
             if bad:
                 raise Failed(f"{agent}: a run_finished without phases or with a failure: {bad[0]}")
             phases[name] = finished
-        return walls, phases
+        return walls, cpus, phases
 
     # 2. Tunnel throughput
     def throughput(self):
@@ -348,7 +369,7 @@ def ms(seconds, digits=1):
     return f"{seconds * 1000:7.{digits}f} ms"
 
 
-def print_table(args, walls, phases, rates, seconds, cpu, machine, direct_lat, proxy_lat, allowed):
+def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, direct_lat, proxy_lat, allowed):
     p = print
     p()
     p(f"Constle benchmarks: {os.cpu_count()} CPUs, shared. Medians and percentiles of repeated runs;")
@@ -356,18 +377,28 @@ def print_table(args, walls, phases, rates, seconds, cpu, machine, direct_lat, p
     p()
     p(f"1. Run overhead: agent `true`, wall time from start to exit "
       f"({args.runs} runs each, interleaved, after {WARMUP_RUNS} warm-ups)")
+    p("   CPU = user + system seconds of the whole process tree (constle, launcher, bwrap, the")
+    p("   sandbox, Squid), from getrusage; the clock and the CPU are medians of the same runs.")
     base = statistics.median(walls["bwrap"])
-    p(f"   {'':44} {'median':>10} {'p90':>10}   vs bare bwrap (median)")
+    p(f"   {'':44} {'median':>10} {'p90':>10} {'CPU':>10}   vs bare bwrap (median)")
     rows = [("bare bwrap, same namespaces (baseline)", "bwrap"),
             ("constle run, egress none", "none"),
             ("constle run, egress restricted (1 host)", "restricted")]
+    if "baseline" in walls:
+        rows.append((f"baseline constle ({pathlib.Path(args.baseline_constle).name}), egress none",
+                     "baseline"))
     for label, key in rows:
         med, p90 = statistics.median(walls[key]), percentile(walls[key], 90)
         extra = ""
         if key != "bwrap":
             extra = f"   {med / base:5.1f}x, +{(med - base) * 1000:.1f} ms"
             extra += f"   aim < 100 ms: {'met' if med < 0.1 else 'NOT MET'}"
-        p(f"   {label:<44} {ms(med)} {ms(p90)}{extra}")
+        p(f"   {label:<44} {ms(med)} {ms(p90)} {ms(statistics.median(cpus[key]))}{extra}")
+    if "baseline" in walls:
+        old, new = statistics.median(walls["baseline"]), statistics.median(walls["none"])
+        old_cpu, new_cpu = statistics.median(cpus["baseline"]), statistics.median(cpus["none"])
+        p(f"   this build against the baseline, egress none: {new / old:4.2f}x by the clock "
+          f"({(new - old) * 1000:+.1f} ms), {new_cpu / old_cpu:4.2f}x by CPU ({(new_cpu - old_cpu) * 1000:+.1f} ms)")
     p()
     p("   Where constle's time goes, medians: the three phases of run_finished.phases_us (audit log);")
     p("   log+setup = duration_ms - phases (audit log start, the run_started record); process = wall -")
@@ -451,13 +482,15 @@ def main():
     parser.add_argument("--mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connects", type=int, default=200)
+    parser.add_argument("--baseline-constle", help="another constle binary (say, an earlier commit's) "
+                        "whose run overhead is measured beside this one's")
     args = parser.parse_args()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, on_signal)
     bench = Bench(args)
     try:
         bench.preflight()
-        walls, phases = bench.overhead()
+        walls, cpus, phases = bench.overhead()
         direct_lat, proxy_lat, allowed = bench.latency()
         rates, seconds, cpu, machine = bench.throughput()
     except Failed as err:
@@ -466,7 +499,7 @@ def main():
     except Interrupted as signame:
         print(f"bench: stopped by {signame}", file=sys.stderr)
         return 130
-    print_table(args, walls, phases, rates, seconds, cpu, machine, direct_lat, proxy_lat, allowed)
+    print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, direct_lat, proxy_lat, allowed)
     return 0
 
 

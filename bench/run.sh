@@ -19,23 +19,26 @@
 # --hosts-file. No traffic goes anywhere but loopback and that namespace.
 # Needs root (the namespace), bwrap, squid, python3 and iproute2.
 #
-# usage: bench/run.sh [-n RUNS] [-m MIB] [-r ROUNDS] [-k CONNECTS]
+# usage: bench/run.sh [-n RUNS] [-m MIB] [-r ROUNDS] [-k CONNECTS] [-b CONSTLE]
 #   -n RUNS      runs of each variant for the run overhead (default 21)
 #   -m MIB       MiB per throughput transfer (default 1024)
 #   -r ROUNDS    throughput transfers of each kind, alternating (default 3)
 #   -k CONNECTS  sequential CONNECTs for the latency (default 200)
+#   -b CONSTLE   another constle binary (an earlier commit's build, say)
+#                whose run overhead is measured beside this one's
 set -euo pipefail
 command -v cargo >/dev/null 2>&1 || . "$HOME/.cargo/env"
 
-usage() { sed -n '/^# usage:/,/^# *-k/s/^# \{0,1\}//p' "$0" >&2; }
+usage() { sed -n '/^# usage:/,/^# *whose run overhead/s/^# \{0,1\}//p' "$0" >&2; }
 die() {
   echo "bench/run.sh: $*" >&2
   exit 1
 }
 
-runs=21 mib=1024 rounds=3 connects=200
-while getopts n:m:r:k:h opt; do
+runs=21 mib=1024 rounds=3 connects=200 baseline=''
+while getopts n:m:r:k:b:h opt; do
   case $opt in
+    b) baseline=$OPTARG ;;
     n) runs=$OPTARG ;;
     m) mib=$OPTARG ;;
     r) rounds=$OPTARG ;;
@@ -49,6 +52,7 @@ shift $((OPTIND - 1))
 for value in "$runs" "$mib" "$rounds" "$connects"; do
   [[ $value =~ ^[1-9][0-9]{0,6}$ ]] || die "'$value' is not a positive whole number"
 done
+[ -z "$baseline" ] || [ -x "$baseline" ] || die "-b $baseline is not an executable"
 [ "$mib" -ge 1024 ] || echo "bench/run.sh: note: $mib MiB per transfer is under the 1 GiB the benchmark is meant to move" >&2
 
 [ "$(id -u)" -eq 0 ] || die "needs root: the simulated host is a network namespace (try sudo)"
@@ -121,7 +125,8 @@ python3 "$root/bench/measure.py" \
   --constle "$root/target/release/constle" \
   --client "$root/bench/tunnel_client.py" \
   --address "$address" --host-pid "$host_pid" --dir "$tmp" \
-  --runs "$runs" --mib "$mib" --rounds "$rounds" --connects "$connects" &
+  --runs "$runs" --mib "$mib" --rounds "$rounds" --connects "$connects" \
+  ${baseline:+--baseline-constle "$(realpath "$baseline")"} &
 driver_pid=$!
 status=0
 wait "$driver_pid" || status=$?

@@ -247,8 +247,8 @@ impl fmt::Display for LimitHit {
     }
 }
 
-/// `bytes` in the largest binary unit that divides it: `512 MiB`.
-fn bytes(n: u64) -> String {
+/// `n` bytes in the largest binary unit that divides it: `512 MiB`.
+pub fn bytes(n: u64) -> String {
     [("GiB", 30), ("MiB", 20), ("KiB", 10)]
         .iter()
         .find(|(_, shift)| n != 0 && n.trailing_zeros() >= *shift)

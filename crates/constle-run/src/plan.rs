@@ -2,6 +2,7 @@
 //! Agentfile before anything starts, so the run summary can say it.
 
 use constle_manifest::{Egress, Manifest, OnTimeout};
+use constle_sandbox::AGENT_ID;
 
 /// One line of the run summary.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,7 +26,12 @@ pub enum Item {
 
 /// The run summary's contents, in order.
 pub fn plan(manifest: &Manifest) -> Vec<Item> {
-    let mut items = vec![sandbox(manifest), egress(manifest), audit(manifest)];
+    let mut items = vec![
+        sandbox(manifest),
+        limits(manifest),
+        egress(manifest),
+        audit(manifest),
+    ];
     items.extend(mcp(manifest));
     items.extend(spending(manifest));
     items.extend(a2a(manifest));
@@ -48,10 +54,45 @@ fn sandbox(manifest: &Manifest) -> Item {
     enforced(
         "sandbox",
         format!(
-            "bubblewrap: own network, pid, ipc, uts and mount namespaces; {root}; writable: {} and a private /tmp",
+            "bubblewrap: own network, pid, ipc, uts and mount namespaces; uid {AGENT_ID}, never the host's root, no capabilities, seccomp filter; {root}; writable: {} and a private /tmp; output escaped",
             manifest.sandbox.workdir.display()
         ),
     )
+}
+
+fn limits(manifest: &Manifest) -> Item {
+    let limits = &manifest.sandbox.limits;
+    let mut parts = Vec::new();
+    if let Some(bytes) = limits.memory_bytes {
+        parts.push(format!("memory {}", constle_limits::bytes(bytes)));
+    }
+    if let Some(pids) = limits.pids {
+        parts.push(format!("{pids} processes and threads"));
+    }
+    if let Some(millis) = limits.cpu_millis {
+        parts.push(format!("{} CPUs", millis_as_decimal(millis)));
+    }
+    match parts.is_empty() {
+        true => not_enforced(
+            "limits",
+            "none declared (sandbox.limits): the agent may use all the memory, processes and CPU this machine gives it".into(),
+        ),
+        false => enforced(
+            "limits",
+            format!("{} for the agent's whole process tree (cgroups)", parts.join(", ")),
+        ),
+    }
+}
+
+/// `1500` as `1.5`.
+fn millis_as_decimal(millis: u32) -> String {
+    let (whole, frac) = (millis / 1000, millis % 1000);
+    match frac {
+        0 => whole.to_string(),
+        _ => format!("{whole}.{frac:03}")
+            .trim_end_matches('0')
+            .to_owned(),
+    }
 }
 
 fn egress(manifest: &Manifest) -> Item {
@@ -177,4 +218,41 @@ fn a2a(manifest: &Manifest) -> Option<Item> {
             "{listening}the agent sends to {senders} peer(s) through CONSTLE_A2A_URL, signed on the host"
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(limits: &str) -> Manifest {
+        let src = format!("name: a\nsandbox:\n  command: [x]\n{limits}");
+        constle_manifest::parse_str(&src, std::path::Path::new("/srv/a/agent.yaml"), &|_| None)
+            .unwrap()
+            .manifest
+    }
+
+    #[test]
+    fn limits_are_summarised_or_said_to_be_missing() {
+        match limits(&manifest("")) {
+            Item::NotEnforced {
+                part: "limits",
+                why,
+            } => assert!(why.contains("none declared")),
+            other => panic!("{other:?}"),
+        }
+        let declared = manifest("  limits:\n    memory: 2g\n    pids: 256\n    cpus: 1.25\n");
+        match limits(&declared) {
+            Item::Enforced {
+                part: "limits",
+                detail,
+            } => assert_eq!(
+                detail,
+                "memory 2 GiB, 256 processes and threads, 1.25 CPUs for the agent's whole process tree (cgroups)"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(millis_as_decimal(2000), "2");
+        assert_eq!(millis_as_decimal(10), "0.01");
+        assert_eq!(millis_as_decimal(1500), "1.5");
+    }
 }

@@ -890,19 +890,17 @@ except OSError as e:
 "#;
     // As built: bwrap's stdin is /dev/null.
     let run1 = run_spec(&fx.python(probe, &[]));
-    // Even if the caller hands bwrap a pipe with data, the agent reads EOF.
+    // Even if the caller hands bwrap a pipe with data (held open, as the
+    // lifeline it then is), the agent reads EOF.
     let mut cmd = sandbox_command(&fx.python(probe, &[])).unwrap();
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"typed by someone\n")
-        .unwrap();
+    let mut typed = child.stdin.take().unwrap();
+    typed.write_all(b"typed by someone\n").unwrap();
     let out = child.wait_with_output().unwrap();
+    drop(typed);
     let run2 = Run {
         status: out.status,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -516,3 +516,59 @@ fn a_signal_during_start_up_leaves_nothing_behind() {
         "every run that started also finished in the log"
     );
 }
+
+/// `sandbox.limits` with this body's `limits:` mapping and command.
+fn limited(limits: &str, script: &str) -> String {
+    format!(
+        "sandbox:\n  command: [\"sh\", \"-c\", {}]\n  workdir: ./work\n  limits:\n{limits}  network:\n    egress: none\n",
+        serde_json::to_string(script).unwrap()
+    )
+}
+
+#[test]
+fn a_memory_hog_stops_at_its_limit_and_ends_the_run() {
+    if !sandbox_ready("memory limit") {
+        return;
+    }
+    let case = Case::new();
+    let hog = "python3 -c 'x = bytearray(256 << 20); print(\"survived\")'";
+    let out = run_says(
+        &case,
+        &limited("    memory: 64m\n", hog),
+        Some(125),
+        "the memory limit (64 MiB) was reached",
+    );
+    assert!(!text(&out.stdout).contains("survived"));
+    let hit = case.events("limit_reached");
+    assert_eq!(hit.len(), 1, "{hit:?}");
+    assert_eq!(hit[0]["limit"], "memory");
+    assert_eq!(hit[0]["detail"], "64 MiB");
+    assert_eq!(case.log().last().unwrap()["exit_status"], 125);
+}
+
+#[test]
+fn a_fork_bomb_stops_at_its_limit_and_nothing_survives() {
+    if !sandbox_ready("pids limit") {
+        return;
+    }
+    let case = Case::new();
+    let marker = format!("constle-fork-bomb-{}", std::process::id());
+    // Bounded even if the limit failed: 300 sleepers at most.
+    let bomb = format!(
+        "i=0; while [ $i -lt 300 ]; do sleep 600 {marker} 2>/dev/null & i=$((i+1)); done; wait"
+    );
+    let body = limited("    pids: 32\n", &bomb);
+    let started = Instant::now();
+    run_says(
+        &case,
+        &body,
+        Some(125),
+        "the process limit (32 processes and threads) was reached",
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let hit = case.events("limit_reached");
+    assert_eq!(hit[0]["limit"], "pids", "{hit:?}");
+    wait_for("the bomb's processes to be gone", || {
+        survivors(&marker).is_empty()
+    });
+}
