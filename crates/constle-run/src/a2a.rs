@@ -21,7 +21,7 @@ use constle_sandbox::Relay;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::task::JoinHandle;
 
-use crate::run::{RunError, io};
+use crate::error::{RunError, io};
 
 /// Where the agent finds its inbox and outbox inside the sandbox.
 const A2A_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 4000);

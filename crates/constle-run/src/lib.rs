@@ -7,6 +7,7 @@
 
 mod a2a;
 mod bridge;
+mod error;
 mod human;
 mod limits;
 mod mcp;
@@ -16,6 +17,7 @@ mod run;
 mod spend;
 
 pub use a2a::{listener as a2a_listener, listener_event as a2a_event};
+pub use error::RunError;
 pub use plan::{Item, plan};
-pub use run::{RunError, RunOptions, RunReport, run};
+pub use run::{RunOptions, RunReport, run};
 pub use spend::{caps, ledger_config, ledger_key, spend_plan, usd};

@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use constle_audit::Event;
+use constle_audit::{Event, EventError};
 use constle_limits::{LimitHit, LimitKind, Limits, RunCgroup};
 use constle_manifest::Manifest;
 
-use crate::run::{RunError, event};
+use crate::error::RunError;
 
 /// How often the cgroups' counters are read while the agent runs.
 const POLL: Duration = Duration::from_millis(250);
@@ -61,15 +61,14 @@ impl RunLimits {
 }
 
 /// `limit_reached`: which limit, how often, and its value.
-pub(crate) fn limit_event(hit: &LimitHit) -> Event {
+pub(crate) fn limit_event(hit: &LimitHit) -> Result<Event, EventError> {
     let limit = match hit.limit {
         LimitKind::Memory => "memory",
         LimitKind::Pids => "pids",
         _ => "other",
     };
-    let built = event("limit_reached")
-        .with("limit", limit)
-        .and_then(|e| e.with("count", i64::try_from(hit.count).unwrap_or(i64::MAX)))
-        .and_then(|e| e.with("detail", hit.detail.clone()));
-    built.unwrap_or_else(|_| event("limit_reached"))
+    Event::new("limit_reached")?
+        .with("limit", limit)?
+        .with("count", i64::try_from(hit.count).unwrap_or(i64::MAX))?
+        .with("detail", hit.detail.clone())
 }

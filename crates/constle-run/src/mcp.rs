@@ -14,9 +14,9 @@ use constle_sandbox::Relay;
 use tokio::net::UnixListener;
 use tokio::task::JoinHandle;
 
+use crate::error::{RunError, io};
 use crate::human::{GateAbort, GateAborts, HumanGate};
 use crate::output::OutputHold;
-use crate::run::{RunError, io};
 use crate::spend::SpendMeter;
 
 /// The first port the relays of the MCP gates listen on inside the

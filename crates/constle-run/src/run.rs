@@ -21,6 +21,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::a2a::A2aLink;
 use crate::bridge;
+use crate::error::{RunError, io};
 use crate::limits::{RunLimits, limit_event};
 use crate::mcp::McpGates;
 use crate::output::{AgentOutput, OutputHold};
@@ -49,68 +50,6 @@ pub struct RunReport {
     pub exit_code: i32,
     /// From start to finish.
     pub duration: Duration,
-}
-
-/// Why a run could not start or was stopped.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RunError {
-    /// `identity.did` is declared but no key on this machine matches it.
-    #[error("identity.did is {did}, but no agent key here matches it: {source}")]
-    KeyMissing {
-        /// The declared DID.
-        did: String,
-        /// What the key store said.
-        #[source]
-        source: constle_identity::KeyStoreError,
-    },
-    /// The audit log could not be written; nothing runs without it.
-    #[error(transparent)]
-    Audit(#[from] AuditError),
-    /// The egress proxy could not start.
-    #[error("the egress proxy could not start: {0}")]
-    Egress(#[from] constle_egress::EgressError),
-    /// The sandbox could not be set up or started.
-    #[error("the sandbox could not start: {0}")]
-    Sandbox(String),
-    /// The proxy exited while the agent ran; the agent was stopped.
-    #[error(
-        "the egress proxy exited during the run ({0}); the agent was stopped, it had no network from then on"
-    )]
-    EgressDied(String),
-    /// A gated call got no decision in time under `on_timeout: abort`.
-    #[error(
-        "tool {tool:?} of MCP server {server:?} got no human decision in time; on_timeout is abort, so the call was refused and the run stopped"
-    )]
-    GateTimeout {
-        /// The server's id.
-        server: String,
-        /// The gated tool.
-        tool: String,
-    },
-    /// A declared limit cannot be enforced on this machine.
-    #[error(transparent)]
-    Limits(constle_limits::LimitsError),
-    /// The agent's processes reached a declared limit; the run was stopped.
-    #[error("{0}; the run was stopped")]
-    LimitReached(String),
-    /// Agent-to-agent messaging could not start.
-    #[error("a2a: {0}")]
-    A2a(String),
-    /// A filesystem operation for the run's private files failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The operating system's error.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
-    let what = what.into();
-    move |source| RunError::Io { what, source }
 }
 
 /// Runs the agent the Agentfile describes and returns when it has exited
@@ -163,7 +102,7 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     })
 }
 
-pub(crate) fn event(name: &str) -> Event {
+fn event(name: &str) -> Event {
     // Every name used here is a literal snake_case word.
     Event::new(name).unwrap_or_else(|_| unreachable!("event names in this module are valid"))
 }
@@ -502,7 +441,9 @@ async fn watch(
 }
 
 async fn limit_reached(log: &AuditLog, hit: &LimitHit) -> Result<i32, RunError> {
-    record(log, limit_event(hit)).await?;
+    if let Ok(reached) = limit_event(hit) {
+        record(log, reached).await?;
+    }
     Err(RunError::LimitReached(hit.to_string()))
 }
 
