@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use constle_audit::{Appender, AuditError, AuditLog, Event};
 use constle_egress::{EgressPolicy, NetworkEvent, Squid};
@@ -144,6 +144,7 @@ async fn supervise(
         let now = Instant::now();
         std::mem::replace(&mut clock, now).elapsed()
     };
+    let began = SystemTime::now();
     // First: on cgroup v2, constle may have to move itself into a cgroup
     // of its own, before anything it starts would share its old one.
     let limits = RunLimits::create(manifest)?;
@@ -196,6 +197,7 @@ async fn supervise(
     drop(lifeline);
     limits.end();
     output.finish(OUTPUT_GRACE).await;
+    sweep_setid(&spec, began, log).await?;
     drop(gates);
     drop(a2a);
     let recorded = match proxy {
@@ -211,6 +213,41 @@ async fn supervise(
     recorded?;
     Ok((code, phases))
 }
+
+/// The second layer behind the seccomp filter's refusal of set-id bits:
+/// with the sandbox gone, no file the agent changed keeps one (in a root
+/// run its files belong on disk to the work directory's owner, often
+/// root). A bit found is cleared and recorded; a sweep that cannot run is
+/// said, and fails the run.
+async fn sweep_setid(
+    spec: &SandboxSpec,
+    began: SystemTime,
+    log: &AuditLog,
+) -> Result<(), RunError> {
+    let cleared = spec.clear_setid(began).map_err(|e| {
+        RunError::Sandbox(format!(
+            "cannot check the work directory for set-id files: {e}"
+        ))
+    })?;
+    if cleared.is_empty() {
+        return Ok(());
+    }
+    let paths: Vec<String> = cleared
+        .iter()
+        .take(MAX_LISTED)
+        .map(|p| p.display().to_string())
+        .collect();
+    if let Ok(found) = event("setid_cleared")
+        .with("count", i64::try_from(cleared.len()).unwrap_or(i64::MAX))
+        .and_then(|e| e.with("paths", paths))
+    {
+        record(log, found).await?;
+    }
+    Ok(())
+}
+
+/// How many paths a `setid_cleared` event lists.
+const MAX_LISTED: usize = 20;
 
 /// How long the agent's output may keep coming once the sandbox is gone.
 const OUTPUT_GRACE: Duration = Duration::from_secs(5);

@@ -152,6 +152,7 @@ mod resolve;
 mod seccomp;
 mod spec;
 mod splice;
+mod sweep;
 mod wire;
 
 pub use bwrap::sandbox_command;

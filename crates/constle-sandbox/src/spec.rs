@@ -203,7 +203,7 @@ fn check_rootfs(path: &Path, private: &[Private]) -> Result<OpenDir, SandboxErro
     Ok(rootfs)
 }
 
-fn check_workdir(
+pub(crate) fn check_workdir(
     path: &Path,
     rootfs: Option<&OpenDir>,
     private: &[Private],
