@@ -72,10 +72,11 @@ fn clear_under(root: OwnedFd, since: SystemTime) -> std::io::Result<Vec<PathBuf>
                         pending.push((sub, path));
                     }
                 }
-                SFlag::S_IFREG if suspect(&st, since, device) => {
-                    if clear_one(&fd, name.as_c_str(), since, device)? {
-                        cleared.push(path);
-                    }
+                SFlag::S_IFREG
+                    if suspect(&st, since, device)
+                        && clear_one(&fd, name.as_c_str(), since, device)? =>
+                {
+                    cleared.push(path);
                 }
                 _ => {}
             }
