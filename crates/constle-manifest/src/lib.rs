@@ -192,8 +192,8 @@ fn too_large(path: &Path) -> Rejected {
 }
 
 /// Validates Agentfile text. `path` names the file in diagnostics, and its
-/// directory is the base for relative paths ([`Manifest::base_dir`]); the file
-/// itself is not read.
+/// directory (its real path, where it exists) is the base for relative
+/// paths ([`Manifest::base_dir`]); the file itself is not read.
 pub fn parse_str(
     source: &str,
     path: &Path,
@@ -248,11 +248,16 @@ pub fn parse_str(
     }
 }
 
-/// The Agentfile's directory, made absolute without touching the file system.
+/// The Agentfile's directory: its real path where it exists (so that a
+/// relative `workdir` is a real path too, as the sandbox requires), else
+/// made absolute as written.
 fn base_dir_of(path: &Path) -> PathBuf {
     let parent = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    std::path::absolute(parent).unwrap_or_else(|_| parent.to_path_buf())
+    parent
+        .canonicalize()
+        .or_else(|_| std::path::absolute(parent))
+        .unwrap_or_else(|_| parent.to_path_buf())
 }

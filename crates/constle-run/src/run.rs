@@ -145,13 +145,28 @@ async fn supervise(
         std::mem::replace(&mut clock, now).elapsed()
     };
     let began = SystemTime::now();
-    // First: on cgroup v2, constle may have to move itself into a cgroup
-    // of its own, before anything it starts would share its old one.
-    let limits = RunLimits::create(manifest)?;
     let sockets = private_dir("constle-sockets-")?;
     // Beside the sockets' directory, not in it: the sandbox's launcher
     // needs a stage whose parents anyone may search (see SandboxSpec).
     let stage = private_dir("constle-stage-")?;
+    let mut spec = SandboxSpec {
+        command: manifest.sandbox.command.clone(),
+        workdir: manifest.sandbox.workdir.clone(),
+        env: BTreeMap::new(),
+        rootfs: manifest.sandbox.rootfs.clone(),
+        relays: Vec::new(),
+        constle_exe: options.constle_exe.clone(),
+        private: private_paths(options),
+        stage: stage.path().to_path_buf(),
+        cgroup_procs: Vec::new(),
+    };
+    // What the sandbox would mount, before anything starts; the launcher
+    // checks it all again on the objects it then mounts.
+    spec.check_dirs()
+        .map_err(|e| RunError::Sandbox(e.to_string()))?;
+    // Next: on cgroup v2, constle may have to move itself into a cgroup of
+    // its own, before anything it starts would share its old one.
+    let limits = RunLimits::create(manifest)?;
     let mut proxy = match EgressPolicy::from_network(&manifest.sandbox.network) {
         Some(policy) => Some(Proxy::start(&policy, options, sockets.path(), log).await?),
         None => None,
@@ -166,24 +181,15 @@ async fn supervise(
     let meter = SpendMeter::open(manifest, &options.home, log).await;
     let mut gates = McpGates::start(manifest, sockets.path(), log, terminal, &hold, meter)?;
     let a2a = A2aLink::start(manifest, &options.home, sockets.path(), log).await?;
-    let mut env = agent_env(manifest, proxy.is_some(), gates.env());
-    env.extend(a2a.as_ref().map(A2aLink::env));
-    let spec = SandboxSpec {
-        command: manifest.sandbox.command.clone(),
-        workdir: manifest.sandbox.workdir.clone(),
-        env,
-        rootfs: manifest.sandbox.rootfs.clone(),
-        relays: proxy
-            .iter()
-            .map(|p| p.relay.clone())
-            .chain(gates.relays().iter().cloned())
-            .chain(a2a.iter().map(|a| a.relay().clone()))
-            .collect(),
-        constle_exe: options.constle_exe.clone(),
-        private: private_paths(options),
-        stage: stage.path().to_path_buf(),
-        cgroup_procs: limits.procs_files(),
-    };
+    spec.env = agent_env(manifest, proxy.is_some(), gates.env());
+    spec.env.extend(a2a.as_ref().map(A2aLink::env));
+    spec.relays = proxy
+        .iter()
+        .map(|p| p.relay.clone())
+        .chain(gates.relays().iter().cloned())
+        .chain(a2a.iter().map(|a| a.relay().clone()))
+        .collect();
+    spec.cgroup_procs = limits.procs_files();
     let proxy_start = lap();
     let (mut agent, output, lifeline) = start_sandbox(&spec, &hold)?;
     let result = watch(&mut agent, proxy.as_mut(), &mut gates, &limits, stop, log).await;

@@ -70,16 +70,16 @@ pub fn sandbox_command(spec: &SandboxSpec) -> Result<Command, SandboxError> {
     Ok(cmd)
 }
 
-/// The `bwrap` on `PATH`, else `/usr/bin/bwrap`.
+/// Where bubblewrap is looked for, in order. Never `PATH`: a directory on
+/// it can be one an agent could write (a work directory's `bin`, say), and
+/// whatever is found here runs on the host, outside any sandbox.
+const BWRAP_PATHS: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
+
 fn find_bwrap() -> Result<PathBuf, SandboxError> {
-    let on_path = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .filter(|dir| dir.is_absolute())
-            .map(|dir| dir.join("bwrap"))
-            .find(|p| p.is_file())
-    });
-    on_path
-        .or_else(|| Some(PathBuf::from("/usr/bin/bwrap")).filter(|p| p.is_file()))
+    BWRAP_PATHS
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
         .ok_or(SandboxError::BwrapNotFound)
 }
 

@@ -83,6 +83,20 @@ pub enum SandboxError {
         private: PathBuf,
     },
 
+    /// The work directory's or rootfs's path crosses a symbolic link.
+    #[error(
+        "the {role} {path:?} goes through a symbolic link (its real path is {real:?}): a link an \
+         earlier run planted could point the sandbox anywhere; write the real path"
+    )]
+    ThroughLink {
+        /// `"workdir"` or `"rootfs"`.
+        role: &'static str,
+        /// The path as given.
+        path: PathBuf,
+        /// Where it leads.
+        real: PathBuf,
+    },
+
     /// A private path cannot be resolved, so where it lies is unknown.
     #[error("{what} {path:?} cannot be resolved: {reason}")]
     Private {
@@ -201,8 +215,12 @@ pub enum SandboxError {
         reason: String,
     },
 
-    /// No `bwrap` on `PATH` (nor at `/usr/bin/bwrap`).
-    #[error("bubblewrap (bwrap) is not installed: install the `bubblewrap` package")]
+    /// No `bwrap` at `/usr/bin`, `/usr/local/bin` or `/bin` (`PATH` is not
+    /// searched).
+    #[error(
+        "bubblewrap (bwrap) is not installed in /usr/bin, /usr/local/bin or /bin (PATH is not \
+         searched): install the `bubblewrap` package"
+    )]
     BwrapNotFound,
 
     /// The system-call filter cannot be built (see

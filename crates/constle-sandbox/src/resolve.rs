@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::{Mode, fstat};
@@ -57,6 +57,42 @@ pub(crate) fn fd_path(fd: &OwnedFd) -> io::Result<PathBuf> {
         ));
     }
     Ok(path)
+}
+
+/// `path` (absolute) with `.` dropped and each `..` taking off the
+/// component before it: the directory it names when no component is a
+/// symbolic link.
+pub(crate) fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Refuses a directory the sandbox would mount whose path, as given,
+/// crosses a symbolic link: its real path differs from the path read
+/// literally. A link on the way is how an earlier run (or anyone who can
+/// write beside it) would point the next run's sandbox somewhere else.
+pub(crate) fn check_no_link(
+    role: &'static str,
+    given: &Path,
+    dir: &OpenDir,
+) -> Result<(), SandboxError> {
+    match lexical(given) == dir.path {
+        true => Ok(()),
+        false => Err(SandboxError::ThroughLink {
+            role,
+            path: given.to_path_buf(),
+            real: dir.path.clone(),
+        }),
+    }
 }
 
 /// `path` made absolute with links resolved as far as it exists; the part

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::SandboxError;
 use crate::layout::{self, RUN_DIR};
-use crate::resolve::{OpenDir, check_private, check_single_link, open_dir};
+use crate::resolve::{OpenDir, check_no_link, check_private, check_single_link, open_dir};
 
 /// One door out of the sandbox: a TCP listener inside, forwarding every
 /// connection to a Unix socket on the host.
@@ -52,8 +52,8 @@ pub struct SandboxSpec {
     /// when it has no `/`.
     pub command: Vec<String>,
     /// The work directory: absolute, existing, the only writable host path
-    /// and the agent's current directory. Symbolic links are resolved; the
-    /// agent sees the resolved path.
+    /// and the agent's current directory. Its path may not cross a symbolic
+    /// link (`..` is taken literally, so it may not follow one either).
     #[serde(with = "crate::plan::path")]
     pub workdir: PathBuf,
     /// Exactly the agent's environment (the caller adds `HTTPS_PROXY` and
@@ -61,7 +61,7 @@ pub struct SandboxSpec {
     /// `PATH` here, the agent gets [`DEFAULT_PATH`](crate::DEFAULT_PATH).
     pub env: BTreeMap<String, String>,
     /// A directory to use as the sandbox's `/` instead of the host's system
-    /// directories.
+    /// directories; like the work directory, reached through no link.
     #[serde(with = "crate::plan::opt_path")]
     pub rootfs: Option<PathBuf>,
     /// The ways out.
@@ -126,20 +126,21 @@ const FORBIDDEN_WORKDIRS: &[&str] = &[
 const FORBIDDEN_WORKDIR_PREFIXES: &[&str] = &["/proc", "/dev", "/sys", RUN_DIR];
 
 impl SandboxSpec {
+    /// The checks of what the sandbox would mount and show (work directory,
+    /// rootfs, private paths, the constle executable, the stage), without
+    /// the relays, which the caller may not have bound yet: a caller runs
+    /// this before it starts anything else.
+    pub fn check_dirs(&self) -> Result<(), SandboxError> {
+        self.check_paths().map(drop)
+    }
+
     /// Every check, made before anything starts. The directories are opened
     /// here and judged by what the descriptors name.
     pub(crate) fn check(&self) -> Result<CheckedSpec<'_>, SandboxError> {
         check_command(&self.command)?;
         let env = check_env(&self.env)?;
-        check_single_link(&self.private)?;
-        let rootfs = match &self.rootfs {
-            None => None,
-            Some(path) => Some(check_rootfs(path, &self.private)?),
-        };
-        let workdir = check_workdir(&self.workdir, rootfs.as_ref(), &self.private)?;
+        let (workdir, rootfs) = self.check_paths()?;
         let relays = check_relays(&self.relays)?;
-        check_exe(&self.constle_exe, &workdir.path)?;
-        check_stage(&self.stage)?;
         Ok(CheckedSpec {
             command: &self.command,
             workdir,
@@ -147,6 +148,18 @@ impl SandboxSpec {
             rootfs,
             relays,
         })
+    }
+
+    fn check_paths(&self) -> Result<(OpenDir, Option<OpenDir>), SandboxError> {
+        check_single_link(&self.private)?;
+        let rootfs = match &self.rootfs {
+            None => None,
+            Some(path) => Some(check_rootfs(path, &self.private)?),
+        };
+        let workdir = check_workdir(&self.workdir, rootfs.as_ref(), &self.private)?;
+        check_exe(&self.constle_exe, &workdir.path)?;
+        check_stage(&self.stage)?;
+        Ok((workdir, rootfs))
     }
 }
 
@@ -200,6 +213,7 @@ fn check_rootfs(path: &Path, private: &[Private]) -> Result<OpenDir, SandboxErro
         ));
     }
     check_private("rootfs", &rootfs.path, private)?;
+    check_no_link("rootfs", path, &rootfs)?;
     Ok(rootfs)
 }
 
@@ -249,6 +263,7 @@ pub(crate) fn check_workdir(
         return Err(forbidden("the sandbox mounts its own file systems there"));
     }
     check_private("workdir", resolved, private)?;
+    check_no_link("workdir", path, &workdir)?;
     if let Some(rootfs) = rootfs {
         check_against_rootfs(resolved, &normals, &rootfs.path)?;
     }
@@ -671,6 +686,18 @@ mod check_tests {
                 other => panic!("{workdir:?}: {other:?}"),
             }
         }
+        // A link to any other directory is refused too: the next run would
+        // write wherever an earlier one pointed it.
+        let elsewhere = root.join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, work.join("out")).unwrap();
+        assert!(matches!(
+            spec(work.join("out")).check(),
+            Err(SandboxError::ThroughLink { .. })
+        ));
+        spec(work.join("sub/..")).check().unwrap_err();
+        std::fs::create_dir(work.join("sub")).unwrap();
+        spec(work.join("sub/..")).check().unwrap();
         let mut with_rootfs = spec(work.clone());
         with_rootfs.rootfs = Some(work.join("planted"));
         assert!(matches!(

@@ -553,9 +553,9 @@ fn a_fork_bomb_stops_at_its_limit_and_nothing_survives() {
     }
     let case = Case::new();
     let marker = format!("constle-fork-bomb-{}", std::process::id());
-    // Bounded even if the limit failed: 300 sleepers at most.
+    // Bounded even if the limit failed: 300 sleepers of 20 s at most.
     let bomb = format!(
-        "i=0; while [ $i -lt 300 ]; do sleep 600 {marker} 2>/dev/null & i=$((i+1)); done; wait"
+        "i=0; while [ $i -lt 300 ]; do sh -c 'sleep 20' {marker} 2>/dev/null & i=$((i+1)); done; wait"
     );
     let body = limited("    pids: 32\n", &bomb);
     let started = Instant::now();
