@@ -34,7 +34,7 @@ impl Case {
     }
 
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_constle"));
+        let mut command = Command::new(constle_bin());
         command
             .args(args)
             .env("CONSTLE_HOME", self.home())
@@ -79,6 +79,18 @@ impl Case {
             .filter(|e| e["event"] == name)
             .collect()
     }
+}
+
+/// The `constle` binary under test: the one this package built, or
+/// `CONSTLE_TEST_BIN` when set (to run the suite against another build, such
+/// as the code before a fix, and see the tests fail).
+pub fn constle_bin() -> PathBuf {
+    std::env::var_os("CONSTLE_TEST_BIN")
+        .filter(|p| !p.is_empty())
+        .map_or_else(
+            || PathBuf::from(env!("CARGO_BIN_EXE_constle")),
+            PathBuf::from,
+        )
 }
 
 pub fn text(bytes: &[u8]) -> String {
