@@ -18,6 +18,11 @@
 //!
 //! No test sends traffic anywhere: every Agentfile has `egress: none`, and
 //! the sockets the agent tries are the test's own, on this machine.
+//!
+//! The tests under "The operator's terminal" drive constle through a real
+//! pseudo-terminal (`tests/attacks/pty_harness.py`). They describe the
+//! terminal as the operator's alone: they fail for as long as the agent's
+//! output goes straight to constle's terminal.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -26,7 +31,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fmt;
 use std::fs;
-use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -46,7 +51,18 @@ const RUN_LIMIT: Duration = Duration::from_secs(120);
 const PROBES: &[(&str, &str)] = &[
     ("probe.py", include_str!("attacks/probe.py")),
     ("host_root.py", include_str!("attacks/host_root.py")),
+    ("sysctls.py", include_str!("attacks/sysctls.py")),
+    ("core_dumps.py", include_str!("attacks/core_dumps.py")),
+    ("setid.py", include_str!("attacks/setid.py")),
+    ("devices.py", include_str!("attacks/devices.py")),
+    ("namespaces.py", include_str!("attacks/namespaces.py")),
     ("processes.py", include_str!("attacks/processes.py")),
+    ("signals.py", include_str!("attacks/signals.py")),
+    ("sockets.py", include_str!("attacks/sockets.py")),
+    ("secrets.py", include_str!("attacks/secrets.py")),
+    ("privileges.py", include_str!("attacks/privileges.py")),
+    ("leaks.py", include_str!("attacks/leaks.py")),
+    ("terminal.py", include_str!("attacks/terminal.py")),
 ];
 
 // ---------------------------------------------------------------------------
@@ -168,6 +184,12 @@ fn ready(test: &str, who: Who) -> bool {
         Who::User if is_root() => require_tools(test, &["bwrap", "python3", "setpriv", "useradd"]),
         Who::User => require_tools(test, &tools),
     }
+}
+
+/// Ready for a variant that changes the host's kernel settings, as root,
+/// whoever then starts constle.
+fn ready_as_root(test: &str, who: Who) -> bool {
+    require_root(test, &[]) && ready(test, who)
 }
 
 /// `mod NAME { fn as_root(); fn as_user(); }`: the two variants of the
@@ -311,6 +333,23 @@ impl Arena {
         args
     }
 
+    /// Starts `agent` in the background; see [`Running`].
+    fn start(&self, agent: &Agent) -> Running {
+        let args = self.prepare(agent, &[]);
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        let mut cmd = self.command(&args);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd.spawn().unwrap();
+        Running {
+            stdout: Some(collect(child.stdout.take())),
+            stderr: Some(collect(child.stderr.take())),
+            child,
+        }
+    }
+
     fn run(&self, agent: &Agent) -> Finished {
         self.run_with(agent, &[])
     }
@@ -363,6 +402,44 @@ fn as_user(user: Option<&Attacker>, argv: &[&OsStr]) -> Command {
             let mut cmd = Command::new(argv[0]);
             cmd.args(&argv[1..]);
             cmd
+        }
+    }
+}
+
+/// A run in the background, killed with its process group on drop.
+struct Running {
+    child: Child,
+    stdout: Option<Collected>,
+    stderr: Option<Collected>,
+}
+
+impl Running {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends constle `signal` and waits for the end of the run.
+    #[track_caller]
+    fn stop(mut self, signal: &str) -> Finished {
+        let _ = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status();
+        let (status, hung) = wait_or_kill(&mut self.child, RUN_LIMIT);
+        let run = Finished {
+            status,
+            stdout: self.stdout.take().map(Collected::take).unwrap_or_default(),
+            stderr: self.stderr.take().map(Collected::take).unwrap_or_default(),
+        };
+        assert!(!hung, "SIG{signal} did not end the run\n{run}");
+        run
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            kill_group(self.child.id());
+            let _ = self.child.wait();
         }
     }
 }
@@ -643,6 +720,58 @@ fn expect_rows(run: &Finished, expected: &[(&str, &str)]) {
     assert!(wrong.is_empty(), "{}\n{run}", wrong.join("\n"));
 }
 
+/// A process of the test's own on the host (for the agent to aim at),
+/// started as whoever runs constle and killed on drop.
+struct HostProcess {
+    child: Child,
+}
+
+impl HostProcess {
+    fn start(arena: &Arena) -> HostProcess {
+        let argv = ["sleep", "1000"].map(OsStr::new);
+        let mut cmd = as_user(arena.as_attacker(), &argv);
+        cmd.stdin(Stdio::null()).process_group(0);
+        HostProcess {
+            child: cmd.spawn().unwrap(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    #[track_caller]
+    fn assert_alive(&mut self) {
+        assert_eq!(
+            self.child.try_wait().unwrap(),
+            None,
+            "the host process {} was killed",
+            self.pid()
+        );
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        kill_group(self.child.id());
+        let _ = self.child.wait();
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{prefix}-{}-{}-{nanos:x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 // ---------------------------------------------------------------------------
 // The kernel's core dump settings, shared by the whole host
 
@@ -669,6 +798,10 @@ impl CorePattern {
     fn current() -> String {
         fs::read_to_string(CORE_PATTERN).unwrap()
     }
+
+    fn set(&self, pattern: &str) {
+        fs::write(CORE_PATTERN, pattern).unwrap();
+    }
 }
 
 impl Drop for CorePattern {
@@ -677,6 +810,19 @@ impl Drop for CorePattern {
             let _ = fs::write(CORE_PATTERN, self.saved.trim_end());
         }
     }
+}
+
+/// Waits up to `limit` for `path` to appear (a helper the kernel starts
+/// runs on its own time): whether it did.
+fn appears(path: &Path, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    path.exists()
 }
 
 /// Files below `dir` with a set-user-ID or set-group-ID bit, as `lstat`
@@ -698,6 +844,57 @@ fn setid_files(dir: &Path) -> Vec<String> {
             })
         })
         .collect()
+}
+
+/// The files below `dir` that are character or block devices.
+fn device_files(dir: &Path) -> Vec<String> {
+    walk(dir)
+        .into_iter()
+        .filter(|p| {
+            fs::symlink_metadata(p)
+                .is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_block_device())
+        })
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+/// The files below `dirs` carrying a file capability
+/// (`security.capability`), read by Python's `os.listxattr` on the host.
+fn file_capabilities(dirs: &[PathBuf]) -> Vec<String> {
+    let script = "import os, sys\n\
+        for d in sys.argv[1:]:\n\
+        \x20   for root, dirs, files in os.walk(d):\n\
+        \x20       for n in files:\n\
+        \x20           p = os.path.join(root, n)\n\
+        \x20           if 'security.capability' in os.listxattr(p, follow_symlinks=False):\n\
+        \x20               print(p)\n";
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(dirs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    text(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+/// A file the kernel writes for a crashing process: `core`, `core.<pid>`.
+fn core_files(dirs: &[&Path]) -> Vec<String> {
+    dirs.iter()
+        .flat_map(|d| walk(d))
+        .filter(|p| {
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n == "core" || (n.starts_with("core.") && !n.ends_with(".py"))
+            })
+        })
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+/// `expected` rows, owned, for tables built at run time.
+fn owned_rows(rows: &[(String, String)]) -> Vec<(&str, &str)> {
+    rows.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect()
 }
 
 /// An earlier run, in `./work`, leaves the link `work/NAME` → `target`
@@ -901,3 +1098,489 @@ as_root_and_user!(
     agent_rewrites_the_hosts_file,
     ptrace_pid_1_then_exit,
 );
+
+// ---------------------------------------------------------------------------
+// The kernel and the host's privileges
+
+/// Kernel settings a process that ever held privilege could turn into the
+/// host's root (`core_pattern`, `modprobe`), crash or slow the machine with
+/// (`sysrq`, `panic`, `vm.*`), or weaken it with (`randomize_va_space`,
+/// `suid_dumpable`, `binfmt_misc`).
+const SYSCTLS: &[&str] = &[
+    "/proc/sys/kernel/core_pattern",
+    "/proc/sys/kernel/modprobe",
+    "/proc/sys/kernel/hostname",
+    "/proc/sys/kernel/sysrq",
+    "/proc/sys/kernel/panic",
+    "/proc/sys/kernel/ns_last_pid",
+    "/proc/sys/kernel/randomize_va_space",
+    "/proc/sys/fs/suid_dumpable",
+    "/proc/sys/fs/binfmt_misc/register",
+    "/proc/sys/vm/drop_caches",
+    "/proc/sys/vm/overcommit_memory",
+    "/proc/sys/vm/max_map_count",
+    "/proc/sys/vm/mmap_min_addr",
+    "/proc/sys/net/ipv4/ip_forward",
+    "/proc/sysrq-trigger",
+];
+
+/// Every setting in [`SYSCTLS`] is read-only inside (or absent where the
+/// host lacks it), and no file of `/proc`'s kernel directories opens for
+/// writing. The probe only opens, never writes.
+fn sysctls(who: Who) {
+    let arena = Arena::new(who);
+    let run = arena.run(&Agent::probe("sysctls.py", SYSCTLS));
+    run.assert_code(0);
+    let mut expected: Vec<(String, String)> = SYSCTLS
+        .iter()
+        .map(|p| {
+            let want = if Path::new(p).exists() {
+                "EROFS"
+            } else {
+                "absent"
+            };
+            (format!("open {p} for writing"), want.to_owned())
+        })
+        .collect();
+    expected.push(("files of /proc open for writing".into(), "none".into()));
+    expect_rows(&run, &owned_rows(&expected));
+}
+
+/// A crashing agent, under the host's own `core_pattern`: RLIMIT_CORE is 0
+/// for good inside, and no core file lands anywhere on the host.
+fn core_dumps(who: Who) {
+    // Held so that no other test changes the pattern meanwhile.
+    let _pattern = CorePattern::hold();
+    let arena = Arena::new(who);
+    let run = arena.run(&Agent::probe("core_dumps.py", &["--name", "cnstl-crash"]));
+    let cores = core_files(&[arena.dir.path(), arena.home_dir.path()]);
+    assert_eq!(cores, Vec::<String>::new(), "core files on the host\n{run}");
+    run.assert_code(0);
+    expect_rows(
+        &run,
+        &[
+            ("RLIMIT_CORE", "0,0"),
+            ("raise RLIMIT_CORE to unlimited", "EPERM"),
+            ("raise the soft limit to the hard one", "0,0"),
+            ("crash in the work directory", "no core dump"),
+            ("crash in /tmp", "no core dump"),
+            ("core files inside", "none"),
+        ],
+    );
+}
+
+/// A host whose `core_pattern` pipes cores to a handler (systemd-coredump,
+/// apport): the kernel starts the handler, as root on the host, for the
+/// agent's crash too, whatever RLIMIT_CORE says (limits do not apply to
+/// pipes). What the sandbox can and does make sure of is what the handler
+/// is told: the limit is 0 (keep nothing) and the crash is no root's.
+fn core_handler(who: Who) {
+    let pattern = CorePattern::hold();
+    let arena = Arena::new(who);
+    let handler = arena.dir.path().join("core-handler.sh");
+    let record = arena.dir.path().join("handled");
+    fs::write(
+        &handler,
+        format!(
+            "#!/bin/sh\nbytes=$(wc -c)\necho \"$1 $2 $3 $4 $bytes\" >> {}\n",
+            record.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&handler, fs::Permissions::from_mode(0o755)).unwrap();
+    // %e the crashing process's name, %u and %g its host ids, %c its limit.
+    pattern.set(&format!("|{} %e %u %g %c", handler.display()));
+    let name = format!("cnstl{:08x}", std::process::id() ^ 0x5eed);
+    let run = arena.run(&Agent::probe("core_dumps.py", &["--name", &name]));
+    // The handler runs on the kernel's time, after the crash.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let handled = || {
+        fs::read_to_string(&record)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with(&name))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    while handled().len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(pattern);
+    let (uid, gid) = match arena.as_attacker() {
+        Some(user) => (user.uid.to_string(), user.gid.to_string()),
+        None if who == Who::User => (
+            text(&cmd_output("id", &["-u"])).trim().to_owned(),
+            text(&cmd_output("id", &["-g"])).trim().to_owned(),
+        ),
+        None => ("65533".to_owned(), "65533".to_owned()),
+    };
+    for line in handled() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!(
+            &fields[1..4],
+            [uid.as_str(), gid.as_str(), "0"],
+            "the host's core handler was told: {line}\n{run}"
+        );
+    }
+    run.assert_code(0);
+    expect_rows(
+        &run,
+        &[
+            ("RLIMIT_CORE", "0,0"),
+            ("raise RLIMIT_CORE to unlimited", "EPERM"),
+            ("raise the soft limit to the hard one", "0,0"),
+            // The kernel reports the core as dumped: into the pipe.
+            ("crash in the work directory", "core dumped"),
+            ("crash in /tmp", "core dumped"),
+            ("core files inside", "none"),
+        ],
+    );
+}
+
+/// Every way of leaving a set-user-ID or set-group-ID file (or a file
+/// capability) in the work directory fails, and `lstat` on the host finds
+/// none after the run.
+fn setid_files_for_the_host(who: Who) {
+    let arena = Arena::new(who);
+    let run = arena.run(&Agent::probe("setid.py", &[]));
+    assert_eq!(
+        setid_files(&arena.work()),
+        Vec::<String>::new(),
+        "set-id files on the host\n{run}"
+    );
+    assert_eq!(
+        file_capabilities(&[arena.work()]),
+        Vec::<String>::new(),
+        "file capabilities on the host\n{run}"
+    );
+    run.assert_code(0);
+    let host_setuid = ["/usr/bin/su", "/usr/bin/passwd", "/bin/su"]
+        .iter()
+        .any(|p| fs::metadata(p).is_ok_and(|m| m.mode() & 0o4000 != 0));
+    let on_host = |name: &str| {
+        let present = [format!("/usr/bin/{name}"), format!("/bin/{name}")]
+            .iter()
+            .any(|p| Path::new(p).exists());
+        if present { "EXDEV" } else { "absent" }
+    };
+    expect_rows(
+        &run,
+        &[
+            ("chmod u+s", "EPERM"),
+            ("chmod g+s", "EPERM"),
+            ("chmod(1) 4755", "EPERM"),
+            ("open O_CREAT 04755", "EPERM"),
+            ("open O_CREAT 02755", "EPERM"),
+            ("open O_TMPFILE 02755, then link", "EPERM"),
+            ("mknod regular 04755", "EPERM"),
+            ("install -m 4755", "EPERM"),
+            // cp retries without the bits it may not set.
+            (
+                "cp -p of a set-user-ID binary",
+                if host_setuid {
+                    "copied without set-id bits"
+                } else {
+                    "absent"
+                },
+            ),
+            ("tar -xp of a set-user-ID entry", "EPERM"),
+            ("hard link to su", on_host("su")),
+            ("hard link to passwd", on_host("passwd")),
+            ("file capability CAP_SETUID", "EPERM"),
+            ("set-group-ID directory", "EPERM"),
+            ("set-id files left", "none"),
+        ],
+    );
+}
+
+/// No device node can be made, none of the host's dangerous ones is there,
+/// and the host finds no device node in the work directory afterwards.
+fn device_nodes(who: Who) {
+    let arena = Arena::new(who);
+    let run = arena.run(&Agent::probe("devices.py", &[]));
+    assert_eq!(
+        device_files(&arena.work()),
+        Vec::<String>::new(),
+        "device nodes on the host\n{run}"
+    );
+    run.assert_code(0);
+    let mut expected: Vec<(String, String)> = [
+        ("mknod char 1:1 (/dev/mem)", "EPERM"),
+        ("mknod char 1:11 (/dev/kmsg)", "EPERM"),
+        ("mknod block 8:0 (/dev/sda)", "EPERM"),
+        ("mknod block 254:0 (/dev/vda)", "EPERM"),
+        ("mknod fifo", "OK"),
+        ("open /dev/tty", "ENXIO"),
+        ("open /proc/kmsg", "EACCES"),
+        ("device nodes left", "none"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    for dev in [
+        "mem", "kmem", "port", "kmsg", "sda", "vda", "nvme0n1", "console", "tty0", "vsock", "fuse",
+        "net/tun",
+    ] {
+        expected.push((format!("open /dev/{dev}"), "ENOENT".into()));
+    }
+    // Covered with an empty file where the host has it.
+    let kcore = if Path::new("/proc/kcore").exists() {
+        "empty"
+    } else {
+        "absent"
+    };
+    expected.push(("read /proc/kcore".into(), kcore.into()));
+    expect_rows(&run, &owned_rows(&expected));
+}
+
+/// New namespaces (the way back to capabilities) and mounts, by the
+/// system call, `unshare(1)`, `mount(8)` and a nested bubblewrap.
+fn namespaces_and_mounts(who: Who) {
+    let arena = Arena::new(who);
+    let run = arena.run(&Agent::probe("namespaces.py", &[]));
+    run.assert_code(0);
+    let mut expected: Vec<(String, String)> = Vec::new();
+    for flag in ["-U", "-r", "-m", "-n", "-p -f", "-i", "-u", "-C"] {
+        expected.push((format!("unshare(1) {flag}"), "EPERM".into()));
+    }
+    for ns in [
+        "CLONE_NEWUSER",
+        "CLONE_NEWNS",
+        "CLONE_NEWNET",
+        "CLONE_NEWPID",
+    ] {
+        expected.push((format!("unshare {ns}"), "EPERM".into()));
+        expected.push((format!("clone {ns}"), "EPERM".into()));
+    }
+    for (row, want) in [
+        ("os.unshare CLONE_NEWUSER", "absent"),
+        ("clone3", "ENOSYS"),
+        ("setns into pid 1's mount namespace", "EACCES"),
+        ("setns into its own user namespace", "EPERM"),
+        ("mount tmpfs", "EPERM"),
+        ("remount / read-write", "EPERM"),
+        ("bind /proc/sys writable", "EPERM"),
+        ("chroot", "EPERM"),
+        ("pivot_root", "EPERM"),
+        ("bwrap inside", "EPERM"),
+    ] {
+        expected.push((row.into(), want.into()));
+    }
+    expect_rows(&run, &owned_rows(&expected));
+}
+
+/// Pid 1 (constle's init) and the agent's own child, traced or read: the
+/// filter refuses tracing, init is not dumpable, and signals to it from
+/// inside are dropped.
+fn ptrace_and_process_memory(who: Who) {
+    let arena = Arena::new(who);
+    let run = arena.run(&Agent::probe("processes.py", &["all"]));
+    run.assert_code(0);
+    expect_rows(
+        &run,
+        &[
+            ("PTRACE_ATTACH pid 1", "EPERM"),
+            ("PTRACE_SEIZE pid 1", "EPERM"),
+            ("PTRACE_ATTACH its own child", "EPERM"),
+            ("PTRACE_TRACEME", "EPERM"),
+            ("process_vm_readv pid 1", "EPERM"),
+            ("open /proc/1/mem", "EACCES"),
+            ("read /proc/1/environ", "EACCES"),
+            ("list /proc/1/fd", "EACCES"),
+            ("readlink /proc/1/exe", "EACCES"),
+            ("list /proc/1/root", "EACCES"),
+            ("open /proc/1/ns/user", "EACCES"),
+            ("pidfd_getfd from pid 1", "EPERM"),
+            // Sent, and dropped: pid 1 handles neither.
+            ("SIGSTOP to pid 1", "OK"),
+            ("SIGKILL to pid 1", "OK"),
+            ("pid 1 state", "running"),
+        ],
+    );
+}
+
+/// Signals to host processes: a process of the test's own, started as the
+/// user who runs constle, and the test itself. None is visible, none can be
+/// signalled, and the host process survives the run.
+fn signals_to_host_processes(who: Who) {
+    let arena = Arena::new(who);
+    let mut host = HostProcess::start(&arena);
+    let run = arena.run(&Agent::probe(
+        "signals.py",
+        &[
+            "--host-pid",
+            &host.pid().to_string(),
+            "--test-pid",
+            &std::process::id().to_string(),
+        ],
+    ));
+    host.assert_alive();
+    run.assert_code(0);
+    expect_rows(
+        &run,
+        &[
+            ("/proc of the host process", "no"),
+            ("/proc of the test", "no"),
+            ("kill -9 the host process", "ESRCH"),
+            ("kill -9 the host process's group", "ESRCH"),
+            ("kill -9 the test", "ESRCH"),
+            ("kill -HUP the test", "ESRCH"),
+            ("pidfd_open the host process", "ESRCH"),
+            ("kill -9 -1", "killed its own child"),
+            ("pids above 1000", "none"),
+        ],
+    );
+}
+
+/// The uid and gid the agent and its init run as, read on the host from
+/// `/proc/<pid>/status`, `uid_map` and `gid_map` while the agent sleeps:
+/// never 0, never the invoking user when that is root; no capability, no
+/// new privileges, the seccomp filter on.
+fn ids_seen_from_the_host(who: Who) {
+    let arena = Arena::new(who);
+    let marker = unique("constle-attack-ids");
+    let running = arena.start(&Agent::new(&[
+        "python3",
+        "-c",
+        "import time; open('ready', 'w').close(); time.sleep(1000)",
+        &marker,
+    ]));
+    assert!(
+        appears(&arena.work().join("ready"), RUN_LIMIT),
+        "the agent did not start"
+    );
+    let inside = sandboxed_processes(&marker);
+    assert!(inside.len() >= 2, "init and agent not found: {inside:?}");
+    let (uid, gid) = match (who, arena.as_attacker()) {
+        (Who::Root, _) => (65533, 65533),
+        (Who::User, Some(user)) => (user.uid, user.gid),
+        (Who::User, None) => {
+            let id = |f| text(&cmd_output("id", &[f])).trim().parse().unwrap();
+            (id("-u"), id("-g"))
+        }
+    };
+    for pid in &inside {
+        let proc = PathBuf::from(format!("/proc/{pid}"));
+        let status = fs::read_to_string(proc.join("status")).unwrap();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}:")))
+                .unwrap_or("")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let all = |id: u32| [id; 4].map(|i| i.to_string()).join(" ");
+        assert_eq!(field("Uid"), all(uid), "pid {pid}:\n{status}");
+        assert_eq!(field("Gid"), all(gid), "pid {pid}:\n{status}");
+        for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            assert_eq!(field(cap), "0000000000000000", "pid {pid} {cap}:\n{status}");
+        }
+        assert_eq!(field("NoNewPrivs"), "1", "pid {pid}:\n{status}");
+        assert_eq!(field("Seccomp"), "2", "pid {pid}:\n{status}");
+        for (map, id) in [("uid_map", uid), ("gid_map", gid)] {
+            let lines = fs::read_to_string(proc.join(map)).unwrap();
+            for line in lines.lines() {
+                let outside: Vec<u32> = line
+                    .split_whitespace()
+                    .map(|f| f.parse().unwrap())
+                    .collect();
+                assert_eq!(
+                    (outside[1], outside[2]),
+                    (id, 1),
+                    "pid {pid} {map}: only the agent's own id, once: {lines}"
+                );
+            }
+        }
+    }
+    running.stop("TERM").assert_code(143);
+}
+
+/// Host pids of the processes inside a sandbox whose command line holds
+/// `marker`: those in a nested pid namespace (two `NSpid` entries or more).
+fn sandboxed_processes(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let status = fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let nested = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .is_some_and(|ids| ids.split_whitespace().count() >= 2);
+        if nested && contains(&cmdline, marker.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// From inside: an unprivileged uid, every capability dropped,
+/// no_new_privs, the filter on, and no way to become root (`setuid`, an
+/// ambient capability, `su`).
+fn capabilities_and_no_new_privs(who: Who) {
+    let arena = Arena::new(who);
+    let run = arena.run(&Agent::probe("privileges.py", &[]));
+    run.assert_code(0);
+    let zero = "0000000000000000";
+    expect_rows(
+        &run,
+        &[
+            ("uid", "1000 1000 1000"),
+            ("gid", "1000 1000 1000"),
+            ("groups", ""),
+            ("CapInh", zero),
+            ("CapPrm", zero),
+            ("CapEff", zero),
+            ("CapBnd", zero),
+            ("CapAmb", zero),
+            ("NoNewPrivs", "1"),
+            ("Seccomp", "2"),
+            // Root is no id of the agent's namespace at all.
+            ("setuid 0", "EINVAL"),
+            ("setgid 0", "EINVAL"),
+            ("setgroups 0", "EPERM"),
+            ("raise an ambient capability", "EPERM"),
+            ("su", "exit 1"),
+            ("sudo", "absent"),
+        ],
+    );
+}
+
+as_root_and_user!(
+    sysctls,
+    core_dumps,
+    setid_files_for_the_host,
+    device_nodes,
+    namespaces_and_mounts,
+    ptrace_and_process_memory,
+    signals_to_host_processes,
+    ids_seen_from_the_host,
+    capabilities_and_no_new_privs,
+);
+
+/// Like [`as_root_and_user`], for techniques that need root to set the
+/// host up, whoever then runs constle.
+macro_rules! set_up_as_root {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn as_root() {
+                if super::ready_as_root(stringify!($name), super::Who::Root) {
+                    super::$name(super::Who::Root);
+                }
+            }
+            #[test]
+            fn as_user() {
+                if super::ready_as_root(stringify!($name), super::Who::User) {
+                    super::$name(super::Who::User);
+                }
+            }
+        }
+    )*};
+}
+
+set_up_as_root!(core_handler);

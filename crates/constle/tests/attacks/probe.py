@@ -66,9 +66,10 @@ def info(name, text):
     print(f"info {name}: {text}", flush=True)
 
 
-def tool(*argv):
+def tool(*argv, messages=None):
     """Runs a command-line tool: OK when it succeeds, else the errno name
-    found in what it said, else `exit N`."""
+    found in what it said (or a name `messages` gives a text it said), else
+    `exit N`."""
     try:
         p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                            timeout=60)
@@ -77,7 +78,7 @@ def tool(*argv):
     if p.returncode == 0:
         return "OK"
     said = p.stderr + p.stdout
-    for message, name in MESSAGES.items():
+    for message, name in list((messages or {}).items()) + list(MESSAGES.items()):
         if message in said:
             return name
     return f"exit {p.returncode}"
