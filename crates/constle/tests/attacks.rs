@@ -546,6 +546,11 @@ impl Agent {
         self
     }
 
+    fn rootfs(mut self, rootfs: &str) -> Agent {
+        self.rootfs = Some(rootfs.into());
+        self
+    }
+
     fn env(mut self, name: &str, value: impl fmt::Display) -> Agent {
         self.env.push((name.into(), value.to_string()));
         self
@@ -1584,3 +1589,199 @@ macro_rules! set_up_as_root {
 }
 
 set_up_as_root!(core_handler);
+
+// ---------------------------------------------------------------------------
+// What the host trusts: the home, the Agentfile, its own directories
+
+/// Links an earlier run planted in its work directory, for a next run
+/// told to work in (or use as its rootfs) `./work/<link>`: each refused
+/// before anything starts. (Links into `$CONSTLE_HOME` as the work
+/// directory are [`earlier_run_links_into_constle_home`].)
+fn links_planted_by_an_earlier_run(who: Who) {
+    let arena = Arena::new(who);
+    let secret = arena.keygen();
+    let keys = arena.home().join("keys");
+    let rows: [(&str, &Path, bool, i32, &str); 6] = [
+        (
+            "work: a link to the Agentfile's directory",
+            &arena.project(),
+            false,
+            1,
+            "workdir_holds_agentfile",
+        ),
+        (
+            "work: a link to /",
+            Path::new("/"),
+            false,
+            1,
+            "workdir_holds_agentfile",
+        ),
+        (
+            "work: a link to /etc",
+            Path::new("/etc"),
+            false,
+            125,
+            "system directory",
+        ),
+        (
+            "rootfs: a link to CONSTLE_HOME",
+            &arena.home(),
+            true,
+            125,
+            "CONSTLE_HOME",
+        ),
+        (
+            "rootfs: a link into CONSTLE_HOME",
+            &keys,
+            true,
+            125,
+            "CONSTLE_HOME",
+        ),
+        (
+            "rootfs: a link to the Agentfile's directory",
+            &arena.project(),
+            true,
+            1,
+            "rootfs_holds_agentfile",
+        ),
+    ];
+    for (i, (what, target, rootfs, code, said)) in rows.into_iter().enumerate() {
+        let name = format!("out{i}");
+        plant_link(&arena, &name, target, Some(&secret));
+        let inside = format!("./work/{name}");
+        let agent = match rootfs {
+            true => greedy_agent().rootfs(&inside),
+            false => greedy_agent().workdir(&inside),
+        };
+        let run = arena.run(&agent.identity(&secret));
+        assert_refused(&run, code, said, what);
+        secret.assert_unseen(&run, &[arena.work()]);
+    }
+}
+
+/// A host directory the agent must never reach, for the next test: as
+/// root, one under `/etc` (as `/etc/cron.d` is); otherwise one of the
+/// user's own outside the project (as `~/.config/autostart` is). Removed
+/// on drop.
+struct TrustedDir(PathBuf);
+
+impl TrustedDir {
+    fn new(arena: &Arena) -> TrustedDir {
+        let path = match arena.who {
+            Who::Root => PathBuf::from(format!("/etc/{}", unique("constle-attack"))),
+            Who::User => arena.dir.path().join("trusted"),
+        };
+        fs::create_dir(&path).unwrap();
+        arena.give(&path);
+        let dir = TrustedDir(path);
+        arena.write(&dir.0.join("secret"), "trusted-secret-5e1f\n");
+        dir
+    }
+}
+
+impl Drop for TrustedDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// An earlier run leaves `work/out` pointing at a directory the host
+/// trusts that is neither `$CONSTLE_HOME` nor the Agentfile's (here a
+/// stand-in for `/etc/cron.d`, `/root/.ssh`, `~/.config/autostart`); the
+/// next run is told to work in `./work/out`. Nothing may let the agent
+/// read or write there: the work directory must not lead through a link
+/// an agent could have planted.
+fn earlier_run_links_to_a_host_directory(who: Who) {
+    let arena = Arena::new(who);
+    let trusted = TrustedDir::new(&arena);
+    plant_link(&arena, "out", &trusted.0, None);
+    let run = arena.run(&greedy_agent().workdir("./work/out"));
+    let written: Vec<String> = fs::read_dir(&trusted.0)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "secret")
+        .collect();
+    assert!(
+        written.is_empty(),
+        "the agent wrote {written:?} into {}, a host directory outside its work directory, \
+         through the link an earlier run planted\n{run}",
+        trusted.0.display()
+    );
+    assert!(
+        !run.out().contains("trusted-secret-5e1f"),
+        "the agent read {} through the link an earlier run planted\n{run}",
+        trusted.0.join("secret").display()
+    );
+    assert!(!run.out().contains("AGENT-RAN"), "the agent ran\n{run}");
+}
+
+/// A host thread flips `work` between a real directory and a link to
+/// `$CONSTLE_HOME` while runs start one after another: whatever the
+/// timing, no run sees the home (the directory is checked and mounted as
+/// the same open descriptor). Runs are refused or see the real directory.
+fn workdir_swapped_while_runs_start(who: Who) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const RUNS: usize = 30;
+    let arena = Arena::new(who);
+    let secret = arena.keygen();
+    let agent = Agent::sh(
+        "echo AGENT-RAN; ls -a; find . -maxdepth 4 -type f -exec cat {} + 2>/dev/null; true",
+    )
+    .identity(&secret);
+    let args = arena.prepare(&agent, &[]);
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flipper = {
+        let (work, parked, home) = (arena.work(), arena.path("work.real"), arena.home());
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut flips = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                fs::rename(&work, &parked).unwrap();
+                std::os::unix::fs::symlink(&home, &work).unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+                fs::remove_file(&work).unwrap();
+                fs::rename(&parked, &work).unwrap();
+                std::thread::sleep(Duration::from_millis(3));
+                flips += 1;
+            }
+            flips
+        })
+    };
+    let mut ran = 0;
+    let mut seen = Vec::new();
+    for _ in 0..RUNS {
+        let run = finish(arena.command(&args), "a run while work flips");
+        let listed_home = run.out().lines().any(|l| l == "keys" || l == "logs");
+        if listed_home || secret.needles.iter().any(|n| contains(&run.stdout, n)) {
+            seen.push(run.to_string());
+        }
+        ran += usize::from(run.out().contains("AGENT-RAN"));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let flips = flipper.join().unwrap();
+    assert!(
+        seen.is_empty(),
+        "{} of {RUNS} runs showed CONSTLE_HOME to the agent; the first:\n{}",
+        seen.len(),
+        seen[0]
+    );
+    secret.assert_unseen(
+        &Finished {
+            status: ExitStatus::from_raw(0),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        },
+        &[arena.work()],
+    );
+    // Else the race was never on: every run refused.
+    assert!(ran > 0, "no run of {RUNS} started ({flips} flips)");
+}
+
+as_root_and_user!(
+    links_planted_by_an_earlier_run,
+    earlier_run_links_to_a_host_directory,
+    workdir_swapped_while_runs_start,
+);
