@@ -144,7 +144,7 @@ fn attacker() -> Option<&'static Attacker> {
     }))
 }
 
-/// The constle binary where [`ATTACKER`] can run it: a link (or copy) in a
+/// The constle binary where [`ATTACKER`] can run it: a copy in a
 /// world-readable directory under `/tmp`, since the build may live where
 /// that user cannot enter (a CI clone under `/root`). One per test process;
 /// those of processes that are gone are removed.
@@ -166,10 +166,10 @@ fn attacker_bin() -> &'static Path {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir(&dir).unwrap();
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        // A copy, not a hard link: a link would change the original's
+        // ctime, which constle_binary_is_read_only watches.
         let bin = dir.join("constle");
-        if fs::hard_link(constle_bin(), &bin).is_err() {
-            fs::copy(constle_bin(), &bin).unwrap();
-        }
+        fs::copy(constle_bin(), &bin).unwrap();
         fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
         bin
     })
@@ -1784,4 +1784,261 @@ as_root_and_user!(
     links_planted_by_an_earlier_run,
     earlier_run_links_to_a_host_directory,
     workdir_swapped_while_runs_start,
+);
+
+// ---------------------------------------------------------------------------
+// Sockets
+
+/// Socket files the test made on the host, removed on drop.
+struct SocketFiles(Vec<PathBuf>);
+
+impl Drop for SocketFiles {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// Host Unix sockets the agent should not reach: an abstract one
+/// (`@constle-attack-…`, which has no permissions at all: only the network
+/// namespace keeps it apart), ones on paths under `/tmp` and `/run`, open
+/// to everyone, and the well-known sockets of a host. None connects, and
+/// none of the test's listeners has a connection waiting afterwards.
+fn host_unix_sockets(who: Who) {
+    use std::os::linux::net::SocketAddrExt as _;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    let arena = Arena::new(who);
+    let name = unique("constle-attack");
+    let address = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let mut listeners = vec![(
+        "the abstract socket".to_owned(),
+        UnixListener::bind_addr(&address).unwrap(),
+    )];
+    let mut paths = vec![PathBuf::from(format!("/tmp/{name}.sock"))];
+    if is_root() {
+        paths.push(PathBuf::from(format!("/run/{name}.sock")));
+    }
+    let files = SocketFiles(paths.clone());
+    for path in &files.0 {
+        listeners.push((
+            path.display().to_string(),
+            UnixListener::bind(path).unwrap(),
+        ));
+        fs::set_permissions(path, fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let joined: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let run = arena.run(&Agent::probe(
+        "sockets.py",
+        &["unix", "--abstract", &name, "--paths", &joined.join(",")],
+    ));
+    for (what, listener) in &listeners {
+        listener.set_nonblocking(true).unwrap();
+        let accepted = listener.accept();
+        assert!(
+            accepted
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "the agent connected to {what}: {accepted:?}\n{run}"
+        );
+    }
+    run.assert_code(0);
+    let mut expected: Vec<(String, String)> = vec![(
+        "connect to the host's abstract socket".into(),
+        "ECONNREFUSED".into(),
+    )];
+    for path in joined.iter().map(String::as_str).chain([
+        "/run/dbus/system_bus_socket",
+        "/var/run/docker.sock",
+        "/run/systemd/private",
+        "/run/systemd/notify",
+        "/dev/log",
+        "/tmp/.X11-unix/X0",
+    ]) {
+        expected.push((format!("connect to {path}"), "ENOENT".into()));
+    }
+    expect_rows(&run, &owned_rows(&expected));
+}
+
+/// Socket families that reach past the network namespace or into kernel
+/// code the sandbox has no use for: netlink (also through `ip`), packet,
+/// raw IP, and vsock (the hypervisor of a virtual machine, whatever the
+/// namespace; only created here, never connected).
+fn socket_families(who: Who) {
+    let arena = Arena::new(who);
+    let run = arena.run(&Agent::probe("sockets.py", &["families"]));
+    run.assert_code(0);
+    expect_rows(
+        &run,
+        &[
+            ("socket AF_NETLINK NETLINK_ROUTE", "EAFNOSUPPORT"),
+            ("socket AF_NETLINK NETLINK_KOBJECT_UEVENT", "EAFNOSUPPORT"),
+            ("socket AF_NETLINK NETLINK_AUDIT", "EAFNOSUPPORT"),
+            ("socket AF_PACKET SOCK_RAW", "EAFNOSUPPORT"),
+            ("socket AF_PACKET SOCK_DGRAM", "EAFNOSUPPORT"),
+            ("socket AF_INET SOCK_RAW", "EPERM"),
+            ("socket AF_INET6 SOCK_RAW", "EPERM"),
+            ("socket AF_VSOCK SOCK_STREAM", "EAFNOSUPPORT"),
+            ("socket AF_VSOCK SOCK_DGRAM", "EAFNOSUPPORT"),
+            ("ip link", "EAFNOSUPPORT"),
+        ],
+    );
+}
+
+as_root_and_user!(host_unix_sockets, socket_families);
+
+// ---------------------------------------------------------------------------
+// Keys, logs, and what the host might leave inside
+
+/// The agent looks for the agent key and the audit log everywhere: by
+/// `$CONSTLE_HOME`'s path, in `~/.constle`, `/root`, `/home`, and every
+/// `*.pem` and key file it can see; it tries to append a forged entry to
+/// the log. The key's bytes are nowhere in what the run printed or left,
+/// and the log verifies, without the forged entry.
+fn keys_and_logs(who: Who) {
+    let arena = Arena::new(who);
+    let secret = arena.keygen();
+    let home = arena.home();
+    let run = arena
+        .run(&Agent::probe("secrets.py", &["--home", home.to_str().unwrap()]).identity(&secret));
+    secret.assert_unseen(&run, &[arena.work()]);
+    let logs: Vec<PathBuf> = fs::read_dir(home.join("logs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    for log in &logs {
+        assert!(
+            !contains(&fs::read(log).unwrap(), b"forged"),
+            "a forged entry is in {}\n{run}",
+            log.display()
+        );
+    }
+    let log = logs
+        .iter()
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .expect("the run's log");
+    arena
+        .constle(&["audit", "verify", log.to_str().unwrap()])
+        .assert_code(0);
+    run.assert_code(0);
+    expect_rows(
+        &run,
+        &[
+            ("list $CONSTLE_HOME", "ENOENT"),
+            ("list $CONSTLE_HOME/keys/agent", "ENOENT"),
+            ("read the agent key by its path", "ENOENT"),
+            ("list $CONSTLE_HOME/logs", "ENOENT"),
+            ("append a forged audit entry", "ENOENT"),
+            ("list /root/.constle", "ENOENT"),
+            ("list /root", "ENOENT"),
+            ("list /home", "ENOENT"),
+            ("read /etc/shadow", "ENOENT"),
+            ("keys and logs found anywhere", "none"),
+        ],
+    );
+}
+
+/// constle started with descriptors open that it did not ask for (a
+/// directory of `$CONSTLE_HOME`, the key file itself): the agent has none
+/// of them, so none opens the key.
+fn inherited_descriptors(who: Who) {
+    let arena = Arena::new(who);
+    let secret = arena.keygen();
+    let home = arena.home();
+    let key = home.join("keys/agent/test-agent.pem");
+    let args = arena.prepare(&Agent::probe("leaks.py", &["fds"]).identity(&secret), &[]);
+    let mut argv: Vec<&OsStr> = [
+        "sh",
+        "-c",
+        "exec 5<\"$1\" 6<\"$2\" 7<\"$1/keys/agent\"; shift 2; exec \"$@\"",
+        "sh",
+    ]
+    .map(OsStr::new)
+    .to_vec();
+    argv.extend([home.as_os_str(), key.as_os_str()]);
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let run = finish(
+        arena.command_via(&argv, &args),
+        "constle with descriptors open",
+    );
+    secret.assert_unseen(&run, &[arena.work()]);
+    run.assert_code(0);
+    expect_rows(
+        &run,
+        &[
+            ("descriptors above 2", "none"),
+            ("open keys/agent/test-agent.pem through them", "none"),
+            ("open test-agent.pem through them", "none"),
+        ],
+    );
+}
+
+/// The launcher's plan (`CONSTLE_SANDBOX_PLAN`: every path of the run)
+/// and the host's environment stay outside: the agent's environment is
+/// exactly what constle gives, pid 1's is closed, and no stage directory
+/// (`constle-stage-*`) shows in its `/tmp`.
+fn launcher_plan_and_stage(who: Who) {
+    let arena = Arena::new(who);
+    let run = arena.run(&Agent::probe("leaks.py", &["plan"]));
+    run.assert_code(0);
+    expect_rows(
+        &run,
+        &[
+            ("environment", "PATH,PWD"),
+            ("environment of pid 1", "EACCES"),
+            ("environment of its parent", "EACCES"),
+            ("stage directories in /tmp", "none"),
+        ],
+    );
+}
+
+/// The constle binary the host runs is mounted inside at
+/// `/run/constle/constle`: the agent can neither change nor replace it,
+/// and the host finds it as it was.
+fn constle_binary_is_read_only(who: Who) {
+    let arena = Arena::new(who);
+    let bin = match arena.as_attacker() {
+        Some(_) => attacker_bin().to_path_buf(),
+        None => constle_bin(),
+    };
+    let stamp = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        (
+            m.ino(),
+            m.len(),
+            m.mode(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+        )
+    };
+    let before = stamp(&bin);
+    let run = arena.run(&Agent::probe("leaks.py", &["binary"]));
+    assert_eq!(stamp(&bin), before, "the constle binary changed\n{run}");
+    assert!(
+        !arena.path("parent-pwned").exists(),
+        "the agent wrote beside its work directory\n{run}"
+    );
+    run.assert_code(0);
+    expect_rows(
+        &run,
+        &[
+            // Not the agent's file (EACCES), on a read-only mount besides.
+            ("write /run/constle/constle", "EACCES"),
+            ("truncate /run/constle/constle", "EACCES"),
+            ("chmod /run/constle/constle", "EROFS"),
+            ("rename /run/constle/constle", "EROFS"),
+            ("replace /run/constle/constle", "EXDEV"),
+            ("write /proc/1/exe", "EACCES"),
+        ],
+    );
+}
+
+as_root_and_user!(
+    keys_and_logs,
+    inherited_descriptors,
+    launcher_plan_and_stage,
+    constle_binary_is_read_only,
 );
