@@ -20,6 +20,12 @@
 //! the sockets the agent tries are the test's own, on this machine.
 //!
 //! The tests under "The operator's terminal" drive constle through a real
+//! pseudo-terminal (`tests/attacks/pty_harness.py`) and describe the
+//! terminal as the operator's alone: they fail for as long as the agent's
+//! stdout and stderr are constle's own terminal rather than pipes constle
+//! reads and prints escaped.
+//!
+//! The tests under "The operator's terminal" drive constle through a real
 //! pseudo-terminal (`tests/attacks/pty_harness.py`). They describe the
 //! terminal as the operator's alone: they fail for as long as the agent's
 //! output goes straight to constle's terminal.
@@ -64,6 +70,9 @@ const PROBES: &[(&str, &str)] = &[
     ("leaks.py", include_str!("attacks/leaks.py")),
     ("terminal.py", include_str!("attacks/terminal.py")),
 ];
+
+/// Runs constle under a pseudo-terminal, as an operator's shell would.
+const PTY_HARNESS: &str = include_str!("attacks/pty_harness.py");
 
 // ---------------------------------------------------------------------------
 // Who runs constle
@@ -2041,4 +2050,245 @@ as_root_and_user!(
     inherited_descriptors,
     launcher_plan_and_stage,
     constle_binary_is_read_only,
+);
+
+// ---------------------------------------------------------------------------
+// The operator's terminal
+
+/// What [`PTY_HARNESS`] saw of a run under a terminal, with the probe's
+/// rows (from the work directory: the terminal may be in no state to
+/// carry them).
+struct TerminalRun {
+    exit: Option<i64>,
+    hung: bool,
+    /// Every byte the terminal showed.
+    shown: Vec<u8>,
+    /// What constle's stdout gave, with `--stdout-pipe`.
+    piped: Vec<u8>,
+    before: String,
+    after: String,
+    reopen: String,
+    /// Input still waiting on the terminal after the run.
+    pending: Vec<u8>,
+    rows: BTreeMap<String, String>,
+    report: String,
+}
+
+impl fmt::Display for TerminalRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "--- exit {:?}, hung {}", self.exit, self.hung)?;
+        writeln!(f, "--- rows: {:?}", self.rows)?;
+        writeln!(f, "--- terminal showed: {:?}", text(&self.shown))?;
+        writeln!(f, "--- pending input: {:?}", text(&self.pending))?;
+        writeln!(
+            f,
+            "--- stty before:\n{}--- stty after:\n{}",
+            self.before, self.after
+        )?;
+        write!(f, "--- report: {}", self.report)
+    }
+}
+
+/// Runs the terminal probe in `mode` with constle under a fresh
+/// pseudo-terminal, the harness told `harness` (`--ready`, `--type`,
+/// `--ctrl-c`, …; `{work}` stands for the work directory).
+fn under_terminal(arena: &Arena, mode: &str, harness: &[&str]) -> TerminalRun {
+    use base64::Engine as _;
+    let args = arena.prepare(&Agent::probe("terminal.py", &[mode]), &[]);
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let constle = arena.command(&args);
+    let script = arena.dir.path().join("pty_harness.py");
+    fs::write(&script, PTY_HARNESS).unwrap();
+    let work = arena.work().display().to_string();
+    let mut cmd = Command::new("python3");
+    cmd.arg(&script)
+        .args(harness.iter().map(|a| a.replace("{work}", &work)))
+        .arg("--")
+        .arg(constle.get_program())
+        .args(constle.get_args())
+        .current_dir(arena.project());
+    for (name, value) in constle.get_envs() {
+        if let Some(value) = value {
+            cmd.env(name, value);
+        }
+    }
+    let run = finish(cmd, "the terminal harness");
+    assert!(run.status.success(), "the harness failed\n{run}");
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let bytes = |key: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(report[key].as_str().unwrap())
+            .unwrap()
+    };
+    let rows = fs::read_to_string(arena.work().join("rows"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    TerminalRun {
+        exit: report["exit"].as_i64(),
+        hung: report["hung"].as_bool().unwrap(),
+        shown: bytes("terminal"),
+        piped: bytes("piped"),
+        before: report["before"].as_str().unwrap().to_owned(),
+        after: report["after"].as_str().unwrap().to_owned(),
+        reopen: report["reopen"].as_str().unwrap().to_owned(),
+        pending: bytes("pending"),
+        rows,
+        report: format!("{report}\n{}", run.err()),
+    }
+}
+
+/// What the operator types while the agent runs: the agent reads every
+/// descriptor it has and `/dev/tty` for five seconds, and never sees it.
+fn terminal_keystrokes(who: Who) {
+    let arena = Arena::new(who);
+    let typed = "operator-secret-4711";
+    let run = under_terminal(
+        &arena,
+        "read",
+        &[
+            "--ready",
+            "{work}/ready",
+            "--type",
+            &format!("{typed}\n"),
+            "--done",
+            "{work}/done",
+        ],
+    );
+    for file in walk(&arena.work()) {
+        if fs::symlink_metadata(&file).is_ok_and(|m| m.is_file()) {
+            assert!(
+                !contains(&fs::read(&file).unwrap(), typed.as_bytes()),
+                "the agent read what the operator typed, into {}\n{run}",
+                file.display()
+            );
+        }
+    }
+    assert!(!run.hung, "{run}");
+    assert_eq!(run.exit, Some(0), "{run}");
+}
+
+/// Attack 4: the agent turns ISIG off (and ICANON, ECHO, IXON), so that
+/// Ctrl-C sends no SIGINT, and ignores SIGINT besides. Ctrl-C still ends
+/// the run, with 130.
+fn terminal_ctrl_c(who: Who) {
+    let arena = Arena::new(who);
+    let run = under_terminal(
+        &arena,
+        "isig",
+        &["--ready", "{work}/ready", "--ctrl-c", "--timeout", "30"],
+    );
+    assert!(
+        !run.hung,
+        "Ctrl-C did not stop the run once the agent had cleared ISIG\n{run}"
+    );
+    assert_eq!(run.exit, Some(130), "{run}");
+}
+
+/// Attack 4, what it leaves behind: after a run whose agent changed the
+/// terminal's modes and size and took it exclusively, `stty -a` says what
+/// it said before, and the terminal can still be opened.
+fn terminal_modes(who: Who) {
+    let arena = Arena::new(who);
+    let run = under_terminal(
+        &arena,
+        "isig",
+        &["--ready", "{work}/ready", "--ctrl-c", "--timeout", "30"],
+    );
+    assert_eq!(run.after, run.before, "the terminal's modes changed\n{run}");
+    assert_eq!(
+        run.reopen, "OK",
+        "the terminal cannot be opened again\n{run}"
+    );
+}
+
+/// Attack 4, the fake prompt: the agent clears the screen, homes the
+/// cursor and draws a human-gate prompt, with more escape sequences (OSC
+/// 52 to the clipboard, a window title, DCS, a C1 CSI, bidi overrides,
+/// backspace over text). The operator's terminal receives the agent's
+/// words, and none of those bytes raw.
+fn terminal_escapes(who: Who) {
+    let arena = Arena::new(who);
+    let run = under_terminal(&arena, "escape", &[]);
+    let shown = text(&run.shown);
+    assert_eq!(
+        shown.matches("AGENT-MARKER").count(),
+        2,
+        "the agent's stdout and stderr reach the terminal\n{run}"
+    );
+    let raw = unsafe_for_terminal(&shown);
+    assert!(
+        raw.is_empty(),
+        "raw control bytes from the agent reached the terminal: {raw:?}\n{run}"
+    );
+    assert_eq!(run.exit, Some(0), "{run}");
+}
+
+/// Characters a terminal acts on instead of showing, except the line ends
+/// the terminal itself writes (`\r\n`) and tabs: C0 controls, DEL, C1
+/// controls, bidi embeddings, overrides and isolates. Each with its offset.
+fn unsafe_for_terminal(shown: &str) -> Vec<(usize, char)> {
+    let chars: Vec<(usize, char)> = shown.char_indices().collect();
+    chars
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, c))| {
+            let line_end = *c == '\r' && chars.get(i + 1).is_some_and(|(_, n)| *n == '\n');
+            let control = (c.is_control() && !matches!(c, '\n' | '\t')) && !line_end;
+            let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+            control || bidi
+        })
+        .map(|(_, found)| *found)
+        .collect()
+}
+
+/// Keystroke injection: TIOCSTI of a command into every descriptor the
+/// agent has (and `/dev/tty`), TIOCLINUX paste. Nothing arrives as input
+/// on the operator's terminal, nor is echoed on it.
+fn terminal_injection(who: Who) {
+    let arena = Arena::new(who);
+    let run = under_terminal(&arena, "inject", &[]);
+    for (what, bytes) in [("input", &run.pending), ("terminal", &run.shown)] {
+        assert!(
+            !contains(bytes, b"INJECTED"),
+            "the agent's keystrokes reached the operator's {what}\n{run}"
+        );
+    }
+    let worked: Vec<&String> = run
+        .rows
+        .iter()
+        .filter(|(_, result)| *result == "OK")
+        .map(|(name, _)| name)
+        .collect();
+    assert!(worked.is_empty(), "{worked:?} succeeded\n{run}");
+    assert_eq!(run.exit, Some(0), "{run}");
+}
+
+/// `constle run … | tee`: the agent's stdout, all of it and in order, goes
+/// to the pipe, its stderr to the terminal, and constle exits with the
+/// agent's status.
+fn terminal_output_through_a_pipe(who: Who) {
+    let arena = Arena::new(who);
+    let run = under_terminal(&arena, "tee", &["--stdout-pipe"]);
+    let lines = |prefix: &str| -> String { (0..200).map(|i| format!("{prefix} {i}\n")).collect() };
+    assert_eq!(text(&run.piped), lines("out"), "what the pipe got\n{run}");
+    let shown = text(&run.shown).replace("\r\n", "\n");
+    let errs: String = shown
+        .lines()
+        .filter(|l| l.starts_with("err "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(errs, lines("err"), "what the terminal showed\n{run}");
+    assert_eq!(run.exit, Some(3), "{run}");
+}
+
+as_root_and_user!(
+    terminal_keystrokes,
+    terminal_ctrl_c,
+    terminal_modes,
+    terminal_escapes,
+    terminal_injection,
+    terminal_output_through_a_pipe,
 );
