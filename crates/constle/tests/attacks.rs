@@ -1789,10 +1789,60 @@ fn workdir_swapped_while_runs_start(who: Who) {
     assert!(ran > 0, "no run of {RUNS} started ({flips} flips)");
 }
 
+/// A file the test expects nobody to write, removed on drop.
+struct Marker(PathBuf);
+
+impl Drop for Marker {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// An earlier run leaves an executable `bwrap` in its work directory, and
+/// the operator's `PATH` leads there (a project's `bin/` on `PATH`, or
+/// `~/.local/bin` reached through the link of
+/// [`earlier_run_links_to_a_host_directory`]). The next run must not run
+/// it: it would run on the host, outside any sandbox, as the agent's host
+/// uid (the operator's own, when constle runs unprivileged), with the
+/// host's network and files; this one writes a marker where anyone may,
+/// then runs the real bwrap so that the run looks as usual.
+fn bwrap_planted_on_the_operators_path(who: Who) {
+    let arena = Arena::new(who);
+    let marker = Marker(PathBuf::from(format!(
+        "/tmp/{}-bwrap-ran",
+        unique("constle-attack")
+    )));
+    let plant = Agent::sh(
+        "mkdir -p bin && printf '#!/bin/sh\\nid > %s\\nexec /usr/bin/bwrap \"$@\"\\n' \"$MARKER\" \
+         > bin/bwrap && chmod 755 bin/bwrap",
+    )
+    .env("MARKER", marker.0.display());
+    arena.run(&plant).assert_code(0);
+    assert!(
+        arena.work().join("bin/bwrap").is_file(),
+        "the planted bwrap"
+    );
+    let args = arena.prepare(&Agent::new(&["true"]), &[]);
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let mut cmd = arena.command(&args);
+    let path = std::env::var("PATH").unwrap_or_default();
+    cmd.env(
+        "PATH",
+        format!("{}:{path}", arena.work().join("bin").display()),
+    );
+    let run = finish(cmd, "a run with the work directory's bin on PATH");
+    assert!(
+        !marker.0.exists(),
+        "the host ran the agent's bwrap, outside the sandbox: {}\n{run}",
+        fs::read_to_string(&marker.0).unwrap_or_default().trim()
+    );
+}
+
 as_root_and_user!(
     links_planted_by_an_earlier_run,
     earlier_run_links_to_a_host_directory,
     workdir_swapped_while_runs_start,
+    bwrap_planted_on_the_operators_path,
 );
 
 // ---------------------------------------------------------------------------
