@@ -154,14 +154,24 @@ fn attacker() -> Option<&'static Attacker> {
 }
 
 /// The constle binary where [`ATTACKER`] can run it: a copy in a
-/// world-readable directory under `/tmp`, since the build may live where
-/// that user cannot enter (a CI clone under `/root`). One per test process;
-/// those of processes that are gone are removed.
+/// world-readable directory, since the build may live where that user
+/// cannot enter (a CI clone under `/root`). The copy goes into
+/// `CARGO_TARGET_TMPDIR` when anyone may enter it, else into `/tmp`; one
+/// per test process, and those of processes that are gone are removed.
 fn attacker_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let open_to_all = target
+            .ancestors()
+            .all(|dir| fs::metadata(dir).is_ok_and(|m| m.mode() & 0o001 != 0));
+        let base = if open_to_all {
+            target
+        } else {
+            Path::new("/tmp")
+        };
         let prefix = "constle-attacks-bin-";
-        for entry in fs::read_dir("/tmp").unwrap().flatten() {
+        for entry in fs::read_dir(base).unwrap().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let gone = name
                 .strip_prefix(prefix)
@@ -171,7 +181,7 @@ fn attacker_bin() -> &'static Path {
                 let _ = fs::remove_dir_all(entry.path());
             }
         }
-        let dir = PathBuf::from(format!("/tmp/{prefix}{}", std::process::id()));
+        let dir = base.join(format!("{prefix}{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir(&dir).unwrap();
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();

@@ -13,8 +13,9 @@ IXON, shrinks the window, takes the terminal exclusively, then ignores
 SIGINT and sleeps: only constle can end the run.
 `escape`: clears the screen, homes the cursor and draws a fake approval
 prompt, with more escape and control sequences around it.
-`inject`: pushes a command into the terminal's input (TIOCSTI) and pastes
-a console selection (TIOCLINUX).
+`inject`: takes the terminal as its controlling one (TIOCSCTTY), pushes a
+command into its input (TIOCSTI) and pastes a console selection
+(TIOCLINUX).
 `tee`: numbered lines on stdout and stderr, then exit status 3.
 """
 
@@ -110,6 +111,10 @@ elif mode == "escape":
     row("escapes written", lambda: "yes")
 elif mode == "inject":
     for name, fd in targets().items():
+        # Made its controlling terminal (the agent leads a session of its
+        # own), the terminal would take TIOCSTI from it.
+        row(f"TIOCSCTTY on {name}", lambda fd=fd: fcntl.ioctl(fd, termios.TIOCSCTTY, 0) and None)
+
         def tiocsti(fd=fd):
             for byte in b"INJECTED-echo pwned\n":
                 fcntl.ioctl(fd, termios.TIOCSTI, bytes([byte]))
