@@ -289,6 +289,19 @@ impl Arena {
         }
     }
 
+    /// The host uid and gid the agent runs as: 65533 when root starts
+    /// constle (no user of the host), else that of the user who does.
+    fn agent_host_ids(&self) -> (u32, u32) {
+        match (self.who, self.as_attacker()) {
+            (Who::Root, _) => (65533, 65533),
+            (Who::User, Some(user)) => (user.uid, user.gid),
+            (Who::User, None) => {
+                let id = |f| text(&cmd_output("id", &[f])).trim().parse().unwrap();
+                (id("-u"), id("-g"))
+            }
+        }
+    }
+
     /// Hands `path` and everything below it to the user who runs constle.
     fn give(&self, path: &Path) {
         let Some(user) = self.as_attacker() else {
@@ -1230,19 +1243,12 @@ fn core_handler(who: Who) {
         std::thread::sleep(Duration::from_millis(100));
     }
     drop(pattern);
-    let (uid, gid) = match arena.as_attacker() {
-        Some(user) => (user.uid.to_string(), user.gid.to_string()),
-        None if who == Who::User => (
-            text(&cmd_output("id", &["-u"])).trim().to_owned(),
-            text(&cmd_output("id", &["-g"])).trim().to_owned(),
-        ),
-        None => ("65533".to_owned(), "65533".to_owned()),
-    };
+    let (uid, gid) = arena.agent_host_ids();
     for line in handled() {
         let fields: Vec<&str> = line.split(' ').collect();
         assert_eq!(
             &fields[1..4],
-            [uid.as_str(), gid.as_str(), "0"],
+            [uid.to_string().as_str(), &gid.to_string(), "0"],
             "the host's core handler was told: {line}\n{run}"
         );
     }
@@ -1475,14 +1481,7 @@ fn ids_seen_from_the_host(who: Who) {
     );
     let inside = sandboxed_processes(&marker);
     assert!(inside.len() >= 2, "init and agent not found: {inside:?}");
-    let (uid, gid) = match (who, arena.as_attacker()) {
-        (Who::Root, _) => (65533, 65533),
-        (Who::User, Some(user)) => (user.uid, user.gid),
-        (Who::User, None) => {
-            let id = |f| text(&cmd_output("id", &[f])).trim().parse().unwrap();
-            (id("-u"), id("-g"))
-        }
-    };
+    let (uid, gid) = arena.agent_host_ids();
     for pid in &inside {
         let proc = PathBuf::from(format!("/proc/{pid}"));
         let status = fs::read_to_string(proc.join("status")).unwrap();
