@@ -27,13 +27,13 @@
 use std::convert::Infallible;
 use std::ffi::{CStr, OsString};
 use std::fs::File;
-use std::io::{self, BufRead as _, BufReader, Seek as _, Write as _};
+use std::io::{self, Seek as _, Write as _};
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::FileTypeExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use nix::fcntl::{AtFlags, FcntlArg, FdFlag, OFlag, fcntl, open, openat, readlinkat};
 use nix::mount::{MsFlags, mount};
@@ -48,11 +48,6 @@ use crate::plan::Plan;
 use crate::resolve::OpenDir;
 use crate::spec::{CheckedRelay, CheckedSpec};
 use crate::{EXIT_SANDBOX_FAILED, SandboxError, bwrap, seccomp_programs};
-
-/// The launcher's helper mode: hold a fresh user namespace open until
-/// stdin closes, for the launcher to write its mapping and keep a
-/// descriptor of it.
-const HOLD_USERNS: &str = "--hold-userns";
 
 #[derive(Debug, thiserror::Error)]
 enum LaunchError {
@@ -93,12 +88,11 @@ fn nix_err(what: impl Into<String>) -> impl FnOnce(nix::Error) -> LaunchError {
 /// binary (the launcher otherwise becomes `bwrap`).
 pub fn launch_main(args: Vec<OsString>) -> i32 {
     let result = match args.as_slice() {
-        [] => launch().map(|never| match never {}),
-        [flag] if flag == HOLD_USERNS => hold_userns(),
+        [] => launch(),
         _ => Err(LaunchError::Usage(format!("unexpected arguments {args:?}"))),
     };
     match result {
-        Ok(code) => code,
+        Ok(never) => match never {},
         Err(err) => {
             let _ = writeln!(io::stderr().lock(), "constle {LAUNCH_SUBCOMMAND}: {err}");
             EXIT_SANDBOX_FAILED
@@ -374,62 +368,17 @@ fn reopen_same(fd: &OwnedFd, at: &Path) -> Result<OwnedFd, LaunchError> {
 /// The work directory as the agent's uid sees it: an idmapped, detached
 /// copy of its mount.
 fn idmapped_workdir(workdir: &OpenDir) -> Result<OwnedFd, LaunchError> {
-    let userns = owner_to_agent(workdir.uid, workdir.gid)?;
-    constle_idmap::idmapped_clone(workdir.fd.as_fd(), userns.as_fd()).map_err(|source| {
-        LaunchError::Idmap {
-            path: workdir.path.clone(),
-            source,
-        }
-    })
-}
-
-/// A user namespace mapping `uid` and `gid` (the work directory's owner) to
-/// the agent's host uid and gid, held by a helper process only while it is
-/// set up: the descriptor keeps it alive.
-fn owner_to_agent(uid: u32, gid: u32) -> Result<OwnedFd, LaunchError> {
-    let what = "cannot make the user namespace for the work directory's mapping";
-    let mut holder = Command::new("/proc/self/exe")
-        .args([LAUNCH_SUBCOMMAND, HOLD_USERNS])
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(io_err(what))?;
-    let result = map_holder(&mut holder, uid, gid);
-    drop(holder.stdin.take());
-    let _ = holder.wait();
-    result.map_err(io_err(what))
-}
-
-fn map_holder(holder: &mut std::process::Child, uid: u32, gid: u32) -> io::Result<OwnedFd> {
-    let mut ready = String::new();
-    if let Some(out) = holder.stdout.take() {
-        BufReader::new(out).read_line(&mut ready)?;
-    }
-    if ready != "ready\n" {
-        return Err(io::Error::other("the helper did not make its namespace"));
-    }
-    let proc = PathBuf::from(format!("/proc/{}", holder.id()));
-    std::fs::write(
-        proc.join("uid_map"),
-        format!("{uid} {ROOT_AGENT_HOST_ID} 1\n"),
-    )?;
-    std::fs::write(
-        proc.join("gid_map"),
-        format!("{gid} {ROOT_AGENT_HOST_ID} 1\n"),
-    )?;
-    Ok(File::open(proc.join("ns/user"))?.into())
-}
-
-/// The helper side of [`owner_to_agent`].
-fn hold_userns() -> Result<i32, LaunchError> {
-    unshare(CloneFlags::CLONE_NEWUSER).map_err(nix_err("cannot make a user namespace"))?;
-    let mut out = io::stdout().lock();
-    writeln!(out, "ready")
-        .and_then(|()| out.flush())
-        .map_err(io_err("cannot tell the launcher"))?;
-    io::copy(&mut io::stdin().lock(), &mut io::sink()).map_err(io_err("cannot wait"))?;
-    Ok(0)
+    let failed = |source| LaunchError::Idmap {
+        path: workdir.path.clone(),
+        source,
+    };
+    // The owner's ids are the namespace's inside ids, the agent's outside.
+    let userns = constle_idmap::user_namespace(
+        &format!("{} {ROOT_AGENT_HOST_ID} 1\n", workdir.uid),
+        &format!("{} {ROOT_AGENT_HOST_ID} 1\n", workdir.gid),
+    )
+    .map_err(failed)?;
+    constle_idmap::idmapped_clone(workdir.fd.as_fd(), userns.as_fd()).map_err(failed)
 }
 
 /// Switches to the agent's host uid and gid for good: the real, effective
