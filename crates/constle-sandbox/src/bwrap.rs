@@ -3,6 +3,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -75,12 +76,25 @@ pub fn sandbox_command(spec: &SandboxSpec) -> Result<Command, SandboxError> {
 /// whatever is found here runs on the host, outside any sandbox.
 const BWRAP_PATHS: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
 
+/// The first of [`BWRAP_PATHS`] that exists, provided no one but root (or
+/// the user constle runs as) could have replaced it.
 fn find_bwrap() -> Result<PathBuf, SandboxError> {
-    BWRAP_PATHS
+    let found = BWRAP_PATHS
         .iter()
         .map(PathBuf::from)
         .find(|p| p.is_file())
-        .ok_or(SandboxError::BwrapNotFound)
+        .ok_or(SandboxError::BwrapNotFound)?;
+    match only_root_or_me(&found) && found.parent().is_some_and(only_root_or_me) {
+        true => Ok(found),
+        false => Err(SandboxError::BwrapUntrusted { path: found }),
+    }
+}
+
+/// Whether only root or this user could replace `path`: theirs, and not
+/// writable by its group or others.
+fn only_root_or_me(path: &Path) -> bool {
+    let me = nix::unistd::geteuid().as_raw();
+    std::fs::metadata(path).is_ok_and(|m| (m.uid() == 0 || m.uid() == me) && m.mode() & 0o022 == 0)
 }
 
 struct Args(Vec<OsString>);
@@ -253,6 +267,20 @@ mod tests {
 
     fn fd() -> OwnedFd {
         File::open("/dev/null").unwrap().into()
+    }
+
+    #[test]
+    fn a_bwrap_others_could_replace_is_not_trusted() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bwrap");
+        std::fs::write(&file, "").unwrap();
+        for (mode, trusted) in [(0o755, true), (0o775, false), (0o757, false), (0o700, true)] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(only_root_or_me(&file), trusted, "{mode:o}");
+        }
+        assert!(!only_root_or_me(&dir.path().join("missing")));
+        assert!(only_root_or_me(Path::new("/usr/bin")));
     }
 
     #[test]

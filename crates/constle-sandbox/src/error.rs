@@ -223,6 +223,18 @@ pub enum SandboxError {
     )]
     BwrapNotFound,
 
+    /// The `bwrap` found, or its directory, could be replaced by someone
+    /// other than root or this user.
+    #[error(
+        "{path:?} could be replaced by users other than root (it or its directory is writable by \
+         its group or others, or belongs to another user): bubblewrap runs on the host, outside \
+         the sandbox, so it must be root's"
+    )]
+    BwrapUntrusted {
+        /// The bwrap found.
+        path: PathBuf,
+    },
+
     /// The system-call filter cannot be built (see
     /// [`seccomp_programs`](crate::seccomp_programs)): the architecture has
     /// no policy, or the policy does not compile.

@@ -119,8 +119,11 @@ fn init(args: Vec<OsString>) -> Result<i32, InitError> {
     close_inherited_fds().map_err(InitError::Fds)?;
     // Best effort: without it the relay is only as exposed as the agent.
     let _ = nix::sys::prctl::set_dumpable(false);
-    // No core dumps, for good: a crashing agent must not make the kernel
-    // write its memory anywhere or start the host's core handler for it.
+    // No core files, for good: a crashing agent must not make the kernel
+    // write its memory anywhere. (A host whose core_pattern is a pipe, as
+    // with systemd-coredump or apport, still has its handler started by the
+    // kernel, which ignores this limit for pipes; the handler is told the
+    // limit, 0, and the agent's unprivileged uid.)
     setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(|e| InitError::Limit(e.into()))?;
     hold_lifeline()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
