@@ -193,6 +193,16 @@ def cgroup2_mount():
 CGROUP2 = cgroup2_mount()
 
 
+def remove_group(group):
+    for _ in range(2000):
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            time.sleep(0.005)
+    raise Failed(f"{group} still holds processes of a finished run")
+
+
 def run_timed(cmd, env, cwd, timeout, what):
     """As run_plain; returns (wall seconds, CPU seconds of the whole tree).
 
@@ -209,10 +219,16 @@ def run_timed(cmd, env, cwd, timeout, what):
     try:
         enter = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group)]
         _, wall = run_plain(enter + cmd, env, cwd, timeout, what)
+        # Processes of the tree may still be on their way out (the
+        # sandbox's, killed as its PID namespace ends): wait for them, so
+        # that their CPU is counted and the group can go.
+        deadline = time.monotonic() + 10
+        while (group / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.005)
         stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines())
         return wall, int(stat["usage_usec"]) / 1e6
     finally:
-        group.rmdir()
+        remove_group(group)
 
 
 def run_plain(cmd, env, cwd, timeout, what):
