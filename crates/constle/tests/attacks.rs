@@ -24,11 +24,6 @@
 //! terminal as the operator's alone: they fail for as long as the agent's
 //! stdout and stderr are constle's own terminal rather than pipes constle
 //! reads and prints escaped.
-//!
-//! The tests under "The operator's terminal" drive constle through a real
-//! pseudo-terminal (`tests/attacks/pty_harness.py`). They describe the
-//! terminal as the operator's alone: they fail for as long as the agent's
-//! output goes straight to constle's terminal.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -539,6 +534,8 @@ struct Agent {
     command: Vec<String>,
     workdir: String,
     rootfs: Option<String>,
+    /// `sandbox.limits`' lines, indented under it.
+    limits: Option<String>,
     env: Vec<(String, String)>,
     did: Option<String>,
     /// The command is one of [`PROBES`], to be copied in first.
@@ -551,6 +548,7 @@ impl Agent {
             command: command.iter().map(|s| s.to_string()).collect(),
             workdir: "./work".into(),
             rootfs: None,
+            limits: None,
             env: Vec::new(),
             did: None,
             probe: false,
@@ -583,6 +581,11 @@ impl Agent {
         self
     }
 
+    fn limits(mut self, limits: &str) -> Agent {
+        self.limits = Some(limits.into());
+        self
+    }
+
     fn env(mut self, name: &str, value: impl fmt::Display) -> Agent {
         self.env.push((name.into(), value.to_string()));
         self
@@ -604,6 +607,9 @@ impl Agent {
         y += &format!("  workdir: {}\n", q(&self.workdir));
         if let Some(rootfs) = &self.rootfs {
             y += &format!("  rootfs: {}\n", q(rootfs));
+        }
+        if let Some(limits) = &self.limits {
+            y += &format!("  limits:\n{limits}");
         }
         if !self.env.is_empty() {
             y += "  env:\n";
@@ -1573,7 +1579,51 @@ fn capabilities_and_no_new_privs(who: Who) {
     );
 }
 
+/// A fork bomb and a memory hog under declared limits: each is stopped at
+/// its limit, recorded, and the run ends (125) with nothing left running;
+/// or, where this user cannot have cgroups (no delegation, a hybrid
+/// machine), the run is refused before the agent starts, never run with
+/// the limit ignored.
+fn fork_bomb_and_memory_hog_against_limits(who: Who) {
+    let marker = unique("cnstl-bomb");
+    let attacks = [
+        (
+            "    pids: 32\n",
+            format!(
+                "touch started; i=0; while [ $i -lt 300 ]; do sh -c 'sleep 20' {marker} & i=$((i+1)); done; wait"
+            ),
+            "the process limit (32 processes and threads) was reached",
+        ),
+        (
+            "    memory: 48m\n",
+            "touch started; python3 -c 'x = bytearray(400 << 20); print(\"survived\")'".to_owned(),
+            "the memory limit (48 MiB) was reached",
+        ),
+    ];
+    for (limits, script, reached) in attacks {
+        let arena = Arena::new(who);
+        let run = arena.run(&Agent::sh(&script).limits(limits));
+        let started = arena.work().join("started").exists();
+        run.assert_code(125);
+        if started {
+            assert!(run.err().contains(reached), "{run}");
+            assert!(!run.out().contains("survived"), "{run}");
+        } else {
+            assert!(
+                run.err().contains("cannot enforce"),
+                "refused without saying why\n{run}"
+            );
+            assert!(who == Who::User, "root could not enforce a limit\n{run}");
+        }
+        assert!(
+            sandboxed_processes(&marker).is_empty(),
+            "the bomb outlived the run"
+        );
+    }
+}
+
 as_root_and_user!(
+    fork_bomb_and_memory_hog_against_limits,
     sysctls,
     core_dumps,
     setid_files_for_the_host,
