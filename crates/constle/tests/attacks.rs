@@ -207,19 +207,21 @@ fn ready_as_root(test: &str, who: Who) -> bool {
 }
 
 /// `mod NAME { fn as_root(); fn as_user(); }`: the two variants of the
-/// technique `fn NAME(Who)`.
+/// technique `fn NAME(Who)`, each run when `READY(test, who)` says it can
+/// ([`ready`], or [`ready_as_root`] for techniques that need root to set
+/// the host up, whoever then runs constle).
 macro_rules! as_root_and_user {
-    ($($name:ident),* $(,)?) => {$(
+    ($ready:ident: $($name:ident),* $(,)?) => {$(
         mod $name {
             #[test]
             fn as_root() {
-                if super::ready(stringify!($name), super::Who::Root) {
+                if super::$ready(stringify!($name), super::Who::Root) {
                     super::$name(super::Who::Root);
                 }
             }
             #[test]
             fn as_user() {
-                if super::ready(stringify!($name), super::Who::User) {
+                if super::$ready(stringify!($name), super::Who::User) {
                     super::$name(super::Who::User);
                 }
             }
@@ -1135,6 +1137,7 @@ fn ptrace_pid_1_then_exit(who: Who) {
 }
 
 as_root_and_user!(
+    ready:
     host_root_through_core_pattern,
     earlier_run_links_into_constle_home,
     agent_rewrites_its_agentfile,
@@ -1623,6 +1626,7 @@ fn fork_bomb_and_memory_hog_against_limits(who: Who) {
 }
 
 as_root_and_user!(
+    ready:
     fork_bomb_and_memory_hog_against_limits,
     sysctls,
     core_dumps,
@@ -1635,28 +1639,7 @@ as_root_and_user!(
     capabilities_and_no_new_privs,
 );
 
-/// Like [`as_root_and_user`], for techniques that need root to set the
-/// host up, whoever then runs constle.
-macro_rules! set_up_as_root {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn as_root() {
-                if super::ready_as_root(stringify!($name), super::Who::Root) {
-                    super::$name(super::Who::Root);
-                }
-            }
-            #[test]
-            fn as_user() {
-                if super::ready_as_root(stringify!($name), super::Who::User) {
-                    super::$name(super::Who::User);
-                }
-            }
-        }
-    )*};
-}
-
-set_up_as_root!(core_handler);
+as_root_and_user!(ready_as_root: core_handler);
 
 // ---------------------------------------------------------------------------
 // What the host trusts: the home, the Agentfile, its own directories
@@ -1898,6 +1881,7 @@ fn bwrap_planted_on_the_operators_path(who: Who) {
 }
 
 as_root_and_user!(
+    ready:
     links_planted_by_an_earlier_run,
     earlier_run_links_to_a_host_directory,
     workdir_swapped_while_runs_start,
@@ -2003,7 +1987,7 @@ fn socket_families(who: Who) {
     );
 }
 
-as_root_and_user!(host_unix_sockets, socket_families);
+as_root_and_user!(ready: host_unix_sockets, socket_families);
 
 // ---------------------------------------------------------------------------
 // Keys, logs, and what the host might leave inside
@@ -2155,6 +2139,7 @@ fn constle_binary_is_read_only(who: Who) {
 }
 
 as_root_and_user!(
+    ready:
     keys_and_logs,
     inherited_descriptors,
     launcher_plan_and_stage,
@@ -2394,6 +2379,7 @@ fn terminal_output_through_a_pipe(who: Who) {
 }
 
 as_root_and_user!(
+    ready:
     terminal_keystrokes,
     terminal_ctrl_c,
     terminal_modes,
