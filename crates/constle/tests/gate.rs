@@ -91,6 +91,10 @@ fn main() {
             let large = format!(r#"{{"invoice_id":"{}"}}"#, "9".repeat(8000));
             terminal(&large, "deny? [d]eny only", "a\nd\n", false)
         }),
+        e2e(
+            "the_terminal_holds_the_agents_output_while_it_asks",
+            terminal_holds_the_agents_output,
+        ),
     ];
     tests.extend([
         e2e(
@@ -529,59 +533,87 @@ fn unreachable_endpoint() {
 // ---------------------------------------------------------------------------
 // The terminal, through a pseudo-terminal
 
-/// Runs `constle run` under `script`, whose pty becomes the run's
-/// controlling terminal, for a call with `arguments`; types `keys` once
+/// `constle run FILE` under `script`, whose pty becomes the run's
+/// controlling terminal, its output gathered as it comes.
+struct UnderPty {
+    child: std::process::Child,
+    seen: Arc<Mutex<Vec<u8>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl UnderPty {
+    fn start(fx: &Fixture, file: &Path, webhook: &SimulatedApprover) -> UnderPty {
+        let constle = env!("CARGO_BIN_EXE_constle");
+        let mut child = Command::new("script")
+            .args([
+                "-qfec",
+                &format!("{constle} run {}", file.display()),
+                "/dev/null",
+            ])
+            .env("CONSTLE_HOME", fx.case.home())
+            .env("SHELL", "/bin/sh")
+            .env(WEBHOOK_VAR, webhook.url())
+            .current_dir(fx.case.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = {
+            let seen = Arc::clone(&seen);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stdout.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    seen.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            })
+        };
+        UnderPty {
+            child,
+            seen,
+            reader,
+        }
+    }
+
+    fn shown(&self) -> String {
+        text(&self.seen.lock().unwrap())
+    }
+
+    /// Waits until the terminal has shown `what`.
+    fn wait_for(&self, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.shown().contains(what) {
+            assert!(Instant::now() < deadline, "no {what:?}: {}", self.shown());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Types `keys`, waits for the run to end: its status and all it showed.
+    fn answer(mut self, keys: &str) -> (std::process::ExitStatus, String) {
+        let mut stdin = self.child.stdin.take().unwrap();
+        stdin.write_all(keys.as_bytes()).unwrap();
+        let status = self.child.wait().unwrap();
+        self.reader.join().unwrap();
+        drop(stdin);
+        (status, text(&self.seen.lock().unwrap()))
+    }
+}
+
+/// A call with `arguments` put to the terminal; types `keys` once
 /// `question` is shown.
 fn terminal(arguments: &str, question: &str, keys: &str, approves: bool) {
     let fx = Fixture::new(McpServerOptions::default());
     // The webhook never decides: the terminal must.
     let webhook = fx.webhook(Answer::Never);
     let file = fx.agentfile(&Setup::default(), &[call("pay", "pay_invoice", arguments)]);
-    let constle = env!("CARGO_BIN_EXE_constle");
-    let mut child = Command::new("script")
-        .args([
-            "-qfec",
-            &format!("{constle} run {}", file.display()),
-            "/dev/null",
-        ])
-        .env("CONSTLE_HOME", fx.case.home())
-        .env("SHELL", "/bin/sh")
-        .env(WEBHOOK_VAR, webhook.url())
-        .current_dir(fx.case.dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = {
-        let seen = Arc::clone(&seen);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stdout.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                seen.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        })
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !text(&seen.lock().unwrap()).contains(question) {
-        assert!(
-            Instant::now() < deadline,
-            "no prompt: {}",
-            text(&seen.lock().unwrap())
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(keys.as_bytes()).unwrap();
-    let status = child.wait().unwrap();
-    reader.join().unwrap();
-    drop(stdin);
-    let shown = text(&seen.lock().unwrap());
+    let pty = UnderPty::start(&fx, &file, &webhook);
+    pty.wait_for(question);
+    let (status, shown) = pty.answer(keys);
     assert!(status.success(), "{shown}");
     for part in [
         "agent \"test-agent\" wants to call",
@@ -607,6 +639,43 @@ fn terminal(arguments: &str, question: &str, keys: &str, approves: bool) {
     }
     assert_eq!(gate[1]["decided_by"], "terminal");
     assert_eq!(gate[0]["channels"]["terminal"], true);
+}
+
+/// While the terminal asks, nothing the agent prints reaches the terminal:
+/// a background loop of the agent's keeps printing, and its lines appear
+/// before the question or after the answer, never in between.
+fn terminal_holds_the_agents_output() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let webhook = fx.webhook(Answer::Never);
+    let noise = "(i=0; while [ $i -lt 150 ]; do echo \"noise $i\"; i=$((i+1)); sleep 0.02; done) &";
+    let file = fx.agentfile(
+        &Setup::default(),
+        &[
+            noise.into(),
+            "sleep 0.3".into(),
+            call("pay", "pay_invoice", INVOICE),
+            "wait".into(),
+        ],
+    );
+    let pty = UnderPty::start(&fx, &file, &webhook);
+    let question = "approve? [a]pprove / [d]eny";
+    pty.wait_for(question);
+    // The agent keeps printing all the while; give it time to be seen.
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, shown) = pty.answer("a\n");
+    assert!(status.success(), "{shown}");
+    let asked = shown.find("human gate:").expect("the prompt");
+    let answered = shown.find("approved at the terminal").expect("the answer");
+    let during = &shown[asked..answered];
+    assert!(
+        !during.contains("noise"),
+        "agent output inside the prompt:\n{during}"
+    );
+    assert!(shown[..asked].contains("noise 0"), "{shown}");
+    assert!(
+        shown[answered..].contains("noise 149"),
+        "lines were lost:\n{shown}"
+    );
 }
 
 // ---------------------------------------------------------------------------
