@@ -13,12 +13,14 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use constle_testkit::{find_tool, require_tools};
 
@@ -26,6 +28,8 @@ const VERSION: &str = "1.2.3";
 const IDENTITY: &str =
     r"^https://github\.com/constle/constle/\.github/workflows/release\.yaml@refs/tags/v";
 const ISSUER: &str = "https://token.actions.githubusercontent.com";
+/// The longest one run of install.sh may take.
+const RUN_DEADLINE: Duration = Duration::from_secs(60);
 /// What the constle `Case::preinstall` puts in place prints.
 const OLD: &str = "the old constle";
 /// What install.sh runs: everything else is kept off its PATH.
@@ -253,6 +257,42 @@ fn serve(root: &Path, stream: TcpStream, seen: &Mutex<Vec<String>>) {
     };
 }
 
+/// Waits for install.sh, which must end within [`RUN_DEADLINE`]: a hang is
+/// a failure, not a stuck test. Past it, its whole process group (curl
+/// included) is killed.
+fn finish(mut child: Child) -> Output {
+    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.unwrap().read_to_end(&mut bytes).unwrap();
+            bytes
+        })
+    };
+    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > RUN_DEADLINE {
+            Command::new(find_tool("kill").unwrap())
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status()
+                .unwrap();
+            let _ = child.wait();
+            let stderr = String::from_utf8_lossy(&stderr.join().unwrap()).into_owned();
+            panic!("install.sh did not finish within {RUN_DEADLINE:?}; stderr:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
 /// One run of install.sh: a served directory of releases, an install
 /// directory, a temporary directory that must be left empty, and a PATH.
 struct Case {
@@ -356,6 +396,13 @@ impl Case {
     /// Runs install.sh; checks that it left nothing in its temporary
     /// directory and no staged file in the install directory.
     fn run(&self) -> Run {
+        self.run_with(|_| Vec::new())
+    }
+
+    /// [`run`](Case::run), calling `plant` with the process id install.sh
+    /// will have (its `$$`) just before it starts; `plant` returns the names
+    /// it put in the install directory, which install.sh must leave there.
+    fn run_with(&self, plant: impl FnOnce(u32) -> Vec<String>) -> Run {
         let bin = self.path("bin");
         for tool in TOOLS {
             let link = bin.join(tool);
@@ -373,8 +420,11 @@ impl Case {
                 std::os::unix::fs::symlink(stand_in_cosign(), cosign).unwrap();
             }
         }
+        // A shell that waits for a line, then becomes install.sh: `exec`
+        // keeps the process id, so `before` knows install.sh's `$$`.
         let mut command = Command::new(find_tool("sh").unwrap());
         command
+            .args(["-c", r#"read -r go && exec sh "$0""#])
             .arg(install_sh())
             .env_clear()
             .env("PATH", &bin)
@@ -384,12 +434,20 @@ impl Case {
             .env("STANDIN_MACHINE", &self.machine)
             .env("CONSTLE_BASE_URL", &self.server.url)
             .env("CONSTLE_INSTALL_DIR", self.install_dir())
-            .current_dir(self.dir.path());
+            .current_dir(self.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
         for (key, value) in &self.env {
             command.env(key, value);
         }
-        let output = command.output().unwrap();
-        let run = Run { output };
+        let mut child = command.spawn().unwrap();
+        let planted = plant(child.id());
+        writeln!(child.stdin.take().unwrap(), "go").unwrap();
+        let run = Run {
+            output: finish(child),
+        };
         let left: Vec<_> = fs::read_dir(self.path("tmp")).unwrap().collect();
         assert!(left.is_empty(), "install.sh left {left:?} in TMPDIR\n{run}");
         if let Ok(entries) = fs::read_dir(self.install_dir()) {
@@ -397,7 +455,7 @@ impl Case {
                 .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
                 .collect();
             assert!(
-                names.iter().all(|n| n == "constle"),
+                names.iter().all(|n| n == "constle" || planted.contains(n)),
                 "install.sh left {names:?} in the install directory\n{run}"
             );
         }
