@@ -195,6 +195,9 @@ if [ ! -f "$tmp/unpacked/$member" ] || [ -L "$tmp/unpacked/$member" ]; then
 fi
 
 mkdir -p "$install_dir" || die "cannot create the install directory $install_dir"
+# mv onto a directory (or a link to one) moves the file inside it: the
+# install would "succeed" with no constle where PATH looks for it.
+[ ! -d "$install_dir/constle" ] || die "$install_dir/constle is a directory (or a link to one), not the constle binary; move it aside and run again. Nothing installed"
 staged=$install_dir/.constle.install.$$
 cp "$tmp/unpacked/$member" "$staged" || die "cannot write to $install_dir"
 chmod 755 "$staged"

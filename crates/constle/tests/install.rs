@@ -810,6 +810,33 @@ fn refuses_an_archive_without_the_binary_where_it_belongs() {
 }
 
 #[test]
+fn refuses_when_the_binary_s_place_is_a_directory_or_a_link_to_one() {
+    if !have_tools("refuses_when_the_binary_s_place_is_a_directory") {
+        return;
+    }
+    // `mv` into a directory moves the file inside it, wherever it points:
+    // the old "install" reported success and left no constle on PATH.
+    type Plant = fn(&Case, &Path);
+    let plant: [(&str, Plant); 2] = [
+        ("a directory", |_, place| fs::create_dir(place).unwrap()),
+        ("a link to a directory", |case, place| {
+            let elsewhere = case.path("elsewhere");
+            fs::create_dir(&elsewhere).unwrap();
+            std::os::unix::fs::symlink(&elsewhere, place).unwrap();
+        }),
+    ];
+    for (what, plant) in plant {
+        let case = Case::new(&Release::new(VERSION));
+        fs::create_dir_all(case.install_dir()).unwrap();
+        plant(&case, &case.installed());
+        let run = case.refuses("is a directory (or a link to one)", None);
+        run.assert_says(&case.installed().display().to_string());
+        let inside: Vec<_> = fs::read_dir(case.installed()).unwrap().collect();
+        assert!(inside.is_empty(), "{what}: wrote {inside:?} into it\n{run}");
+    }
+}
+
+#[test]
 fn install_sh_passes_shellcheck() {
     if !require_tools("install_sh_passes_shellcheck", &["shellcheck"]) {
         return;
