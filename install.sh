@@ -10,8 +10,10 @@
 #      Without cosign it says so, and the checksum below is all that is checked.
 #   2. The SHA-256 of the archive against its line in checksums.txt. A missing
 #      line or a mismatch aborts.
-# The binary is then moved into place with one rename, so an interrupted or
-# refused install leaves any earlier constle as it was.
+# The binary is then staged in a private directory made by mktemp inside the
+# install directory and moved into place with one rename, so an interrupted
+# or refused install leaves any earlier constle as it was, and nothing is
+# ever written through a link someone planted there.
 #
 # Settings (environment variables):
 #   CONSTLE_VERSION            the release to install, e.g. 0.1.0 (default: the latest)
@@ -95,7 +97,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/constle-install.XXXXXX")
 staged=
 cleanup() {
   rm -rf "$tmp"
-  if [ -n "$staged" ]; then rm -f "$staged"; fi
+  if [ -n "$staged" ]; then rm -rf "$staged"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -198,10 +200,14 @@ mkdir -p "$install_dir" || die "cannot create the install directory $install_dir
 # mv onto a directory (or a link to one) moves the file inside it: the
 # install would "succeed" with no constle where PATH looks for it.
 [ ! -d "$install_dir/constle" ] || die "$install_dir/constle is a directory (or a link to one), not the constle binary; move it aside and run again. Nothing installed"
-staged=$install_dir/.constle.install.$$
-cp "$tmp/unpacked/$member" "$staged" || die "cannot write to $install_dir"
-chmod 755 "$staged"
-mv -f "$staged" "$install_dir/constle" || die "cannot move the binary into place as $install_dir/constle"
+# A fresh directory only this user can enter, on the install directory's
+# file system (so the last step is a rename): no one can plant a link for
+# cp or chmod to follow.
+staged=$(mktemp -d "$install_dir/.constle.install.XXXXXX") || die "cannot write to $install_dir"
+cp "$tmp/unpacked/$member" "$staged/constle" || die "cannot write to $install_dir"
+chmod 755 "$staged/constle"
+mv -f "$staged/constle" "$install_dir/constle" || die "cannot move the binary into place as $install_dir/constle"
+rmdir "$staged"
 staged=
 
 case $signature in

@@ -50,6 +50,7 @@ const TOOLS: &[&str] = &[
     "cp",
     "chmod",
     "mv",
+    "rmdir",
 ];
 
 fn repo_root() -> PathBuf {
@@ -834,6 +835,34 @@ fn refuses_when_the_binary_s_place_is_a_directory_or_a_link_to_one() {
         let inside: Vec<_> = fs::read_dir(case.installed()).unwrap().collect();
         assert!(inside.is_empty(), "{what}: wrote {inside:?} into it\n{run}");
     }
+}
+
+#[test]
+fn a_link_planted_where_the_binary_is_staged_is_never_written_through() {
+    if !have_tools("a_link_planted_where_the_binary_is_staged") {
+        return;
+    }
+    let case = Case::new(&Release::new(VERSION));
+    fs::create_dir_all(case.install_dir()).unwrap();
+    let victim = case.path("victim");
+    fs::write(&victim, "precious\n").unwrap();
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    // The name the old install.sh staged under, planted as it starts.
+    let run = case.run_with(|pid| {
+        let staged = format!(".constle.install.{pid}");
+        std::os::unix::fs::symlink(&victim, case.install_dir().join(&staged)).unwrap();
+        vec![staged]
+    });
+    run.assert_ok();
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n", "{run}");
+    let mode = fs::metadata(&victim).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "chmod went through the link\n{run}");
+    let installed = fs::symlink_metadata(case.installed()).unwrap();
+    assert!(installed.file_type().is_file(), "{run}");
+    assert_eq!(
+        case.installed_says().as_deref(),
+        Some("constle 1.2.3 amd64")
+    );
 }
 
 #[test]
