@@ -19,6 +19,8 @@
 #   CONSTLE_VERSION            the release to install, e.g. 0.1.0 (default: the latest)
 #   CONSTLE_INSTALL_DIR        where to put the binary (default: $HOME/.local/bin)
 #   CONSTLE_REQUIRE_SIGNATURE  1: refuse to install without a verified signature
+#   CONSTLE_DOWNLOAD_TIMEOUT   the most seconds each download may take (default: 300);
+#                              connecting may take at most 30 of them
 #   CONSTLE_BASE_URL           where releases are (default:
 #                              https://github.com/constle/constle/releases); a mirror
 #                              must keep GitHub's layout: <base>/download/v<version>/<file>
@@ -42,11 +44,18 @@ base_url=${base_url%/}
 version=${CONSTLE_VERSION:-latest}
 install_dir=${CONSTLE_INSTALL_DIR:-${HOME:?HOME is not set; set CONSTLE_INSTALL_DIR}/.local/bin}
 require_signature=${CONSTLE_REQUIRE_SIGNATURE:-0}
+download_timeout=${CONSTLE_DOWNLOAD_TIMEOUT:-300}
+connect_timeout=30
 
 case $require_signature in
   0 | 1) ;;
   *) die "CONSTLE_REQUIRE_SIGNATURE must be 0 or 1, not '$require_signature'" ;;
 esac
+# A whole number of seconds, at least 1: curl reads 0 as "no limit".
+case $download_timeout in
+  '' | 0* | *[!0-9]*) die "CONSTLE_DOWNLOAD_TIMEOUT must be a whole number of seconds, 1 or more, not '$download_timeout'" ;;
+esac
+[ "$connect_timeout" -le "$download_timeout" ] || connect_timeout=$download_timeout
 
 # curl's flags: https only (and only https redirects), except for a server on
 # this machine, which tests and local mirrors use.
@@ -103,10 +112,17 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# fetch FILE: downloads $release_url/FILE into $tmp/FILE; fails (status 1)
-# without a message, for the caller to explain.
+# fetch FILE: downloads $release_url/FILE into $tmp/FILE; fails without a
+# message, for the caller to explain, except when it runs out of time: a
+# server that accepts and never answers would otherwise hang the install.
 fetch() {
-  curl --fail --silent --show-error "$@" --output "$tmp/$file" "$release_url/$file" 2>"$tmp/curl.err"
+  curl --fail --silent --show-error "$@" \
+    --connect-timeout "$connect_timeout" --max-time "$download_timeout" \
+    --output "$tmp/$file" "$release_url/$file" 2>"$tmp/curl.err" && return 0
+  status=$?
+  # 28 is curl's "operation timed out", for connecting or for the whole.
+  [ "$status" -ne 28 ] || die "timed out after $download_timeout s (at most $connect_timeout s to connect) downloading $release_url/$file: $(cat "$tmp/curl.err"); check the network or the mirror, or allow more time with CONSTLE_DOWNLOAD_TIMEOUT; nothing installed"
+  return "$status"
 }
 
 # get FILE: fetch, or abort saying what could not be downloaded from where.

@@ -865,6 +865,48 @@ fn a_link_planted_where_the_binary_is_staged_is_never_written_through() {
     );
 }
 
+/// A server that accepts connections and never answers.
+fn stalled_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    std::thread::spawn(move || {
+        let held: Vec<TcpStream> = listener.incoming().flatten().collect();
+        drop(held);
+    });
+    url
+}
+
+#[test]
+fn a_stalled_release_server_times_out_with_a_clear_message() {
+    if !have_tools("a_stalled_release_server_times_out") {
+        return;
+    }
+    let case = Case::new(&Release::new(VERSION))
+        .env("CONSTLE_BASE_URL", &stalled_server())
+        .env("CONSTLE_DOWNLOAD_TIMEOUT", "2");
+    case.preinstall();
+    let started = Instant::now();
+    let run = case.refuses("timed out after 2 s", Some(OLD));
+    run.assert_says("/latest/download/checksums.txt");
+    run.assert_says("CONSTLE_DOWNLOAD_TIMEOUT");
+    assert!(started.elapsed() < Duration::from_secs(20), "{run}");
+}
+
+#[test]
+fn refuses_a_download_timeout_that_is_not_a_number_of_seconds() {
+    if !have_tools("refuses_a_download_timeout_that_is_not_a_number") {
+        return;
+    }
+    for timeout in ["0", "-1", "1.5", "10s", "012"] {
+        let case = Case::new(&Release::new(VERSION)).env("CONSTLE_DOWNLOAD_TIMEOUT", timeout);
+        case.refuses("CONSTLE_DOWNLOAD_TIMEOUT must be", None);
+        assert!(
+            case.server.requests.lock().unwrap().is_empty(),
+            "{timeout:?}"
+        );
+    }
+}
+
 #[test]
 fn install_sh_passes_shellcheck() {
     if !require_tools("install_sh_passes_shellcheck", &["shellcheck"]) {
