@@ -378,10 +378,24 @@ mcp:
         tools: {cheap: "0.10", dear: "900000000", huge: "1000000000"}
 "#;
 
+    /// What marks a secret: it must appear in no output.
+    const MARKER: &str = "M4RK3R";
+
     fn manifest() -> Manifest {
-        constle_manifest::parse_str(AGENTFILE, Path::new("/srv/a/agent.yaml"), &|_| None)
+        parse(AGENTFILE)
+    }
+
+    fn parse(src: &str) -> Manifest {
+        constle_manifest::parse_str(src, Path::new("/srv/a/agent.yaml"), &|_| None)
             .unwrap()
             .manifest
+    }
+
+    fn all_lines(home: &Path) -> String {
+        std::fs::read_dir(home.join("logs"))
+            .unwrap()
+            .map(|file| std::fs::read_to_string(file.unwrap().path()).unwrap())
+            .collect()
     }
 
     fn call(tool: &str) -> ToolCall {
@@ -492,6 +506,38 @@ mcp:
             let got = ["reason", "run_usd", "day_usd", "month_usd"]
                 .map(|k| event.get(k).map(Value::as_str));
             assert_eq!(got, case.want.map(Some), "{what}: {event}");
+        }
+    }
+
+    /// The run summary and the audit log show a ledger URL's password as
+    /// `***`, whether Redis answers (the summary's totals) or not (the
+    /// summary's and the refusal's error).
+    #[tokio::test]
+    async fn a_ledger_password_is_never_shown() {
+        if !constle_testkit::require_tools("a_ledger_password_is_never_shown", &["redis-server"]) {
+            return;
+        }
+        let redis = constle_testkit::RedisServer::start().unwrap();
+        redis.require_password(MARKER).unwrap();
+        let answering = format!("{}?pass={MARKER}", redis.url());
+        let silent = format!("redis+unix:///nonexistent/redis.sock?db=0&pass={MARKER}");
+        for (url, says) in [(answering, "0.00 spent today"), (silent, "cannot be read")] {
+            let manifest = parse(&format!(
+                "{AGENTFILE}spending:\n  max_per_day_usd: 5\n  ledger: \"{url}\"\n"
+            ));
+            let home = tempfile::tempdir().unwrap();
+            let home = home.path();
+            let summary = format!("{:?}", spend_plan(&manifest, home).await);
+            assert!(summary.contains(says), "{url}: {summary}");
+            assert!(summary.contains("pass=***"), "{url}: {summary}");
+            assert!(!summary.contains(MARKER), "{url}: {summary}");
+            let appender = Appender::new(&home.join("logs"), manifest.name.clone(), None).unwrap();
+            let log = Arc::new(AuditLog::start(appender));
+            let meter = SpendMeter::open(&manifest, home, &log).await.unwrap();
+            meter.charge(vec![&call("cheap")]).await;
+            let lines = all_lines(home);
+            assert!(lines.contains("\"event\":\"spend_"), "{url}: {lines}");
+            assert!(!lines.contains(MARKER), "{url}: {lines}");
         }
     }
 }
