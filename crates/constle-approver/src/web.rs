@@ -11,6 +11,7 @@ use std::sync::Arc;
 use axum::Form;
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::FormRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -258,7 +259,16 @@ async fn login_page() -> Response {
     Html(html::login(None)).into_response()
 }
 
-#[derive(Deserialize)]
+/// The fields of a form the browser sent. A body that is not a form, or
+/// lacks a field, reads as those fields empty, so it meets the same checks
+/// as any other (a missing `csrf` is a wrong token: 403) instead of axum's
+/// 4xx for an unreadable form, which would answer before them.
+fn fields<T: Default>(form: Result<Form<T>, FormRejection>) -> T {
+    form.map(|Form(fields)| fields).unwrap_or_default()
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
 struct LoginForm {
     user: String,
     password: String,
@@ -267,8 +277,9 @@ struct LoginForm {
 async fn login(
     State(approver): State<Arc<Approver>>,
     headers: HeaderMap,
-    Form(form): Form<LoginForm>,
+    form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
+    let form = fields(form);
     if cross_site(&headers) {
         return refused(StatusCode::FORBIDDEN, "Refused", "Cross-site form.");
     }
@@ -310,7 +321,8 @@ async fn login(
     ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
+#[serde(default)]
 struct LogoutForm {
     csrf: String,
 }
@@ -318,8 +330,9 @@ struct LogoutForm {
 async fn logout(
     State(approver): State<Arc<Approver>>,
     headers: HeaderMap,
-    Form(form): Form<LogoutForm>,
+    form: Result<Form<LogoutForm>, FormRejection>,
 ) -> Response {
+    let form = fields(form);
     let session = match session(&approver, &headers) {
         Ok(Some(session)) => session,
         Ok(None) => return Redirect::to("/login").into_response(),
@@ -337,7 +350,8 @@ async fn logout(
     ([(header::SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
+#[serde(default)]
 struct DecideForm {
     csrf: String,
     request_id: String,
@@ -347,8 +361,9 @@ struct DecideForm {
 async fn decide(
     State(approver): State<Arc<Approver>>,
     headers: HeaderMap,
-    Form(form): Form<DecideForm>,
+    form: Result<Form<DecideForm>, FormRejection>,
 ) -> Response {
+    let form = fields(form);
     let session = match session(&approver, &headers) {
         Ok(Some(session)) => session,
         Ok(None) => {

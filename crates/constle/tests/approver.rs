@@ -157,6 +157,31 @@ fn no_signature_without_a_session_a_matching_csrf_token_or_a_same_site_form() {
 }
 
 #[test]
+fn a_form_without_its_token_is_refused_as_403() {
+    let (_case, approver) = serve();
+    let rid = id(&posted(&approver));
+    let person = login(&approver);
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let json = [("Content-Type", "application/json")];
+    let no_csrf = format!("request_id={rid}&decision=approved");
+    for (path, headers, body) in [
+        ("/decide", &form, no_csrf.as_str()),
+        ("/decide", &form, ""),
+        ("/decide", &json, r#"{"csrf":"x","decision":"approved"}"#),
+        ("/logout", &form, ""),
+        ("/logout", &json, "{}"),
+    ] {
+        let cookie = person.cookie.clone().unwrap();
+        let headers = [headers[0], ("Cookie", cookie.as_str())];
+        let response = http::request(&approver.addr, "POST", path, &headers, body.as_bytes());
+        let response = response.unwrap();
+        assert_eq!(response.status, 403, "{path} {body:?}: {}", response.text());
+    }
+    assert_eq!(approver.decision(&rid).status, 404, "nothing was signed");
+    assert_eq!(person.get("/").status, 200, "the session did not end");
+}
+
+#[test]
 fn an_expired_request_cannot_be_decided() {
     let (_case, approver) = serve();
     let request = pending(json!({"invoice_id": "INV-0042"}), -5);
