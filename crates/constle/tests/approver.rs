@@ -182,6 +182,21 @@ fn a_form_without_its_token_is_refused_as_403() {
 }
 
 #[test]
+fn listen_on_a_bare_port_means_loopback_and_0_picks_one() {
+    let case = Case::new();
+    let approver = Approver::start_on(&case, KEY, None, ":0");
+    let (host, port) = approver.addr.rsplit_once(':').unwrap();
+    assert_eq!(host, "127.0.0.1", "{}", approver.addr);
+    assert_ne!(port.parse::<u16>().unwrap(), 0);
+    assert_eq!(approver.post_gate(invoice().post_body()).status, 202);
+    let says = approver.stderr.lock().unwrap().clone();
+    assert!(
+        says.contains(&format!("page http://{}/", approver.addr)),
+        "{says}"
+    );
+}
+
+#[test]
 fn an_expired_request_cannot_be_decided() {
     let (_case, approver) = serve();
     let request = pending(json!({"invoice_id": "INV-0042"}), -5);
