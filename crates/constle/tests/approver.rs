@@ -407,6 +407,28 @@ fn logins_sessions_and_headers() {
 }
 
 #[test]
+fn a_database_others_can_read_is_created_private_and_refused_once_shared() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let case = Case::new();
+    let db = case.path("approver.sqlite");
+    let approver = Approver::start(&case, KEY, Some(&db));
+    assert_eq!(approver.post_gate(invoice().post_body()).status, 202);
+    let mode = std::fs::metadata(&db).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    approver.stop();
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let db_arg = db.display().to_string();
+    let out = case.run(&[
+        "approver", "serve", "--key", KEY, "--db", &db_arg, "--listen", ":0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = common::text(&out.stderr);
+    for says in ["has mode 0644", &format!("chmod 600 {db_arg}")] {
+        assert!(said.contains(says), "{says:?} not in: {said}");
+    }
+}
+
+#[test]
 fn a_restart_loses_nothing() {
     let case = Case::new();
     let db = case.path("approver.sqlite");
