@@ -10,6 +10,8 @@
 //!   and refused when another user could read or write them.
 //! - [`auth`]: Argon2id passwords, random 256-bit session ids (kept only as
 //!   hashes) and CSRF tokens.
+//! - [`throttle`]: failed sign-ins make further ones wait, per user name
+//!   and per address, with a capped, doubling, forgotten delay.
 //! - [`web`]: the routes. The key signs only in `POST /decide`, for a
 //!   logged-in person whose form carries the session's CSRF token, over
 //!   exactly the request id and digest the gate sent.
@@ -25,6 +27,7 @@ mod html;
 mod private;
 pub mod request;
 pub mod store;
+pub mod throttle;
 pub mod web;
 
 pub use auth::AuthError;

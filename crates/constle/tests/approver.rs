@@ -428,6 +428,61 @@ fn a_database_others_can_read_is_created_private_and_refused_once_shared() {
     }
 }
 
+/// Waits (a little) until the approver's log says `says`.
+#[track_caller]
+fn logged(approver: &Approver, says: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let log = approver.stderr.lock().unwrap().clone();
+        if log.contains(says) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{says:?} not in the log:\n{log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn failed_sign_ins_make_the_next_wait_and_a_right_password_clears_them() {
+    let (_case, approver) = serve();
+    let wrong = "not the password";
+    for _ in 0..5 {
+        assert_eq!(Person::login(&approver, wrong).1.status, 401);
+    }
+    // Even the right password waits now, and is not even checked.
+    let (nobody, refused) = Person::login(&approver, PASSWORD);
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert!(nobody.cookie.is_none());
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert!(
+        refused
+            .text()
+            .contains("Too many failed sign-ins: wait 1 s")
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (person, signed_in) = Person::login(&approver, PASSWORD);
+    assert_eq!(signed_in.status, 303);
+    assert_eq!(person.get("/").status, 200);
+    // The user's failures are cleared: a typo is just a typo again.
+    assert_eq!(Person::login(&approver, wrong).1.status, 401);
+    logged(
+        &approver,
+        "sign-in failed: user `admin` from 127.0.0.1 (failures so far: 5 for this user name, 5 from this address)",
+    );
+    logged(
+        &approver,
+        "sign-in refused: user `admin` from 127.0.0.1 must wait 1 s",
+    );
+    logged(&approver, "signed in: user `admin` from 127.0.0.1");
+    logged(
+        &approver,
+        "sign-in failed: user `admin` from 127.0.0.1 (failures so far: 1 for",
+    );
+}
+
 #[test]
 fn a_restart_loses_nothing() {
     let case = Case::new();
