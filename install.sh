@@ -10,13 +10,17 @@
 #      Without cosign it says so, and the checksum below is all that is checked.
 #   2. The SHA-256 of the archive against its line in checksums.txt. A missing
 #      line or a mismatch aborts.
-# The binary is then moved into place with one rename, so an interrupted or
-# refused install leaves any earlier constle as it was.
+# The binary is then staged in a private directory made by mktemp inside the
+# install directory and moved into place with one rename, so an interrupted
+# or refused install leaves any earlier constle as it was, and nothing is
+# ever written through a link someone planted there.
 #
 # Settings (environment variables):
 #   CONSTLE_VERSION            the release to install, e.g. 0.1.0 (default: the latest)
 #   CONSTLE_INSTALL_DIR        where to put the binary (default: $HOME/.local/bin)
 #   CONSTLE_REQUIRE_SIGNATURE  1: refuse to install without a verified signature
+#   CONSTLE_DOWNLOAD_TIMEOUT   the most seconds each download may take (default: 300);
+#                              connecting may take at most 30 of them
 #   CONSTLE_BASE_URL           where releases are (default:
 #                              https://github.com/constle/constle/releases); a mirror
 #                              must keep GitHub's layout: <base>/download/v<version>/<file>
@@ -40,11 +44,18 @@ base_url=${base_url%/}
 version=${CONSTLE_VERSION:-latest}
 install_dir=${CONSTLE_INSTALL_DIR:-${HOME:?HOME is not set; set CONSTLE_INSTALL_DIR}/.local/bin}
 require_signature=${CONSTLE_REQUIRE_SIGNATURE:-0}
+download_timeout=${CONSTLE_DOWNLOAD_TIMEOUT:-300}
+connect_timeout=30
 
 case $require_signature in
   0 | 1) ;;
   *) die "CONSTLE_REQUIRE_SIGNATURE must be 0 or 1, not '$require_signature'" ;;
 esac
+# A whole number of seconds, at least 1: curl reads 0 as "no limit".
+case $download_timeout in
+  '' | 0* | *[!0-9]*) die "CONSTLE_DOWNLOAD_TIMEOUT must be a whole number of seconds, 1 or more, not '$download_timeout'" ;;
+esac
+[ "$connect_timeout" -le "$download_timeout" ] || connect_timeout=$download_timeout
 
 # curl's flags: https only (and only https redirects), except for a server on
 # this machine, which tests and local mirrors use.
@@ -95,16 +106,23 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/constle-install.XXXXXX")
 staged=
 cleanup() {
   rm -rf "$tmp"
-  if [ -n "$staged" ]; then rm -f "$staged"; fi
+  if [ -n "$staged" ]; then rm -rf "$staged"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# fetch FILE: downloads $release_url/FILE into $tmp/FILE; fails (status 1)
-# without a message, for the caller to explain.
+# fetch FILE: downloads $release_url/FILE into $tmp/FILE; fails without a
+# message, for the caller to explain, except when it runs out of time: a
+# server that accepts and never answers would otherwise hang the install.
 fetch() {
-  curl --fail --silent --show-error "$@" --output "$tmp/$file" "$release_url/$file" 2>"$tmp/curl.err"
+  curl --fail --silent --show-error "$@" \
+    --connect-timeout "$connect_timeout" --max-time "$download_timeout" \
+    --output "$tmp/$file" "$release_url/$file" 2>"$tmp/curl.err" && return 0
+  status=$?
+  # 28 is curl's "operation timed out", for connecting or for the whole.
+  [ "$status" -ne 28 ] || die "timed out after $download_timeout s (at most $connect_timeout s to connect) downloading $release_url/$file: $(cat "$tmp/curl.err"); check the network or the mirror, or allow more time with CONSTLE_DOWNLOAD_TIMEOUT; nothing installed"
+  return "$status"
 }
 
 # get FILE: fetch, or abort saying what could not be downloaded from where.
@@ -195,10 +213,17 @@ if [ ! -f "$tmp/unpacked/$member" ] || [ -L "$tmp/unpacked/$member" ]; then
 fi
 
 mkdir -p "$install_dir" || die "cannot create the install directory $install_dir"
-staged=$install_dir/.constle.install.$$
-cp "$tmp/unpacked/$member" "$staged" || die "cannot write to $install_dir"
-chmod 755 "$staged"
-mv -f "$staged" "$install_dir/constle" || die "cannot move the binary into place as $install_dir/constle"
+# mv onto a directory (or a link to one) moves the file inside it: the
+# install would "succeed" with no constle where PATH looks for it.
+[ ! -d "$install_dir/constle" ] || die "$install_dir/constle is a directory (or a link to one), not the constle binary; move it aside and run again. Nothing installed"
+# A fresh directory only this user can enter, on the install directory's
+# file system (so the last step is a rename): no one can plant a link for
+# cp or chmod to follow.
+staged=$(mktemp -d "$install_dir/.constle.install.XXXXXX") || die "cannot write to $install_dir"
+cp "$tmp/unpacked/$member" "$staged/constle" || die "cannot write to $install_dir"
+chmod 755 "$staged/constle"
+mv -f "$staged/constle" "$install_dir/constle" || die "cannot move the binary into place as $install_dir/constle"
+rmdir "$staged"
 staged=
 
 case $signature in

@@ -8,6 +8,9 @@ use zeroize::Zeroizing;
 /// The shortest password accepted.
 pub const MIN_PASSWORD_CHARS: usize = 10;
 
+/// The longest approver user name, in bytes.
+pub const MAX_USER_BYTES: usize = 64;
+
 /// Why a password could not be set or checked.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -6,9 +6,12 @@
 //!   and that the digest is the digest of the call shown).
 //! - [`store`]: requests, decisions and who made them, approver passwords
 //!   and login sessions, durably in SQLite. A decision is final: the
-//!   database itself refuses to change one.
+//!   database itself refuses to change one. Its files are created `0600`
+//!   and refused when another user could read or write them.
 //! - [`auth`]: Argon2id passwords, random 256-bit session ids (kept only as
 //!   hashes) and CSRF tokens.
+//! - [`throttle`]: failed sign-ins make further ones wait, per user name
+//!   and per address, with a capped, doubling, forgotten delay.
 //! - [`web`]: the routes. The key signs only in `POST /decide`, for a
 //!   logged-in person whose form carries the session's CSRF token, over
 //!   exactly the request id and digest the gate sent.
@@ -19,9 +22,12 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+mod error;
 mod html;
+mod private;
 pub mod request;
 pub mod store;
+pub mod throttle;
 pub mod web;
 
 pub use auth::AuthError;

@@ -14,16 +14,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension as _, params};
 
+pub use crate::error::StoreError;
+use crate::private;
 use crate::request::GateRequest;
-
-/// Why the store failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// SQLite said no.
-    #[error("approver database: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-}
 
 /// The decision a person made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,13 +132,20 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (creating if need be) the database at `path`.
+    /// Opens (creating if need be, mode `0600`) the database at `path`.
     ///
     /// # Errors
     ///
-    /// [`StoreError`] if SQLite cannot open or set it up.
+    /// [`StoreError::NotPrivate`] or [`StoreError::NotOwned`] if it, or its
+    /// `-wal` or `-shm` file, can be read or written by another user;
+    /// [`StoreError`] too if SQLite cannot open or set it up.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        Store::setup(Connection::open(path)?)
+        private::create(path)?;
+        private::check(path)?;
+        let store = Store::setup(Connection::open(path)?)?;
+        // WAL mode has made the `-wal` and `-shm` files by now.
+        private::check(path)?;
+        Ok(store)
     }
 
     /// A database in memory, for tests.
@@ -421,7 +421,73 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRequest> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+
     use super::*;
+    use crate::private::files;
+
+    /// A database that has been written to, so all three files exist.
+    fn written(db: &Path) {
+        let store = Store::open(db).unwrap();
+        store.insert_request(&request("r1", 100), 0).unwrap();
+        for file in files(db) {
+            assert!(file.exists(), "{}", file.display());
+        }
+        // Kept open: SQLite removes the WAL and SHM files on its last close.
+        std::mem::forget(store);
+    }
+
+    #[test]
+    fn the_database_and_its_wal_and_shm_files_are_created_0600() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("approver.sqlite");
+        written(&db);
+        for file in files(&db) {
+            let mode = std::fs::metadata(&file).unwrap().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{} is {mode:o}", file.display());
+        }
+    }
+
+    #[test]
+    fn a_database_others_can_read_or_write_is_refused() {
+        for (which, mode) in [(0, 0o644), (0, 0o640), (0, 0o602), (1, 0o604), (2, 0o660)] {
+            let dir = tempfile::tempdir().unwrap();
+            let db = dir.path().join("approver.sqlite");
+            written(&db);
+            let file = &files(&db)[which];
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = Store::open(&db)
+                .err()
+                .unwrap_or_else(|| panic!("{mode:o} opened"));
+            let message = err.to_string();
+            let shown = file.display().to_string();
+            for says in [
+                shown.as_str(),
+                &format!("{mode:04o}"),
+                &format!("chmod 600 {shown}"),
+            ] {
+                assert!(message.contains(says), "{says:?} not in: {message}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_database_another_user_owns_is_refused() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: only root can give a file to another user");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("approver.sqlite");
+        written(&db);
+        std::os::unix::fs::chown(&db, Some(65534), None).unwrap();
+        let message = Store::open(&db)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(message.contains("belongs to uid 65534"), "{message}");
+        assert!(message.contains(&db.display().to_string()), "{message}");
+    }
 
     fn request(id: &str, expires: i64) -> GateRequest {
         GateRequest {

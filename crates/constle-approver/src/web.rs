@@ -6,17 +6,21 @@
 //! and the session's CSRF token in the form: the key signs what a logged-in
 //! person clicked, nothing else.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::Form;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::rejection::FormRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
+use constle_escape::escape as escape_line;
 use constle_human_gate::signed_message;
 use constle_identity::SigningIdentity;
 use serde::Deserialize;
@@ -25,6 +29,7 @@ use crate::auth::{hash_token, new_token, same_token, verify_password};
 use crate::html;
 use crate::request::{MAX_POST_BYTES, RequestError, parse_gate_request};
 use crate::store::{Decided, Decision, Inserted, Session, Store, StoreError};
+use crate::throttle::{Throttle, counted_as};
 
 /// The session cookie. `__Host-` makes the browser insist on `Secure`,
 /// `Path=/` and no `Domain`, so no other site or subdomain can plant it.
@@ -52,6 +57,8 @@ pub struct Approver {
     /// A hash to check passwords of unknown users against, so that a wrong
     /// user name takes as long as a wrong password.
     dummy_phc: String,
+    /// Failed sign-ins, by user name and by address.
+    throttle: Throttle,
 }
 
 impl Approver {
@@ -66,6 +73,7 @@ impl Approver {
             store,
             signer,
             dummy_phc: crate::auth::hash_password(&dummy)?,
+            throttle: Throttle::default(),
         })
     }
 
@@ -75,7 +83,8 @@ impl Approver {
     }
 }
 
-/// The routes.
+/// The routes. `/login` needs the client's address: serve them with
+/// `into_make_service_with_connect_info::<SocketAddr>()`, as [`serve`] does.
 pub fn router(approver: Arc<Approver>) -> Router {
     Router::new()
         .route(
@@ -103,7 +112,8 @@ pub async fn serve(
     approver: Arc<Approver>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(approver))
+    let app = router(approver).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -135,9 +145,14 @@ fn now() -> i64 {
     jiff::Timestamp::now().as_second()
 }
 
+/// One line of the operator's log, on standard error.
+fn log(line: &str) {
+    eprintln!("approver: {line}");
+}
+
 fn internal(err: impl std::fmt::Display) -> Response {
     // The person sees that something failed; the operator sees what.
-    eprintln!("approver: {err}");
+    log(&err.to_string());
     (
         StatusCode::INTERNAL_SERVER_ERROR,
         Html(html::message("Error", "The approver failed; see its log.")),
@@ -258,7 +273,16 @@ async fn login_page() -> Response {
     Html(html::login(None)).into_response()
 }
 
-#[derive(Deserialize)]
+/// The fields of a form the browser sent. A body that is not a form, or
+/// lacks a field, reads as those fields empty, so it meets the same checks
+/// as any other (a missing `csrf` is a wrong token: 403) instead of axum's
+/// 4xx for an unreadable form, which would answer before them.
+fn fields<T: Default>(form: Result<Form<T>, FormRejection>) -> T {
+    form.map(|Form(fields)| fields).unwrap_or_default()
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
 struct LoginForm {
     user: String,
     password: String,
@@ -266,12 +290,26 @@ struct LoginForm {
 
 async fn login(
     State(approver): State<Arc<Approver>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Form(form): Form<LoginForm>,
+    form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
+    let form = fields(form);
     if cross_site(&headers) {
         return refused(StatusCode::FORBIDDEN, "Refused", "Cross-site form.");
     }
+    let address = peer.ip();
+    let who = format!(
+        "user `{}` from {address}",
+        escape_line(counted_as(&form.user))
+    );
+    let counted = match approver
+        .throttle
+        .attempt(&form.user, address, Instant::now())
+    {
+        Ok(counted) => counted,
+        Err(wait) => return throttled(&who, wait),
+    };
     let phc = match approver.store.password_hash(&form.user) {
         Ok(phc) => phc,
         Err(err) => return internal(err),
@@ -284,12 +322,18 @@ async fn login(
         .await
         .unwrap_or(false);
     if !(known && matches) {
+        log(&format!(
+            "sign-in failed: {who} (failures so far: {} for this user name, {} from this address)",
+            counted.user, counted.address
+        ));
         return (
             StatusCode::UNAUTHORIZED,
             Html(html::login(Some("Wrong user name or password."))),
         )
             .into_response();
     }
+    approver.throttle.succeeded(&form.user, address);
+    log(&format!("signed in: {who}"));
     let (token, csrf) = match (new_token(), new_token()) {
         (Ok(token), Ok(csrf)) => (token, csrf),
         (Err(err), _) | (_, Err(err)) => return internal(err),
@@ -310,7 +354,23 @@ async fn login(
     ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
 }
 
-#[derive(Deserialize)]
+/// A sign-in refused before its password is checked: too many failures.
+fn throttled(who: &str, wait: Duration) -> Response {
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    log(&format!(
+        "sign-in refused: {who} must wait {seconds} s after too many failures"
+    ));
+    let text = format!("Too many failed sign-ins: wait {seconds} s and try again.");
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, seconds.to_string())],
+        Html(html::login(Some(&text))),
+    )
+        .into_response()
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
 struct LogoutForm {
     csrf: String,
 }
@@ -318,8 +378,9 @@ struct LogoutForm {
 async fn logout(
     State(approver): State<Arc<Approver>>,
     headers: HeaderMap,
-    Form(form): Form<LogoutForm>,
+    form: Result<Form<LogoutForm>, FormRejection>,
 ) -> Response {
+    let form = fields(form);
     let session = match session(&approver, &headers) {
         Ok(Some(session)) => session,
         Ok(None) => return Redirect::to("/login").into_response(),
@@ -337,7 +398,8 @@ async fn logout(
     ([(header::SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
 }
 
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
+#[serde(default)]
 struct DecideForm {
     csrf: String,
     request_id: String,
@@ -347,8 +409,9 @@ struct DecideForm {
 async fn decide(
     State(approver): State<Arc<Approver>>,
     headers: HeaderMap,
-    Form(form): Form<DecideForm>,
+    form: Result<Form<DecideForm>, FormRejection>,
 ) -> Response {
+    let form = fields(form);
     let session = match session(&approver, &headers) {
         Ok(Some(session)) => session,
         Ok(None) => {

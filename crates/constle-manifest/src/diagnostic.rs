@@ -159,6 +159,7 @@ pub const CODES: &[(&str, Severity)] = &[
     ("egress_open", Severity::Warning),
     ("invalid_redis_url", Severity::Error),
     ("redis_password_in_agentfile", Severity::Warning),
+    ("url_carries_secret", Severity::Warning),
     ("spend_caps_unmetered", Severity::Warning),
     ("method_always_allowed", Severity::Warning),
 ];
@@ -337,6 +338,13 @@ impl Sink {
 /// past 80 characters. Agentfile text never reaches a terminal raw.
 pub(crate) fn show(text: &str) -> String {
     format!("`{}`", escape(text))
+}
+
+/// [`show`] for text that is, or may be, a URL: its user information and
+/// secret-looking parameters masked first ([`constle_redact::url`]), so a
+/// diagnostic never repeats a secret written in the Agentfile.
+pub(crate) fn show_url(text: &str) -> String {
+    show(&constle_redact::url(text))
 }
 
 /// [`show`] without the backticks.

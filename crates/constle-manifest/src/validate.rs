@@ -13,7 +13,7 @@ use constle_identity::{DidKey, Name};
 use rust_decimal::Decimal;
 
 use crate::de::{Field, Located};
-use crate::diagnostic::{Pos, Sink, did_you_mean, show, suggest};
+use crate::diagnostic::{Pos, Sink, did_you_mean, show, show_url, suggest};
 use crate::model::{
     A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, HumanGates, Identity, Limits,
     MAX_APPROVAL_TIMEOUT_SECONDS, MAX_PIDS, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MIN_PIDS,
@@ -199,9 +199,23 @@ impl V<'_, '_> {
         self.optional(value, "invalid_amount", parse_amount)
     }
 
-    fn url(&mut self, value: &Located<String>) -> Option<HttpUrl> {
+    /// An `mcp.servers[].url` or `a2a.peers[].url` (`field`).
+    fn url(&mut self, value: &Located<String>, field: &str) -> Option<HttpUrl> {
         match HttpUrl::parse(&value.value) {
-            Ok(url) => Some(url),
+            Ok(url) => {
+                if url.carries_secret() {
+                    self.sink.warning(
+                        "url_carries_secret",
+                        value.pos,
+                        format!(
+                            "{field} {} carries a secret-looking query parameter, in clear text in the Agentfile",
+                            show_url(url.as_str())
+                        ),
+                        Some("restrict who can read the Agentfile; Constle shows the value as *** wherever it prints the URL".to_string()),
+                    );
+                }
+                Some(url)
+            }
             Err((code, e)) => {
                 self.sink.error(code, value.pos, e.message, e.help);
                 None
@@ -574,7 +588,7 @@ impl V<'_, '_> {
                 at,
                 "write where the gate reaches the server, e.g. url: https://mcp.example.com/mcp",
             )
-            .and_then(|u| self.url(u));
+            .and_then(|u| self.url(u, "mcp.servers[].url"));
         let tools = self
             .required(
                 &s.tools,
@@ -1100,7 +1114,7 @@ impl V<'_, '_> {
                     });
                 let url = match &peer.value.url.0 {
                     None => Some(None),
-                    Some(u) => self.url(u).map(Some),
+                    Some(u) => self.url(u, "a2a.peers[].url").map(Some),
                 };
                 match (did, url) {
                     (Some(did), Some(url)) => peers.push(A2aPeer { did, url }),
@@ -1126,11 +1140,14 @@ impl V<'_, '_> {
             return Some(None);
         };
         let url = self.check(located, "invalid_redis_url", |s| RedisUrl::new(field, s))?;
-        if url.has_password() {
+        if url.carries_secret() {
             self.sink.warning(
                 "redis_password_in_agentfile",
                 located.pos,
-                format!("{field} carries a password, in clear text in the Agentfile"),
+                format!(
+                    "{field} {} carries a password (user information or `pass=`), in clear text in the Agentfile",
+                    show_url(url.as_str())
+                ),
                 Some("restrict who can read the Agentfile, or let Redis trust the host (a Unix socket, an ACL by address)".to_string()),
             );
         }

@@ -11,7 +11,7 @@ use std::str::FromStr;
 use rust_decimal::Decimal;
 use rust_decimal::prelude::ToPrimitive;
 
-use crate::diagnostic::show;
+use crate::diagnostic::{show, show_url};
 use crate::model::{MAX_CPU_MILLIS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES};
 
 /// Why a string is not a valid value of one of this module's types: what is
@@ -131,7 +131,8 @@ impl Hostname {
 }
 
 fn check_allowed_host(s: &str) -> Result<(), InvalidValue> {
-    let shown = show(s);
+    // A URL written here may carry credentials.
+    let shown = show_url(s);
     if s.is_empty() {
         return Err(invalid(
             "empty host name",
@@ -151,7 +152,11 @@ fn check_allowed_host(s: &str) -> Result<(), InvalidValue> {
         ));
     }
     if let Some((_, rest)) = s.split_once("://") {
-        let host = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        // The host alone: never the user information (credentials).
+        let host = authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, host)| host);
         let host = strip_port(host);
         return Err(invalid(
             format!("{shown} is a URL; allowed_hosts takes bare host names"),
@@ -465,7 +470,11 @@ impl fmt::Display for UrlHost {
 /// bracketed IPv6 address, an optional port, and a path and query of printable
 /// ASCII (percent-encode the rest). No fragment. Plain `http` is accepted for
 /// loopback hosts only (`localhost`, `127.0.0.0/8`, `[::1]`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+///
+/// Its query may carry a secret (`?api_key=…`): [`Display`](fmt::Display)
+/// and `Debug` show it [`redacted`](HttpUrl::redacted); only
+/// [`as_str`](HttpUrl::as_str) gives the URL as written.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct HttpUrl {
     text: String,
     scheme: Scheme,
@@ -493,9 +502,9 @@ impl HttpUrl {
                         invalid(
                             format!(
                                 "URL {} uses plain http to a host that is not loopback",
-                                show(s)
+                                show_url(s)
                             ),
-                            format!("use https: {}", show(&https)),
+                            format!("use https: {}", show_url(&https)),
                         ),
                     ))
                 } else {
@@ -505,7 +514,7 @@ impl HttpUrl {
     }
 
     fn parse_inner(s: &str) -> Result<HttpUrl, InvalidValue> {
-        let shown = show(s);
+        let shown = show_url(s);
         let example = "https://mcp.example.com/mcp";
         let Some((scheme_text, rest)) = s.split_once("://") else {
             return Err(invalid(
@@ -623,9 +632,20 @@ impl HttpUrl {
         })
     }
 
-    /// The URL as written.
+    /// The URL as written (it may carry a secret: never print it).
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// The URL with secret-looking query parameters masked, for messages.
+    pub fn redacted(&self) -> String {
+        constle_redact::url(&self.text)
+    }
+
+    /// Whether the URL carries something [`redacted`](HttpUrl::redacted)
+    /// masks: a secret, then, in clear text in the Agentfile.
+    pub fn carries_secret(&self) -> bool {
+        constle_redact::has_secret(&self.text)
     }
 
     /// `http` or `https`.
@@ -680,7 +700,13 @@ pub fn is_loopback_host(host: &str) -> bool {
 
 impl fmt::Display for HttpUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
+        f.write_str(&self.redacted())
+    }
+}
+
+impl fmt::Debug for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("HttpUrl").field(&self.redacted()).finish()
     }
 }
 
@@ -1235,13 +1261,16 @@ impl RedisUrl {
     pub fn new(field: &str, s: &str) -> Result<RedisUrl, InvalidValue> {
         let help = || "write a Redis URL, e.g. redis://state.internal:6379/0".to_string();
         let Some((scheme, rest)) = s.split_once("://") else {
-            return Err(invalid(format!("{field} {} is not a URL", show(s)), help()));
+            return Err(invalid(
+                format!("{field} {} is not a URL", show_url(s)),
+                help(),
+            ));
         };
         if !REDIS_SCHEMES.contains(&scheme) {
             return Err(invalid(
                 format!(
                     "{field} {} is not a Redis URL (schemes: {})",
-                    show(s),
+                    show_url(s),
                     REDIS_SCHEMES.join(", ")
                 ),
                 help(),
@@ -1251,7 +1280,7 @@ impl RedisUrl {
             return Err(invalid(
                 format!(
                     "{field} {} has no address, or has spaces or control characters",
-                    show(s)
+                    show_url(s)
                 ),
                 help(),
             ));
@@ -1264,29 +1293,17 @@ impl RedisUrl {
         &self.0
     }
 
-    /// Whether the URL carries a password, which then sits in the
-    /// Agentfile in clear text.
-    pub fn has_password(&self) -> bool {
-        self.0
-            .split_once("://")
-            .and_then(|(_, rest)| rest.split(['/', '?']).next())
-            .and_then(|authority| authority.rsplit_once('@'))
-            .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+    /// Whether the URL carries a password or another secret (in its user
+    /// information, or `pass=` in the query of a `redis+unix://` URL),
+    /// which then sits in the Agentfile in clear text.
+    pub fn carries_secret(&self) -> bool {
+        constle_redact::has_secret(&self.0)
     }
 
-    /// The URL with any password replaced by `***`, for messages.
+    /// The URL with its secrets masked, for messages: the rule every URL
+    /// Constle shows follows ([`constle_redact::url`]).
     pub fn redacted(&self) -> String {
-        let Some((scheme, rest)) = self.0.split_once("://") else {
-            return self.0.clone();
-        };
-        let end = rest.find(['/', '?']).unwrap_or(rest.len());
-        match rest[..end].rsplit_once('@') {
-            Some((userinfo, host)) if userinfo.contains(':') => {
-                let user = userinfo.split(':').next().unwrap_or_default();
-                format!("{scheme}://{user}:***@{host}{}", &rest[end..])
-            }
-            _ => self.0.clone(),
-        }
+        constle_redact::url(&self.0)
     }
 }
 

@@ -1402,9 +1402,122 @@ fn the_ledger_is_a_redis_url() {
         "{}",
         r.errors[0].message
     );
-    // A user name alone is no password.
-    let v = ok(&with("spending:\n  ledger: redis://app@ledger:6379\n"));
-    assert!(v.warnings.is_empty());
+    let v = ok(&with(
+        "spending:\n  ledger: redis://ledger.internal:6379/0?db=1\n",
+    ));
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+}
+
+/// What marks a secret in the cases below: it must appear in no
+/// diagnostic (text or JSON) and no `Debug` of what was read.
+const MARKER: &str = "M4RK3R";
+
+/// Every Agentfile field that takes a URL, each with a secret in the user
+/// information or a secret-looking query parameter: a valid one is
+/// accepted with a warning, an invalid one refused, and neither shows the
+/// secret anywhere.
+#[test]
+fn a_secret_in_a_url_is_warned_about_and_never_shown() {
+    let replay = |url: &str| format!("{MIN}identity:\n  did: {DID_A}\na2a:\n  replay: \"{url}\"\n");
+    let peer = |url: &str| {
+        format!(
+            "{MIN}identity:\n  did: {DID_A}\na2a:\n  peers:\n    - did: {DID_B}\n      url: \"{url}\"\n"
+        )
+    };
+    let ledger = |url: &str| with(&format!("spending:\n  ledger: \"{url}\"\n"));
+    let server = |url: &str| {
+        with(&format!(
+            "mcp:\n  servers:\n    - id: s\n      url: \"{url}\"\n      tools: [t]\n"
+        ))
+    };
+    let host = |url: &str| with(&format!("  network:\n    allowed_hosts: [\"{url}\"]\n"));
+    let m = MARKER;
+    let warned = [
+        (
+            ledger(&format!("redis+unix:///run/r.sock?pass={m}")),
+            "redis_password_in_agentfile",
+        ),
+        (
+            ledger(&format!("unix:///run/r.sock?db=1&PASS={m}")),
+            "redis_password_in_agentfile",
+        ),
+        (
+            ledger(&format!("unix:///run/r.sock?pa%73s={m}")),
+            "redis_password_in_agentfile",
+        ),
+        (
+            ledger(&format!("redis://:{m}@ledger:6379/0")),
+            "redis_password_in_agentfile",
+        ),
+        (
+            ledger(&format!("redis://{m}@ledger:6379/0")),
+            "redis_password_in_agentfile",
+        ),
+        (
+            replay(&format!("redis+unix:///run/r.sock?password={m}")),
+            "redis_password_in_agentfile",
+        ),
+        (
+            server(&format!("https://mcp.example.com/mcp?api_key={m}")),
+            "url_carries_secret",
+        ),
+        (
+            peer(&format!("https://peer.example.com/a2a?token={m}")),
+            "url_carries_secret",
+        ),
+    ];
+    for (src, code) in &warned {
+        let v = ok(src);
+        assert_eq!(codes(&v.warnings), [*code], "{src}");
+        assert_never_shown(&v.warnings, &format!("{:?}", v.manifest), src);
+    }
+    let refused = [
+        (ledger(&format!("redis:/:{m}@ledger")), "invalid_redis_url"),
+        (
+            ledger(&format!("ftp://user:{m}@ledger/?pass={m}")),
+            "invalid_redis_url",
+        ),
+        (
+            server(&format!("https://user:{m}@mcp.example.com/mcp")),
+            "invalid_url",
+        ),
+        (
+            server(&format!("https://{m}@mcp.example.com/mcp")),
+            "invalid_url",
+        ),
+        (
+            server(&format!("http://mcp.example.com/mcp?token={m}")),
+            "insecure_url",
+        ),
+        (
+            server(&format!("https://mcp.example.com/mcp?token={m}#x")),
+            "invalid_url",
+        ),
+        (
+            peer(&format!("https://u:{m}@peer.example.com/a2a")),
+            "invalid_url",
+        ),
+        (
+            host(&format!("https://u:{m}@api.example.com")),
+            "invalid_hostname",
+        ),
+    ];
+    for (src, code) in &refused {
+        let r = rejected(src);
+        assert_eq!(codes(&r.errors), [*code], "{src}");
+        assert_never_shown(&r.errors, "", src);
+        assert!(r.errors[0].message.contains("***"), "{}", r.errors[0]);
+    }
+}
+
+#[track_caller]
+fn assert_never_shown(diagnostics: &[constle_manifest::Diagnostic], read: &str, src: &str) {
+    for d in diagnostics {
+        let json = serde_json::to_string(d).unwrap();
+        for shown in [d.to_string(), json, read.to_owned()] {
+            assert!(!shown.contains(MARKER), "{src}\nshows the secret: {shown}");
+        }
+    }
 }
 
 #[test]

@@ -255,4 +255,19 @@ mod tests {
         assert_eq!(millis_as_decimal(10), "0.01");
         assert_eq!(millis_as_decimal(1500), "1.5");
     }
+
+    #[test]
+    fn a_replay_store_password_is_never_shown() {
+        let src = "name: a\nidentity:\n  did: did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK\nsandbox:\n  command: [x]\na2a:\n  listen: 127.0.0.1:7400\n  replay: \"redis+unix:///run/r.sock?pass=M4RK3R\"\n";
+        let manifest =
+            constle_manifest::parse_str(src, std::path::Path::new("/srv/a/agent.yaml"), &|_| None)
+                .unwrap()
+                .manifest;
+        let summary = format!("{:?}", plan(&manifest));
+        assert!(
+            summary.contains("seen ids in Redis redis+unix:///run/r.sock?pass=***"),
+            "{summary}"
+        );
+        assert!(!summary.contains("M4RK3R"), "{summary}");
+    }
 }

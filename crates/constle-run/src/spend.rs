@@ -173,6 +173,15 @@ impl Inner {
         self.servers.get(&call.server)?.price_of(&call.tool)
     }
 
+    /// What this run has been charged: this process keeps the run's total,
+    /// so it is known even when the ledger is not. A run whose ledger never
+    /// opened has charged nothing.
+    fn run_total(&self) -> Decimal {
+        self.meter
+            .as_ref()
+            .map_or(Decimal::ZERO, RunMeter::run_total)
+    }
+
     async fn charge(&self, calls: Vec<&ToolCall>) -> Metered {
         let priced: Vec<(&ToolCall, Decimal)> = calls
             .into_iter()
@@ -198,11 +207,12 @@ impl Inner {
             Err(error) => Err(Refusal::Failed {
                 why: Failure::LedgerUnavailable,
                 error: error.clone(),
+                stored: None,
             }),
         };
         let (entry, verdict) = match outcome {
             Ok(totals) => (
-                spend_event("spend_charged", &subject, &totals),
+                spend_event("spend_charged", &subject, totals.run, Some(&totals)),
                 Metered::Charged,
             ),
             Err(Refusal::Cap {
@@ -219,19 +229,21 @@ impl Inner {
                     usd(spent),
                     usd(amount)
                 );
-                let entry = spend_event("spend_refused", &subject, &totals).and_then(|e| {
-                    e.with("reason", "cap")?
-                        .with("cap", cap.field())?
-                        .with("cap_usd", usd(limit))
-                });
+                let entry = spend_event("spend_refused", &subject, totals.run, Some(&totals))
+                    .and_then(|e| {
+                        e.with("reason", "cap")?
+                            .with("cap", cap.field())?
+                            .with("cap_usd", usd(limit))
+                    });
                 (entry, Metered::Refused { message })
             }
-            Err(Refusal::Failed { why, error }) => {
+            Err(Refusal::Failed { why, error, stored }) => {
                 let message = format!(
                     "{}; the Constle gate did not forward it",
                     why.explain(&error)
                 );
-                let entry = spend_event("spend_refused", &subject, &Totals::default())
+                let run = stored.map_or_else(|| self.run_total(), |totals| totals.run);
+                let entry = spend_event("spend_refused", &subject, run, stored.as_ref())
                     .and_then(|e| e.with("reason", why.as_str())?.with("error", error));
                 (entry, Metered::Refused { message })
             }
@@ -262,6 +274,8 @@ enum Refusal {
     Failed {
         why: Failure,
         error: String,
+        /// The totals before the call, when the ledger gave them.
+        stored: Option<Totals>,
     },
 }
 
@@ -294,7 +308,7 @@ impl Failure {
 
 impl From<SpendError> for Refusal {
     fn from(err: SpendError) -> Refusal {
-        let why = match err {
+        let (why, stored) = match err {
             SpendError::Refused {
                 cap,
                 limit,
@@ -308,17 +322,28 @@ impl From<SpendError> for Refusal {
                     totals,
                 };
             }
-            SpendError::Ledger(_) => Failure::LedgerUnavailable,
-            _ => Failure::ChargeInvalid,
+            SpendError::TotalTooLarge { totals, .. } => (Failure::ChargeInvalid, Some(totals)),
+            SpendError::Ledger(_) => (Failure::LedgerUnavailable, None),
+            // An amount refused before the ledger was asked.
+            _ => (Failure::ChargeInvalid, None),
         };
         Refusal::Failed {
             why,
             error: err.to_string(),
+            stored,
         }
     }
 }
 
-fn spend_event(name: &str, subject: &Value, totals: &Totals) -> Result<Event, EventError> {
+/// A spend event with the run's total and, when the ledger gave them, the
+/// day's and month's; `null` when it did not (it could not be read, or was
+/// not asked): an unknown total is never written as `0.00`.
+fn spend_event(
+    name: &str,
+    subject: &Value,
+    run: Decimal,
+    stored: Option<&Totals>,
+) -> Result<Event, EventError> {
     let mut event = Event::new(name)?;
     if let Value::Object(fields) = subject {
         for (key, value) in fields {
@@ -326,7 +351,193 @@ fn spend_event(name: &str, subject: &Value, totals: &Totals) -> Result<Event, Ev
         }
     }
     event
-        .with("run_usd", usd(totals.run))?
-        .with("day_usd", usd(totals.day))?
-        .with("month_usd", usd(totals.month))
+        .with("run_usd", usd(run))?
+        .with("day_usd", stored.map(|totals| usd(totals.day)))?
+        .with("month_usd", stored.map(|totals| usd(totals.month)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use constle_audit::Appender;
+    use constle_mcp_gate::RequestId;
+
+    use super::*;
+
+    /// Prices: `dear` fits the ledger once but not twice; `huge` never.
+    const AGENTFILE: &str = r#"name: meter-test
+sandbox:
+  command: [x]
+mcp:
+  servers:
+    - id: acct
+      url: https://mcp.example.com/mcp
+      tools: [cheap, dear, huge]
+      pricing:
+        tools: {cheap: "0.10", dear: "900000000", huge: "1000000000"}
+"#;
+
+    /// What marks a secret: it must appear in no output.
+    const MARKER: &str = "M4RK3R";
+
+    fn manifest() -> Manifest {
+        parse(AGENTFILE)
+    }
+
+    fn parse(src: &str) -> Manifest {
+        constle_manifest::parse_str(src, Path::new("/srv/a/agent.yaml"), &|_| None)
+            .unwrap()
+            .manifest
+    }
+
+    fn all_lines(home: &Path) -> String {
+        std::fs::read_dir(home.join("logs"))
+            .unwrap()
+            .map(|file| std::fs::read_to_string(file.unwrap().path()).unwrap())
+            .collect()
+    }
+
+    fn call(tool: &str) -> ToolCall {
+        ToolCall {
+            server: "acct".to_owned(),
+            tool: tool.to_owned(),
+            arguments: None,
+            request_id: RequestId::Int(1),
+        }
+    }
+
+    fn spend_events(home: &Path) -> Vec<Value> {
+        let mut events = Vec::new();
+        for file in std::fs::read_dir(home.join("logs")).unwrap() {
+            let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+            events.extend(
+                text.lines()
+                    .map(|line| serde_json::from_str::<Value>(line).unwrap())
+                    .filter(|e| e["event"] == "spend_refused"),
+            );
+        }
+        events
+    }
+
+    fn nothing(_: &Path) {}
+
+    fn ledger_is_a_file(home: &Path) {
+        std::fs::write(home.join("ledger"), "not a directory").unwrap();
+    }
+
+    fn corrupt_state(home: &Path) {
+        std::fs::write(home.join("ledger/name-meter-test/state.json"), "{").unwrap();
+    }
+
+    /// One run's calls, and the `reason`, `run_usd`, `day_usd` and
+    /// `month_usd` its one refusal must record (`None`: `null`).
+    struct Case {
+        what: &'static str,
+        before_open: fn(&Path),
+        calls: &'static [&'static str],
+        before_last: fn(&Path),
+        want: [Option<&'static str>; 4],
+    }
+
+    /// A refused call records the totals before it: the run's always (this
+    /// process keeps it), the day's and month's when the ledger gave them,
+    /// and `null`, never a made-up `0.00`, when it did not.
+    #[tokio::test]
+    async fn a_refusal_records_the_totals_that_are_known_and_only_those() {
+        let unavailable = Some("ledger_unavailable");
+        let invalid = Some("charge_invalid");
+        let cases = [
+            Case {
+                what: "a ledger unusable from the start",
+                before_open: ledger_is_a_file,
+                calls: &["cheap"],
+                before_last: nothing,
+                want: [unavailable, Some("0.00"), None, None],
+            },
+            Case {
+                what: "a ledger that breaks during the run",
+                before_open: nothing,
+                calls: &["cheap", "cheap"],
+                before_last: corrupt_state,
+                want: [unavailable, Some("0.10"), None, None],
+            },
+            Case {
+                what: "an amount the ledger cannot hold",
+                before_open: nothing,
+                calls: &["cheap", "huge"],
+                before_last: nothing,
+                want: [invalid, Some("0.10"), None, None],
+            },
+            Case {
+                what: "a total the ledger cannot hold",
+                before_open: nothing,
+                calls: &["dear", "dear"],
+                before_last: nothing,
+                want: [
+                    invalid,
+                    Some("900000000.00"),
+                    Some("900000000.00"),
+                    Some("900000000.00"),
+                ],
+            },
+        ];
+        let manifest = manifest();
+        for case in cases {
+            let home = tempfile::tempdir().unwrap();
+            let home = home.path();
+            (case.before_open)(home);
+            let appender = Appender::new(&home.join("logs"), manifest.name.clone(), None).unwrap();
+            let log = Arc::new(AuditLog::start(appender));
+            let meter = SpendMeter::open(&manifest, home, &log).await.unwrap();
+            let mut last = Metered::Charged;
+            for (i, tool) in case.calls.iter().enumerate() {
+                if i + 1 == case.calls.len() {
+                    (case.before_last)(home);
+                }
+                last = meter.charge(vec![&call(tool)]).await;
+            }
+            let what = case.what;
+            assert!(matches!(last, Metered::Refused { .. }), "{what}");
+            let refused = spend_events(home);
+            let [event] = refused.as_slice() else {
+                panic!("{what}: {refused:?}");
+            };
+            let got = ["reason", "run_usd", "day_usd", "month_usd"]
+                .map(|k| event.get(k).map(Value::as_str));
+            assert_eq!(got, case.want.map(Some), "{what}: {event}");
+        }
+    }
+
+    /// The run summary and the audit log show a ledger URL's password as
+    /// `***`, whether Redis answers (the summary's totals) or not (the
+    /// summary's and the refusal's error).
+    #[tokio::test]
+    async fn a_ledger_password_is_never_shown() {
+        if !constle_testkit::require_tools("a_ledger_password_is_never_shown", &["redis-server"]) {
+            return;
+        }
+        let redis = constle_testkit::RedisServer::start().unwrap();
+        redis.require_password(MARKER).unwrap();
+        let answering = format!("{}?pass={MARKER}", redis.url());
+        let silent = format!("redis+unix:///nonexistent/redis.sock?db=0&pass={MARKER}");
+        for (url, says) in [(answering, "0.00 spent today"), (silent, "cannot be read")] {
+            let manifest = parse(&format!(
+                "{AGENTFILE}spending:\n  max_per_day_usd: 5\n  ledger: \"{url}\"\n"
+            ));
+            let home = tempfile::tempdir().unwrap();
+            let home = home.path();
+            let summary = format!("{:?}", spend_plan(&manifest, home).await);
+            assert!(summary.contains(says), "{url}: {summary}");
+            assert!(summary.contains("pass=***"), "{url}: {summary}");
+            assert!(!summary.contains(MARKER), "{url}: {summary}");
+            let appender = Appender::new(&home.join("logs"), manifest.name.clone(), None).unwrap();
+            let log = Arc::new(AuditLog::start(appender));
+            let meter = SpendMeter::open(&manifest, home, &log).await.unwrap();
+            meter.charge(vec![&call("cheap")]).await;
+            let lines = all_lines(home);
+            assert!(lines.contains("\"event\":\"spend_"), "{url}: {lines}");
+            assert!(!lines.contains(MARKER), "{url}: {lines}");
+        }
+    }
 }

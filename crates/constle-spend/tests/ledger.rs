@@ -746,7 +746,10 @@ async fn bad_redis_urls_are_errors() {
         matches!(err, LedgerError::Redis { .. } | LedgerError::Timeout { .. }),
         "{err}"
     );
-    assert!(err.to_string().contains("rediss://127.0.0.1:1/0"), "{err}");
+    assert!(
+        err.to_string().contains("rediss://:***@127.0.0.1:1/0"),
+        "{err}"
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 

@@ -107,6 +107,27 @@ impl RedisServer {
         format!("redis+unix://{}", self.socket.display())
     }
 
+    /// From now on, clients must give `password` (`CONFIG SET
+    /// requirepass`): for tests of URLs that carry one. `password` is sent
+    /// as one bulk string, so it may hold any bytes but CR and LF.
+    pub fn require_password(&self, password: &str) -> io::Result<()> {
+        let mut stream = UnixStream::connect(&self.socket)?;
+        stream.set_read_timeout(Some(Duration::from_secs(1)))?;
+        let command = format!(
+            "*4\r\n$6\r\nCONFIG\r\n$3\r\nSET\r\n$11\r\nrequirepass\r\n${}\r\n{password}\r\n",
+            password.len()
+        );
+        stream.write_all(command.as_bytes())?;
+        let mut reply = [0_u8; 5];
+        stream.read_exact(&mut reply)?;
+        match &reply {
+            b"+OK\r\n" => Ok(()),
+            _ => Err(io::Error::other(
+                "unexpected reply to CONFIG SET requirepass",
+            )),
+        }
+    }
+
     /// The server's Unix socket.
     pub fn socket(&self) -> &Path {
         &self.socket

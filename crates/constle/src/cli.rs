@@ -72,9 +72,10 @@ pub struct ApproverServeArgs {
     /// The approver key's name (`$CONSTLE_HOME/keys/approver/NAME.pem`).
     #[arg(long)]
     pub key: String,
-    /// Where to listen. Keep it on loopback unless a TLS proxy is in front:
-    /// the login cookie is `Secure`.
-    #[arg(long, default_value = "127.0.0.1:7700")]
+    /// Where to listen: ADDRESS:PORT, or :PORT on 127.0.0.1 (:0 picks a
+    /// free port; the server prints the one it bound). Keep it on loopback
+    /// unless a TLS proxy is in front: the login cookie is `Secure`.
+    #[arg(long, default_value = "127.0.0.1:7700", value_parser = listen_address)]
     pub listen: std::net::SocketAddr,
     /// The database; default `$CONSTLE_HOME/approver/NAME.sqlite`.
     #[arg(long, value_name = "FILE")]
@@ -87,6 +88,18 @@ pub struct ApproverServeArgs {
     /// prompt) sets.
     #[arg(long, default_value = "admin")]
     pub user: String,
+}
+
+/// `--listen`: a socket address, or `:PORT` for that port on loopback (the
+/// safe place to listen: the login cookie is `Secure`).
+fn listen_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    let address = match text.strip_prefix(':') {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => text.to_owned(),
+    };
+    address.parse().map_err(|_| {
+        "write ADDRESS:PORT (e.g. 127.0.0.1:7700) or :PORT (:0 picks a free port)".to_owned()
+    })
 }
 
 #[derive(Debug, Subcommand)]

@@ -157,6 +157,46 @@ fn no_signature_without_a_session_a_matching_csrf_token_or_a_same_site_form() {
 }
 
 #[test]
+fn a_form_without_its_token_is_refused_as_403() {
+    let (_case, approver) = serve();
+    let rid = id(&posted(&approver));
+    let person = login(&approver);
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let json = [("Content-Type", "application/json")];
+    let no_csrf = format!("request_id={rid}&decision=approved");
+    for (path, headers, body) in [
+        ("/decide", &form, no_csrf.as_str()),
+        ("/decide", &form, ""),
+        ("/decide", &json, r#"{"csrf":"x","decision":"approved"}"#),
+        ("/logout", &form, ""),
+        ("/logout", &json, "{}"),
+    ] {
+        let cookie = person.cookie.clone().unwrap();
+        let headers = [headers[0], ("Cookie", cookie.as_str())];
+        let response = http::request(&approver.addr, "POST", path, &headers, body.as_bytes());
+        let response = response.unwrap();
+        assert_eq!(response.status, 403, "{path} {body:?}: {}", response.text());
+    }
+    assert_eq!(approver.decision(&rid).status, 404, "nothing was signed");
+    assert_eq!(person.get("/").status, 200, "the session did not end");
+}
+
+#[test]
+fn listen_on_a_bare_port_means_loopback_and_0_picks_one() {
+    let case = Case::new();
+    let approver = Approver::start_on(&case, KEY, None, ":0");
+    let (host, port) = approver.addr.rsplit_once(':').unwrap();
+    assert_eq!(host, "127.0.0.1", "{}", approver.addr);
+    assert_ne!(port.parse::<u16>().unwrap(), 0);
+    assert_eq!(approver.post_gate(invoice().post_body()).status, 202);
+    let says = approver.stderr.lock().unwrap().clone();
+    assert!(
+        says.contains(&format!("page http://{}/", approver.addr)),
+        "{says}"
+    );
+}
+
+#[test]
 fn an_expired_request_cannot_be_decided() {
     let (_case, approver) = serve();
     let request = pending(json!({"invoice_id": "INV-0042"}), -5);
@@ -364,6 +404,83 @@ fn logins_sessions_and_headers() {
     let out = person.post("/logout", &[("csrf", &csrf)], &[]);
     assert_eq!(out.status, 303);
     assert_eq!(person.get("/").status, 303, "the session ended");
+}
+
+#[test]
+fn a_database_others_can_read_is_created_private_and_refused_once_shared() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let case = Case::new();
+    let db = case.path("approver.sqlite");
+    let approver = Approver::start(&case, KEY, Some(&db));
+    assert_eq!(approver.post_gate(invoice().post_body()).status, 202);
+    let mode = std::fs::metadata(&db).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    approver.stop();
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let db_arg = db.display().to_string();
+    let out = case.run(&[
+        "approver", "serve", "--key", KEY, "--db", &db_arg, "--listen", ":0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = common::text(&out.stderr);
+    for says in ["has mode 0644", &format!("chmod 600 {db_arg}")] {
+        assert!(said.contains(says), "{says:?} not in: {said}");
+    }
+}
+
+/// Waits (a little) until the approver's log says `says`.
+#[track_caller]
+fn logged(approver: &Approver, says: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let log = approver.stderr.lock().unwrap().clone();
+        if log.contains(says) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{says:?} not in the log:\n{log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn failed_sign_ins_make_the_next_wait_and_a_right_password_clears_them() {
+    let (_case, approver) = serve();
+    let wrong = "not the password";
+    for _ in 0..5 {
+        assert_eq!(Person::login(&approver, wrong).1.status, 401);
+    }
+    // Even the right password waits now, and is not even checked.
+    let (nobody, refused) = Person::login(&approver, PASSWORD);
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert!(nobody.cookie.is_none());
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert!(
+        refused
+            .text()
+            .contains("Too many failed sign-ins: wait 1 s")
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (person, signed_in) = Person::login(&approver, PASSWORD);
+    assert_eq!(signed_in.status, 303);
+    assert_eq!(person.get("/").status, 200);
+    // The user's failures are cleared: a typo is just a typo again.
+    assert_eq!(Person::login(&approver, wrong).1.status, 401);
+    logged(
+        &approver,
+        "sign-in failed: user `admin` from 127.0.0.1 (failures so far: 5 for this user name, 5 from this address)",
+    );
+    logged(
+        &approver,
+        "sign-in refused: user `admin` from 127.0.0.1 must wait 1 s",
+    );
+    logged(&approver, "signed in: user `admin` from 127.0.0.1");
+    logged(
+        &approver,
+        "sign-in failed: user `admin` from 127.0.0.1 (failures so far: 1 for",
+    );
 }
 
 #[test]

@@ -374,3 +374,69 @@ fn colour_follows_the_flag() {
     let coloured = stdout(&case.run(&["--color", "always", "validate", file.to_str().unwrap()]));
     assert!(coloured.contains("\u{1b}[32m"), "{coloured:?}");
 }
+
+/// What marks a secret written in a URL: it must appear in no output.
+const MARKER: &str = "M4RK3R";
+
+#[track_caller]
+fn shows_no_secret(out: &Output) -> String {
+    let shown = format!("{}{}", stdout(out), stderr(out));
+    assert!(!shown.contains(MARKER), "shows the secret:\n{shown}");
+    assert!(shown.contains("***"), "{shown}");
+    shown
+}
+
+#[test]
+fn validate_never_shows_a_secret_written_in_a_url() {
+    let case = Case::new();
+    let file = case.write(
+        "agent.yaml",
+        &format!(
+            "{VALID}mcp:\n  servers:\n    - id: s\n      url: \"https://mcp.example.com/mcp?api_key={MARKER}\"\n      tools: [t]\n    - id: bad\n      url: \"http://u:{MARKER}@mcp.example.com/mcp?token={MARKER}\"\n      tools: [t]\nspending:\n  ledger: \"redis+unix:///run/r.sock?pass={MARKER}\"\n"
+        ),
+    );
+    let file = file.to_str().unwrap();
+    for args in [
+        vec!["validate", file],
+        vec!["validate", "--format", "json", file],
+    ] {
+        let out = case.run(&args);
+        assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+        let shown = shows_no_secret(&out);
+        for code in [
+            "url_carries_secret",
+            "redis_password_in_agentfile",
+            "invalid_url",
+        ] {
+            assert!(shown.contains(code), "{args:?}: no {code}\n{shown}");
+        }
+    }
+}
+
+#[test]
+fn spend_show_never_shows_the_ledger_password() {
+    if !constle_testkit::require_tools(
+        "spend_show_never_shows_the_ledger_password",
+        &["redis-server"],
+    ) {
+        return;
+    }
+    let redis = constle_testkit::RedisServer::start().unwrap();
+    redis.require_password(MARKER).unwrap();
+    let answering = format!("{}?pass={MARKER}", redis.url());
+    let silent = format!("redis+unix:///nonexistent/redis.sock?pass={MARKER}");
+    let case = Case::new();
+    for (url, status, says) in [
+        (answering, Some(0), "ledger    Redis redis+unix://"),
+        (silent, Some(2), "cannot read the spend ledger of my-agent"),
+    ] {
+        let file = case.write(
+            "agent.yaml",
+            &format!("{VALID}spending:\n  max_per_day_usd: 5\n  ledger: \"{url}\"\n"),
+        );
+        let out = case.run(&["spend", "show", file.to_str().unwrap()]);
+        assert_eq!(out.status.code(), status, "{url}\n{}", stderr(&out));
+        let shown = shows_no_secret(&out);
+        assert!(shown.contains(says), "{url}\n{shown}");
+    }
+}

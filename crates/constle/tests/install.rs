@@ -13,12 +13,14 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use constle_testkit::{find_tool, require_tools};
 
@@ -26,6 +28,8 @@ const VERSION: &str = "1.2.3";
 const IDENTITY: &str =
     r"^https://github\.com/constle/constle/\.github/workflows/release\.yaml@refs/tags/v";
 const ISSUER: &str = "https://token.actions.githubusercontent.com";
+/// The longest one run of install.sh may take.
+const RUN_DEADLINE: Duration = Duration::from_secs(60);
 /// What the constle `Case::preinstall` puts in place prints.
 const OLD: &str = "the old constle";
 /// What install.sh runs: everything else is kept off its PATH.
@@ -46,6 +50,7 @@ const TOOLS: &[&str] = &[
     "cp",
     "chmod",
     "mv",
+    "rmdir",
 ];
 
 fn repo_root() -> PathBuf {
@@ -253,6 +258,42 @@ fn serve(root: &Path, stream: TcpStream, seen: &Mutex<Vec<String>>) {
     };
 }
 
+/// Waits for install.sh, which must end within [`RUN_DEADLINE`]: a hang is
+/// a failure, not a stuck test. Past it, its whole process group (curl
+/// included) is killed.
+fn finish(mut child: Child) -> Output {
+    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.unwrap().read_to_end(&mut bytes).unwrap();
+            bytes
+        })
+    };
+    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > RUN_DEADLINE {
+            Command::new(find_tool("kill").unwrap())
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status()
+                .unwrap();
+            let _ = child.wait();
+            let stderr = String::from_utf8_lossy(&stderr.join().unwrap()).into_owned();
+            panic!("install.sh did not finish within {RUN_DEADLINE:?}; stderr:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
 /// One run of install.sh: a served directory of releases, an install
 /// directory, a temporary directory that must be left empty, and a PATH.
 struct Case {
@@ -356,6 +397,13 @@ impl Case {
     /// Runs install.sh; checks that it left nothing in its temporary
     /// directory and no staged file in the install directory.
     fn run(&self) -> Run {
+        self.run_with(|_| Vec::new())
+    }
+
+    /// [`run`](Case::run), calling `plant` with the process id install.sh
+    /// will have (its `$$`) just before it starts; `plant` returns the names
+    /// it put in the install directory, which install.sh must leave there.
+    fn run_with(&self, plant: impl FnOnce(u32) -> Vec<String>) -> Run {
         let bin = self.path("bin");
         for tool in TOOLS {
             let link = bin.join(tool);
@@ -373,8 +421,11 @@ impl Case {
                 std::os::unix::fs::symlink(stand_in_cosign(), cosign).unwrap();
             }
         }
+        // A shell that waits for a line, then becomes install.sh: `exec`
+        // keeps the process id, so `before` knows install.sh's `$$`.
         let mut command = Command::new(find_tool("sh").unwrap());
         command
+            .args(["-c", r#"read -r go && exec sh "$0""#])
             .arg(install_sh())
             .env_clear()
             .env("PATH", &bin)
@@ -384,12 +435,20 @@ impl Case {
             .env("STANDIN_MACHINE", &self.machine)
             .env("CONSTLE_BASE_URL", &self.server.url)
             .env("CONSTLE_INSTALL_DIR", self.install_dir())
-            .current_dir(self.dir.path());
+            .current_dir(self.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
         for (key, value) in &self.env {
             command.env(key, value);
         }
-        let output = command.output().unwrap();
-        let run = Run { output };
+        let mut child = command.spawn().unwrap();
+        let planted = plant(child.id());
+        writeln!(child.stdin.take().unwrap(), "go").unwrap();
+        let run = Run {
+            output: finish(child),
+        };
         let left: Vec<_> = fs::read_dir(self.path("tmp")).unwrap().collect();
         assert!(left.is_empty(), "install.sh left {left:?} in TMPDIR\n{run}");
         if let Ok(entries) = fs::read_dir(self.install_dir()) {
@@ -397,7 +456,7 @@ impl Case {
                 .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
                 .collect();
             assert!(
-                names.iter().all(|n| n == "constle"),
+                names.iter().all(|n| n == "constle" || planted.contains(n)),
                 "install.sh left {names:?} in the install directory\n{run}"
             );
         }
@@ -749,6 +808,103 @@ fn refuses_an_archive_without_the_binary_where_it_belongs() {
     let mut release = Release::new(VERSION).swap_amd64(archive("9.9.9", "amd64", "x"));
     release.write_checksums();
     Case::new(&release).refuses("does not hold constle_1.2.3_linux_amd64/constle", None);
+}
+
+#[test]
+fn refuses_when_the_binary_s_place_is_a_directory_or_a_link_to_one() {
+    if !have_tools("refuses_when_the_binary_s_place_is_a_directory") {
+        return;
+    }
+    // `mv` into a directory moves the file inside it, wherever it points:
+    // the old "install" reported success and left no constle on PATH.
+    type Plant = fn(&Case, &Path);
+    let plant: [(&str, Plant); 2] = [
+        ("a directory", |_, place| fs::create_dir(place).unwrap()),
+        ("a link to a directory", |case, place| {
+            let elsewhere = case.path("elsewhere");
+            fs::create_dir(&elsewhere).unwrap();
+            std::os::unix::fs::symlink(&elsewhere, place).unwrap();
+        }),
+    ];
+    for (what, plant) in plant {
+        let case = Case::new(&Release::new(VERSION));
+        fs::create_dir_all(case.install_dir()).unwrap();
+        plant(&case, &case.installed());
+        let run = case.refuses("is a directory (or a link to one)", None);
+        run.assert_says(&case.installed().display().to_string());
+        let inside: Vec<_> = fs::read_dir(case.installed()).unwrap().collect();
+        assert!(inside.is_empty(), "{what}: wrote {inside:?} into it\n{run}");
+    }
+}
+
+#[test]
+fn a_link_planted_where_the_binary_is_staged_is_never_written_through() {
+    if !have_tools("a_link_planted_where_the_binary_is_staged") {
+        return;
+    }
+    let case = Case::new(&Release::new(VERSION));
+    fs::create_dir_all(case.install_dir()).unwrap();
+    let victim = case.path("victim");
+    fs::write(&victim, "precious\n").unwrap();
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    // The name the old install.sh staged under, planted as it starts.
+    let run = case.run_with(|pid| {
+        let staged = format!(".constle.install.{pid}");
+        std::os::unix::fs::symlink(&victim, case.install_dir().join(&staged)).unwrap();
+        vec![staged]
+    });
+    run.assert_ok();
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n", "{run}");
+    let mode = fs::metadata(&victim).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "chmod went through the link\n{run}");
+    let installed = fs::symlink_metadata(case.installed()).unwrap();
+    assert!(installed.file_type().is_file(), "{run}");
+    assert_eq!(
+        case.installed_says().as_deref(),
+        Some("constle 1.2.3 amd64")
+    );
+}
+
+/// A server that accepts connections and never answers.
+fn stalled_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    std::thread::spawn(move || {
+        let held: Vec<TcpStream> = listener.incoming().flatten().collect();
+        drop(held);
+    });
+    url
+}
+
+#[test]
+fn a_stalled_release_server_times_out_with_a_clear_message() {
+    if !have_tools("a_stalled_release_server_times_out") {
+        return;
+    }
+    let case = Case::new(&Release::new(VERSION))
+        .env("CONSTLE_BASE_URL", &stalled_server())
+        .env("CONSTLE_DOWNLOAD_TIMEOUT", "2");
+    case.preinstall();
+    let started = Instant::now();
+    let run = case.refuses("timed out after 2 s", Some(OLD));
+    run.assert_says("/latest/download/checksums.txt");
+    run.assert_says("CONSTLE_DOWNLOAD_TIMEOUT");
+    assert!(started.elapsed() < Duration::from_secs(20), "{run}");
+}
+
+#[test]
+fn refuses_a_download_timeout_that_is_not_a_number_of_seconds() {
+    if !have_tools("refuses_a_download_timeout_that_is_not_a_number") {
+        return;
+    }
+    for timeout in ["0", "-1", "1.5", "10s", "012"] {
+        let case = Case::new(&Release::new(VERSION)).env("CONSTLE_DOWNLOAD_TIMEOUT", timeout);
+        case.refuses("CONSTLE_DOWNLOAD_TIMEOUT must be", None);
+        assert!(
+            case.server.requests.lock().unwrap().is_empty(),
+            "{timeout:?}"
+        );
+    }
 }
 
 #[test]

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use constle_approver::auth::{hash_password, prompt_new_password, read_password_line};
+use constle_approver::auth::{
+    MAX_USER_BYTES, hash_password, prompt_new_password, read_password_line,
+};
 use constle_approver::{Approver, Store};
 use constle_identity::{KeyKind, KeyStore, Name};
 
@@ -26,8 +28,8 @@ pub fn serve(args: &ApproverServeArgs) -> anyhow::Result<Outcome> {
         None => default_db(&home, &name)?,
     };
     let store = Store::open(&db).with_context(|| format!("cannot open {}", db.display()))?;
-    if args.user.is_empty() || args.user.len() > 64 {
-        bail!("--user must be 1 to 64 characters");
+    if args.user.is_empty() || args.user.len() > MAX_USER_BYTES {
+        bail!("--user must be 1 to {MAX_USER_BYTES} bytes");
     }
     if args.set_password {
         let password = read_password_line(&mut std::io::stdin().lock())?;

@@ -21,9 +21,14 @@ pub struct Approver {
 }
 
 impl Approver {
-    /// Makes an approver key `key` (if there is none) and serves with it,
-    /// setting `PASSWORD` for `admin`.
+    /// Makes an approver key `key` (if there is none) and serves with it
+    /// on a free loopback port, setting `PASSWORD` for `admin`.
     pub fn start(case: &Case, key: &str, db: Option<&Path>) -> Approver {
+        Approver::start_on(case, key, db, "127.0.0.1:0")
+    }
+
+    /// [`start`](Approver::start), listening on `listen`.
+    pub fn start_on(case: &Case, key: &str, db: Option<&Path>, listen: &str) -> Approver {
         if !case
             .home()
             .join(format!("keys/approver/{key}.pem"))
@@ -37,7 +42,7 @@ impl Approver {
             "--key",
             key,
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--set-password",
         ];
         let db_arg;
