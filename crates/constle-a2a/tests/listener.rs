@@ -381,8 +381,10 @@ async fn an_unreadable_store_refuses_with_a_retryable_503() {
     std::fs::create_dir(dir.join("seen")).unwrap();
     assert_eq!(post(&node.base, sent.to_bytes()).await.0, 503);
     assert!(node.inbox.is_empty());
-    // Repaired: the same envelope is accepted, it was never recorded.
+    // Repaired with an empty file (this listener had recorded nothing, so
+    // nothing is lost): the same envelope is accepted, it was never recorded.
     std::fs::remove_dir(dir.join("seen")).unwrap();
+    std::fs::write(dir.join("seen"), "").unwrap();
     assert_eq!(post(&node.base, sent.to_bytes()).await.0, 202);
     let event = node.events.lock().unwrap()[0].clone();
     assert_eq!(event.reason(), "a2a_replay_store_unavailable");
@@ -391,6 +393,104 @@ async fn an_unreadable_store_refuses_with_a_retryable_503() {
         "{event:?}"
     );
     node.stop().await;
+}
+
+fn seen_file(home: &Path, me: &DidKey) -> std::path::PathBuf {
+    home.join("a2a/replay").join(me.as_str()).join("seen")
+}
+
+fn set_len(path: &Path, len: impl FnOnce(u64) -> u64) {
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let was = file.metadata().unwrap().len();
+    file.set_len(len(was)).unwrap();
+}
+
+/// Something done to a store's `seen` file.
+type Damage = fn(&Path);
+
+/// What can happen to the seen-ids file while a listener runs, none of
+/// which may make it forget an id still inside its window.
+const DAMAGE: [(&str, Damage); 4] = [
+    ("truncated to nothing", |seen| set_len(seen, |_| 0)),
+    ("cut inside its last line", |seen| {
+        set_len(seen, |len| len - 10)
+    }),
+    ("unlinked", |seen| std::fs::remove_file(seen).unwrap()),
+    ("replaced by an empty file", |seen| {
+        let other = seen.with_extension("other");
+        std::fs::write(&other, "").unwrap();
+        std::fs::rename(&other, seen).unwrap();
+    }),
+];
+
+#[tokio::test]
+async fn a_store_damaged_under_a_running_listener_forgets_nothing() {
+    for (what, damage) in DAMAGE {
+        let (home, alice, bob, node) = scene().await;
+        let sent = envelope(&alice, bob.did());
+        assert_eq!(post(&node.base, sent.to_bytes()).await.0, 202, "{what}");
+        damage(&seen_file(home.path(), bob.did()));
+        // The damage is refused and reported, and the ids written back.
+        assert_eq!(
+            post(&node.base, sent.to_bytes()).await,
+            (
+                503,
+                Some("a2a_replay_store_unavailable".into()),
+                Some("1".into())
+            ),
+            "{what}"
+        );
+        let refusal = format!("{:?}", node.events.lock().unwrap()[1].refusal);
+        assert!(refusal.contains("written back"), "{what}: {refusal}");
+        assert_eq!(post(&node.base, sent.to_bytes()).await.0, 409, "{what}");
+        assert_eq!(node.inbox.len(), 1, "{what}");
+        node.stop().await;
+        // Also for a listener started afterwards.
+        let again = listen(&alice, &bob, embedded(home.path(), bob.did()).await).await;
+        assert_eq!(post(&again.base, sent.to_bytes()).await.0, 409, "{what}");
+        again.stop().await;
+    }
+}
+
+/// What a listener may find when it starts: each is refused, and left as
+/// it was for an operator to look at.
+const UNTRUSTED: [(&str, Damage, &str); 3] = [
+    (
+        "seen removed",
+        |seen| std::fs::remove_file(seen).unwrap(),
+        "missing",
+    ),
+    (
+        "garbage",
+        |seen| std::fs::write(seen, "garbage\n").unwrap(),
+        "corrupt",
+    ),
+    (
+        "not UTF-8",
+        |seen| std::fs::write(seen, b"\xff\n").unwrap(),
+        "corrupt",
+    ),
+];
+
+#[tokio::test]
+async fn a_store_that_cannot_be_trusted_is_refused_at_start() {
+    for (what, damage, expected) in UNTRUSTED {
+        let home = tempfile::tempdir().unwrap();
+        let bob = SigningIdentity::generate();
+        drop(embedded(home.path(), bob.did()).await);
+        let seen = seen_file(home.path(), bob.did());
+        damage(&seen);
+        let before = std::fs::read(&seen).ok();
+        let err = ReplayStore::embedded(home.path(), bob.did())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(expected), "{what}: {err}");
+        assert!(
+            err.to_string().contains(&seen.display().to_string()),
+            "{what}: {err}"
+        );
+        assert_eq!(std::fs::read(&seen).ok(), before, "{what}: left as it was");
+    }
 }
 
 #[tokio::test]
