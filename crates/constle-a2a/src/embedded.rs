@@ -6,7 +6,9 @@
 //! lines other listeners appended since this one last looked (each listener
 //! caches what it has read, keyed by the file's inode), checks the id, then
 //! appends its line and `fdatasync`s before answering: an id is durable
-//! before its message is accepted.
+//! before its message is accepted. If the append fails, it is cut off again
+//! before the refusal is answered: a sender told "not recorded" must find
+//! its resend accepted.
 //!
 //! The lock file is never renamed, so every process locks the same inode;
 //! each store opens its own description, so two listeners in one process
@@ -160,7 +162,11 @@ impl Store {
             append(&mut file, &shared.dir.join(SEEN), cache, line.as_bytes())?;
             cache.known.insert(key, until);
             if cache.lines >= cache.compact_at {
-                compact(&shared.dir, cache, now)?;
+                // The id is durable and the message will be accepted: a
+                // failed rewrite must not turn that into a refusal. The
+                // next call's refresh tries again, and fails closed before
+                // recording anything.
+                let _ = compact(&shared.dir, cache, now);
             }
             Ok(Seen::New)
         })
@@ -431,7 +437,10 @@ fn live_lines(
         .collect()
 }
 
-/// Appends `lines` and syncs them, at the end the cache has read to.
+/// Appends `lines` and syncs them, at the end the cache has read to. If
+/// that fails, cuts them off again: the caller is about to answer that
+/// nothing was recorded, and a resend must then not be refused as a
+/// replay.
 fn append(
     file: &mut File,
     path: &Path,
@@ -447,8 +456,19 @@ fn append(
     if lines.is_empty() {
         return Ok(());
     }
-    file.write_all(lines).map_err(io_error(path, "append"))?;
-    file.sync_data().map_err(io_error(path, "fdatasync"))?;
+    let written = file.write_all(lines).and_then(|()| file.sync_data());
+    if let Err(err) = written {
+        let undone = file.set_len(read.offset).and_then(|()| file.sync_data());
+        return Err(ReplayError::Io {
+            path: path.to_owned(),
+            message: match undone {
+                Ok(()) => format!("append: {err}"),
+                Err(undo) => format!(
+                    "append: {err}; cutting it off again failed too ({undo}), so a resend may be refused as a replay"
+                ),
+            },
+        });
+    }
     read.offset += lines.len() as u64;
     cache.lines += lines.iter().filter(|b| **b == b'\n').count();
     Ok(())
@@ -642,5 +662,40 @@ mod tests {
             store.remember(A, &id(3), at(1_000_360), now).await,
             Err(ReplayError::Corrupt { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn an_id_recorded_before_a_failed_rewrite_is_accepted_once() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("r");
+        let store = Store::open(home.path().to_owned(), dir.clone())
+            .await
+            .unwrap();
+        let (now, until) = (at(1_000_000), at(1_000_360));
+        for n in 0..COMPACT_MIN_LINES - 1 {
+            let key = hex::encode((n as u128).to_be_bytes());
+            store.remember(A, &key, until, now).await.unwrap();
+        }
+        // The rewrite the next record sets off cannot make its temp file.
+        fs::create_dir(dir.join(TEMP)).unwrap();
+        assert_eq!(
+            store.remember(A, &id(0xee), until, now).await.unwrap(),
+            Seen::New,
+            "recorded, so accepted"
+        );
+        // The next one tries the rewrite first, and records nothing.
+        assert!(matches!(
+            store.remember(A, &id(0xef), until, now).await,
+            Err(ReplayError::Io { .. })
+        ));
+        fs::remove_dir(dir.join(TEMP)).unwrap();
+        assert_eq!(
+            store.remember(A, &id(0xef), until, now).await.unwrap(),
+            Seen::New
+        );
+        assert_eq!(
+            store.remember(A, &id(0xee), until, now).await.unwrap(),
+            Seen::Before
+        );
     }
 }
