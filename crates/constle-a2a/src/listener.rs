@@ -32,7 +32,8 @@ pub type EventSink = Arc<dyn Fn(ListenerEvent) + Send + Sync>;
 /// `msg_id`, `from` and `issued_at` are as the envelope claims them (absent
 /// if it could not be parsed); `from` is proven only when `accepted`, or when
 /// the refusal came after the signature check (`a2a_wrong_addressee`,
-/// `a2a_too_old`, `a2a_from_the_future`, `a2a_replayed`, the 503s).
+/// `a2a_too_old`, `a2a_from_the_future`, `a2a_replayed`, `a2a_in_flight`,
+/// the other 503s).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ListenerEvent {
@@ -225,6 +226,7 @@ impl Listener {
                 Ok(message)
             }
             Ok(Seen::Before) => Err(Refusal::Replayed),
+            Ok(Seen::InFlight) => Err(Refusal::InFlight),
             Err(err) => Err(Refusal::ReplayStoreUnavailable(err.to_string())),
         }
     }

@@ -5,8 +5,9 @@
 //! - embedded (the default): an append-only file under
 //!   `$CONSTLE_HOME/a2a/replay/<did>/`, shared by every listener of that
 //!   identity on this machine (see the `embedded` module);
-//! - Redis (`a2a.replay: redis://…`): one `SET key 1 NX PX <ms>` per
-//!   message, shared by every machine listening as that identity.
+//! - Redis (`a2a.replay: redis://…`): one key per message, claimed,
+//!   then accepted or abandoned by one Lua script, shared by every machine
+//!   listening as that identity (see the `redis_store` module).
 //!
 //! An id is remembered until its envelope would be refused as too old
 //! anyway ([`VerifiedEnvelope::remember_until`]) and may be forgotten after.
@@ -150,11 +151,15 @@ impl From<RedisFailure> for ReplayError {
 
 /// Whether an id was new.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Seen {
     /// First time: it is now recorded durably.
     New,
     /// Recorded before: a replay.
     Before,
+    /// Claimed by another attempt (Redis store) that has not settled yet:
+    /// it may still be delivered, or abandoned. Not recorded for this one.
+    InFlight,
 }
 
 enum Inner {
@@ -208,11 +213,14 @@ impl ReplayStore {
 
     /// Records `envelope`'s id (for its sender) unless it was recorded
     /// before. [`Seen::New`] is returned only once the record is durable
-    /// (fsynced, or acknowledged by Redis).
+    /// (fsynced, or acknowledged by Redis); the caller then owns the id and
+    /// must deliver the message.
     ///
     /// # Errors
     ///
-    /// [`ReplayError`] if the store cannot be read or written in time.
+    /// [`ReplayError`] if the store cannot be read or written in time. The
+    /// id is then not recorded: a resend of the same envelope can be
+    /// accepted.
     pub async fn remember(
         &self,
         envelope: &VerifiedEnvelope,

@@ -316,13 +316,14 @@ async fn a_replay_is_refused_after_a_restart() {
 }
 
 /// Sends `copies` of one envelope to the listeners, all at once, and counts
-/// the statuses.
+/// the final statuses (a copy that met another one still in flight in Redis
+/// is resent, as its 503 asks).
 async fn race(bases: &[String], sent: &Envelope, copies: usize) -> (usize, usize) {
     let mut tasks = Vec::new();
     for i in 0..copies {
         let base = bases[i % bases.len()].clone();
-        let bytes = sent.to_bytes();
-        tasks.push(tokio::spawn(async move { post(&base, bytes).await.0 }));
+        let sent = sent.clone();
+        tasks.push(tokio::spawn(async move { resend(&base, &sent).await.0 }));
     }
     let mut accepted = 0;
     let mut replayed = 0;
@@ -581,6 +582,48 @@ async fn a_redis_that_is_down_or_frozen_refuses_with_503() {
     );
     assert!(node.inbox.is_empty());
     node.stop().await;
+}
+
+/// Posts `sent` to `base` until it is answered with something other than a
+/// 503, as a sender honouring `Retry-After` would (without the wait).
+async fn resend(base: &str, sent: &Envelope) -> (u16, Option<String>) {
+    for _ in 0..100 {
+        let (status, code, _) = post(base, sent.to_bytes()).await;
+        if status != 503 {
+            return (status, code);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("still 503 after 100 resends");
+}
+
+#[tokio::test]
+async fn a_503_from_a_frozen_redis_means_not_recorded() {
+    if !require_tools("a 503 from a frozen Redis", &["redis-server"]) {
+        return;
+    }
+    // The resend reaches the listener that answered 503, or another one.
+    for other in [false, true] {
+        let redis = RedisServer::start().unwrap();
+        let (alice, bob) = keys();
+        let first = listen(&alice, &bob, shared(&redis, bob.did()).await).await;
+        let second = listen(&alice, &bob, shared(&redis, bob.did()).await).await;
+        let sent = envelope(&alice, bob.did());
+        redis.stop().unwrap();
+        assert_eq!(post(&first.base, sent.to_bytes()).await.0, 503, "{other}");
+        // Redis wakes up and runs the claim it was sent before the 503.
+        redis.resume().unwrap();
+        let to = if other { &second } else { &first };
+        assert_eq!(resend(&to.base, &sent).await, (202, None), "{other}");
+        assert_eq!(
+            resend(&first.base, &sent).await,
+            (409, Some("a2a_replayed".into())),
+            "{other}"
+        );
+        assert_eq!(first.inbox.len() + second.inbox.len(), 1, "{other}");
+        first.stop().await;
+        second.stop().await;
+    }
 }
 
 #[tokio::test]
