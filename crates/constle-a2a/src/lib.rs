@@ -41,6 +41,7 @@
 
 #![forbid(unsafe_code)]
 
+mod body;
 mod client;
 mod embedded;
 mod envelope;

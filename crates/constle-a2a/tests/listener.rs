@@ -720,6 +720,78 @@ async fn the_agent_sends_through_its_outbox_and_reads_its_inbox() {
     bob_node.stop().await;
 }
 
+/// POSTs `body` to `url` over a plain connection, declaring its length or
+/// sending it in chunks; returns the status, `Content-Type` and body.
+async fn raw_post(url: &str, body: &[u8], chunked: bool) -> (u16, String, Vec<u8>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (host, path) = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split_once('/'))
+        .unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(host).await.unwrap();
+    let mut request = format!("POST /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    let mut payload = Vec::new();
+    if chunked {
+        request.push_str("Transfer-Encoding: chunked\r\n\r\n");
+        for chunk in body.chunks(16 * 1024) {
+            payload.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            payload.extend_from_slice(chunk);
+            payload.extend_from_slice(b"\r\n");
+        }
+        payload.extend_from_slice(b"0\r\n\r\n");
+    } else {
+        request.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+        payload.extend_from_slice(body);
+    }
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    // The server may answer and close before it has read everything.
+    let _ = tcp.write_all(&payload).await;
+    let mut answer = Vec::new();
+    let _ = tcp.read_to_end(&mut answer).await;
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
+    let status = head[9..12].parse().unwrap();
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-type: ")
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    (status, content_type, rest.as_bytes().to_vec())
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_a_413_in_json_at_every_endpoint() {
+    let (_home, alice, bob, node) = scene().await;
+    let outbox = Outbox::new(
+        Arc::new(alice),
+        [(bob.did().clone(), node.url.clone())],
+        A2aClient::new().unwrap(),
+    );
+    let side = serve(sandbox_router(Inbox::default(), Some(outbox))).await;
+    let big = vec![b' '; constle_a2a::MAX_ENVELOPE_BYTES + 1];
+    for url in [
+        format!("{}/a2a/v1/messages", node.base),
+        format!("{side}/outbox"),
+    ] {
+        for chunked in [false, true] {
+            let (status, content_type, body) = raw_post(&url, &big, chunked).await;
+            let what = format!("{url}, chunked: {chunked}");
+            assert_eq!(
+                (status, content_type.as_str()),
+                (413, "application/json"),
+                "{what}: {}",
+                String::from_utf8_lossy(&body)
+            );
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["error"], "a2a_too_large", "{what}");
+        }
+    }
+    node.stop().await;
+}
+
 #[tokio::test]
 async fn a_refused_delivery_reports_the_peers_reason() {
     let home = tempfile::tempdir().unwrap();
