@@ -103,6 +103,30 @@ impl Agent {
     }
 }
 
+/// A listener started by a test: interrupted when the test is done with
+/// it, killed if the test fails first (it would outlive the test).
+struct Listening(Child);
+
+impl Listening {
+    /// Stops it as Ctrl-C would, so it closes its audit log.
+    fn interrupt(mut self) {
+        let _ = Command::new("kill")
+            .arg("-INT")
+            .arg(self.0.id().to_string())
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Lines of `child`'s stdout, as they come.
 fn lines(child: &mut Child) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
@@ -141,8 +165,9 @@ fn agents_exchange_signed_messages_and_strangers_are_refused() {
     let bob_file = bob.agentfile(&[&alice], &["true".to_owned()]);
     let carol_file = carol.agentfile(&[&alice], &["true".to_owned()]);
 
-    let mut listening = bob.spawn(&["a2a", "listen", "--agentfile", bob_file.to_str().unwrap()]);
-    let bob_heard = lines(&mut listening);
+    let mut listening =
+        Listening(bob.spawn(&["a2a", "listen", "--agentfile", bob_file.to_str().unwrap()]));
+    let bob_heard = lines(&mut listening.0);
     std::thread::sleep(Duration::from_millis(300));
     let mut run = alice.spawn(&["run", alice_file.to_str().unwrap()]);
     let alice_said = lines(&mut run);
@@ -189,11 +214,7 @@ fn agents_exchange_signed_messages_and_strangers_are_refused() {
         "{inbox}"
     );
     assert!(run.wait().unwrap().success());
-    let _ = Command::new("kill")
-        .arg("-INT")
-        .arg(listening.id().to_string())
-        .status();
-    let _ = listening.wait();
+    listening.interrupt();
 
     let sent = alice.events("a2a_sent");
     assert_eq!(sent[0]["to"], bob.did.as_str());
@@ -227,7 +248,8 @@ fn a_replay_store_damaged_under_a2a_listen_is_refused_and_recorded() {
     let bob = Agent::new("bob");
     let alice_file = alice.agentfile(&[&bob], &["true".to_owned()]);
     let bob_file = bob.agentfile(&[&alice], &["true".to_owned()]);
-    let mut listening = bob.spawn(&["a2a", "listen", "--agentfile", bob_file.to_str().unwrap()]);
+    let listening =
+        Listening(bob.spawn(&["a2a", "listen", "--agentfile", bob_file.to_str().unwrap()]));
     // Until the listener is up, sending fails with 2.
     let delivered = (0..100).any(|_| {
         let out = send(&alice, &alice_file, &bob, r#"{"n":1}"#);
@@ -258,11 +280,7 @@ fn a_replay_store_damaged_under_a2a_listen_is_refused_and_recorded() {
     // The id was written back; the next message goes through.
     let again = send(&alice, &alice_file, &bob, r#"{"n":3}"#);
     assert!(again.status.success(), "{}", text(&again.stderr));
-    let _ = Command::new("kill")
-        .arg("-INT")
-        .arg(listening.id().to_string())
-        .status();
-    let _ = listening.wait();
+    listening.interrupt();
 
     let refusals = bob.events("a2a_refused");
     assert_eq!(refusals.len(), 1, "{refusals:?}");
