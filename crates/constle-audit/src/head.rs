@@ -19,6 +19,7 @@ use ed25519_dalek::Signature;
 use serde_json::{Map, Value};
 
 use crate::entry::{FORMAT_VERSION, LineHash, parse_signature};
+use crate::read::{MAX_HEAD_BYTES, ReadError, read_bounded};
 use constle_json as strict_json;
 
 /// Where an agent's chain ends.
@@ -89,10 +90,10 @@ impl Head {
     /// Reads a head file; `Ok(None)` if there is none.
     pub fn load(dir: &Path, agent: &Name) -> Result<Option<SignedHead>, HeadError> {
         let path = crate::layout::head_path(dir, agent);
-        match fs::read(&path) {
+        match read_bounded(&path, MAX_HEAD_BYTES) {
             Ok(bytes) => SignedHead::parse(&bytes).map(Some),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(err) => Err(HeadError::Unreadable(err.to_string())),
+            Err(err) if err.is_not_found() => Ok(None),
+            Err(err) => Err(HeadError::Unreadable(err)),
         }
     }
 }
@@ -154,9 +155,10 @@ impl SignedHead {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HeadError {
-    /// The file exists but could not be read.
+    /// The file exists but could not be read, or is not a regular file of
+    /// a head's size.
     #[error("cannot read the head anchor: {0}")]
-    Unreadable(String),
+    Unreadable(#[source] ReadError),
     /// The file is not a head anchor as the writer produces it.
     #[error("the head anchor is malformed ({0})")]
     Malformed(String),

@@ -4,7 +4,6 @@
 //! The result is either a [`VerifiedLog`], which only this module can make,
 //! or the list of [`Finding`]s that show the file was changed.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::thread;
 
@@ -16,8 +15,9 @@ use serde_json::Value;
 
 use crate::batch;
 use crate::entry::{DidCache, Entry, LineError, LineHash, parse_line, parse_line_cached, utc_date};
-use crate::head::{Head, SignedHead};
+use crate::head::{Head, HeadError, SignedHead};
 use crate::layout::DayFile;
+use crate::read::{ReadError, read_log_file};
 
 /// What the verifier is told to trust, from the Agentfile (`--agentfile`).
 /// With nothing pinned, verification can only show the file is internally
@@ -173,8 +173,14 @@ pub enum Verdict {
 
 /// Verifies one day file, including its links to the neighbouring day files
 /// in the same directory and to the head anchor.
-pub fn verify_file(path: &Path, anchors: &TrustAnchors) -> std::io::Result<Verdict> {
-    let bytes = fs::read(path)?;
+///
+/// # Errors
+///
+/// [`ReadError`] if a file that must be read (this one, a neighbouring day,
+/// the head anchor) is not a regular file of bounded size, or cannot be
+/// read: the check could not be made.
+pub fn verify_file(path: &Path, anchors: &TrustAnchors) -> Result<Verdict, ReadError> {
+    let bytes = read_log_file(path)?;
     let day = DayFile::from_path(path);
     let mut check = Check::run(path, day.as_ref(), &bytes, anchors);
     if let Some(day) = &day {
@@ -402,9 +408,15 @@ impl<'a> Check<'a> {
     /// Checks that the first entry continues the previous day's file (or is
     /// the start of the chain the head names) and that the last entry is the
     /// end the next day's file or the head records.
-    fn link_neighbours(&mut self, day: &DayFile) -> std::io::Result<()> {
-        let (before, after) = day.neighbours()?;
-        let head = Head::load(&day.dir, &day.agent);
+    fn link_neighbours(&mut self, day: &DayFile) -> Result<(), ReadError> {
+        let (before, after) = day.neighbours().map_err(|source| ReadError::Io {
+            path: day.dir.clone(),
+            source,
+        })?;
+        let head = match Head::load(&day.dir, &day.agent) {
+            Err(HeadError::Unreadable(err)) => return Err(err),
+            other => other,
+        };
         let starts_here = head
             .as_ref()
             .ok()
@@ -424,12 +436,14 @@ impl<'a> Check<'a> {
         &mut self,
         before: Option<&DayFile>,
         starts_here: Option<bool>,
-    ) -> std::io::Result<()> {
+    ) -> Result<(), ReadError> {
         let Some(first) = self.lines.first().and_then(|l| l.entry.as_ref().ok()) else {
             return Ok(());
         };
         let previous = match before {
-            Some(before) => last_line(&fs::read(before.path())?).map(|l| (before.file_name(), l)),
+            Some(before) => {
+                last_line(&read_log_file(&before.path())?).map(|l| (before.file_name(), l))
+            }
             None => None,
         };
         let detail = match (first.prev, previous) {
@@ -464,8 +478,8 @@ impl<'a> Check<'a> {
         Ok(())
     }
 
-    fn link_to_next_day(&mut self, after: &DayFile) -> std::io::Result<()> {
-        let bytes = fs::read(after.path())?;
+    fn link_to_next_day(&mut self, after: &DayFile) -> Result<(), ReadError> {
+        let bytes = read_log_file(&after.path())?;
         let next = bytes
             .split(|&b| b == b'\n')
             .next()
@@ -482,11 +496,7 @@ impl<'a> Check<'a> {
         Ok(())
     }
 
-    fn check_head(
-        &mut self,
-        day: &DayFile,
-        loaded: Result<Option<SignedHead>, crate::head::HeadError>,
-    ) {
+    fn check_head(&mut self, day: &DayFile, loaded: Result<Option<SignedHead>, HeadError>) {
         let head_path = crate::layout::head_path(&day.dir, &day.agent);
         let (head, signature) = match loaded {
             Ok(Some(SignedHead { head, signature })) => (head, signature),

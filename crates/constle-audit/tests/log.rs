@@ -416,6 +416,38 @@ fn the_writer_refuses_a_log_without_its_head_and_another_signer() {
     ));
 }
 
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+}
+
+#[test]
+fn the_writer_refuses_a_fifo_where_its_files_are_instead_of_hanging() {
+    let next_day = |dir: &Path| dir.join("my-agent-2026-08-09.jsonl");
+    let head = |dir: &Path| head_path(dir, &agent());
+    for (what, victim) in [
+        ("next day's file", next_day as fn(&Path) -> PathBuf),
+        ("head", head),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        signed_log(dir.path(), 1);
+        let _ = fs::remove_file(victim(dir.path()));
+        mkfifo(&victim(dir.path()));
+        let clock = Clock::new();
+        clock.next_day();
+        let appender = clock.appender(dir.path(), Some(key(1)));
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(appender.append(events(1)).map(drop)));
+        let result = result
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("the writer hung on a FIFO as its {what}"));
+        assert!(result.is_err(), "{what}: {result:?}");
+    }
+}
+
 #[test]
 fn unsigned_logs_chain_and_refuse_a_pinned_did() {
     let dir = tempfile::tempdir().unwrap();
