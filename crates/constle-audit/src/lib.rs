@@ -27,6 +27,7 @@ mod entry;
 mod head;
 mod layout;
 mod read;
+mod snapshot;
 mod verify;
 mod writer;
 

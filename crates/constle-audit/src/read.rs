@@ -1,12 +1,14 @@
 //! Reading the log's files: only regular files (links followed), opened
 //! without blocking, and at most a bounded number of bytes. A FIFO named
 //! like a day file would otherwise hang a reader forever, and a link to
-//! `/dev/zero` fill its memory.
+//! `/dev/zero` fill its memory. The verifier opens the writers' lock file
+//! the same way.
 
 use std::fs::{self, File, FileType, OpenOptions};
 use std::io::{self, Read as _};
 use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use nix::fcntl::OFlag;
 
@@ -35,6 +37,19 @@ pub enum ReadError {
         path: PathBuf,
         /// The bound.
         max: u64,
+    },
+    /// A writer kept the log's lock while the files were between two
+    /// states of its append, so no consistent reading could be had.
+    #[error(
+        "{}: a writer held this lock for {} s while the log was mid-append; verify again",
+        .path.display(),
+        .waited.as_secs()
+    )]
+    Busy {
+        /// The lock file.
+        path: PathBuf,
+        /// How long the reader waited.
+        waited: Duration,
     },
     /// The operating system refused.
     #[error("{}: {source}", .path.display())]
@@ -66,21 +81,8 @@ pub fn read_log_file(path: &Path) -> Result<Vec<u8>, ReadError> {
 /// Reads the regular file at `path` (links followed) whole, if it holds at
 /// most `max` bytes.
 pub(crate) fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, ReadError> {
-    let io_error = |source| ReadError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    // Looked at before opening, since opening a device can act on it.
-    regular(path, &fs::metadata(path).map_err(io_error)?.file_type())?;
-    // Non-blocking, and never the controlling terminal: what was looked at
-    // may have been swapped for a FIFO or a terminal since.
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
-        .open(path)
-        .map_err(io_error)?;
-    let meta = file.metadata().map_err(io_error)?;
-    regular(path, &meta.file_type())?;
+    let file = open_for_reading(path)?;
+    let meta = file.metadata().map_err(|source| io_error(path, source))?;
     let too_large = || ReadError::TooLarge {
         path: path.to_owned(),
         max,
@@ -92,10 +94,35 @@ pub(crate) fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, ReadError> 
     // One byte more than allowed shows a file that grew while being read.
     File::take(file, max + 1)
         .read_to_end(&mut bytes)
-        .map_err(io_error)?;
+        .map_err(|source| io_error(path, source))?;
     match bytes.len() as u64 > max {
         true => Err(too_large()),
         false => Ok(bytes),
+    }
+}
+
+/// Opens the regular file at `path` (links followed) for reading, without
+/// blocking.
+pub(crate) fn open_for_reading(path: &Path) -> Result<File, ReadError> {
+    // Looked at before opening, since opening a device can act on it.
+    let meta = fs::metadata(path).map_err(|source| io_error(path, source))?;
+    regular(path, &meta.file_type())?;
+    // Non-blocking, and never the controlling terminal: what was looked at
+    // may have been swapped for a FIFO or a terminal since.
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
+        .open(path)
+        .map_err(|source| io_error(path, source))?;
+    let meta = file.metadata().map_err(|source| io_error(path, source))?;
+    regular(path, &meta.file_type())?;
+    Ok(file)
+}
+
+fn io_error(path: &Path, source: io::Error) -> ReadError {
+    ReadError::Io {
+        path: path.to_owned(),
+        source,
     }
 }
 
