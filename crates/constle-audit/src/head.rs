@@ -8,8 +8,9 @@
 //! day's first entry links to the previous day's last, so for any day but the
 //! latest the next day's file plays the same role.
 
-use std::fs::{self, File};
-use std::io::Write as _;
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use base64::Engine as _;
@@ -80,7 +81,7 @@ impl Head {
         }
         let path = crate::layout::head_path(dir, agent);
         let temp = path.with_extension("head.tmp");
-        let mut file = File::create(&temp)?;
+        let mut file = create_private(&temp)?;
         file.write_all(&strict_json::canonical_object(&object))?;
         file.sync_all()?;
         fs::rename(&temp, &path)?;
@@ -96,6 +97,23 @@ impl Head {
             Err(err) => Err(HeadError::Unreadable(err)),
         }
     }
+}
+
+/// Creates `path` afresh, readable and writable by its owner only (the head
+/// is renamed from it, and keeps its mode). What a crash left at that name
+/// is removed first, so that an older file's mode is not kept and a link
+/// planted there is not followed; writers store heads one at a time, under
+/// the lock, so it is no other writer's file.
+fn create_private(path: &Path) -> std::io::Result<File> {
+    match fs::remove_file(path) {
+        Err(err) if err.kind() != ErrorKind::NotFound => return Err(err),
+        _ => {}
+    }
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
 }
 
 impl SignedHead {

@@ -142,6 +142,28 @@ fn files_and_directories_are_private() {
     let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&logs), 0o700);
     assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(&head_path(&logs, &agent())), 0o600);
+    assert_eq!(mode(&logs.join("my-agent.lock")), 0o600);
+}
+
+#[test]
+fn the_head_is_private_even_after_a_crash_left_a_readable_temp_file() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let head = head_path(dir.path(), &agent());
+    let temp = head.with_extension("head.tmp");
+    fs::write(&temp, "left by a crash").unwrap();
+    fs::set_permissions(&temp, fs::Permissions::from_mode(0o644)).unwrap();
+    signed_log(dir.path(), 1);
+    assert_eq!(
+        fs::metadata(&head).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // A link planted at the temp name is not written through.
+    let outside = dir.path().join("outside");
+    std::os::unix::fs::symlink(&outside, &temp).unwrap();
+    signed_log(dir.path(), 1);
+    assert!(!outside.exists());
 }
 
 #[test]
