@@ -6,7 +6,9 @@
 //! lines other listeners appended since this one last looked (each listener
 //! caches what it has read, keyed by the file's inode), checks the id, then
 //! appends its line and `fdatasync`s before answering: an id is durable
-//! before its message is accepted.
+//! before its message is accepted. If the append fails, it is cut off again
+//! before the refusal is answered: a sender told "not recorded" must find
+//! its resend accepted.
 //!
 //! The lock file is never renamed, so every process locks the same inode;
 //! each store opens its own description, so two listeners in one process
@@ -22,6 +24,20 @@
 //! at the last rewrite (and at least [`COMPACT_MIN_LINES`]), the live ones
 //! are written to `seen.tmp`, fsynced and renamed over `seen`, and the
 //! directory is fsynced. Other listeners see a new inode and reread.
+//!
+//! Nothing else makes the file lose an id, so a store never trusts a file
+//! that did:
+//!
+//! - The directory is created whole: `seen` and `lock` are made in a
+//!   temporary directory that is then renamed into place. So `seen` is
+//!   expected wherever the directory exists, and a directory without it is
+//!   refused ([`ReplayError::Missing`]): it was removed, and what it held
+//!   cannot be known.
+//! - Each store keeps every id it has read or written until the id's
+//!   `until`, whatever happens to the file. A file that shrank or vanished,
+//!   or a new one (another listener's rewrite) that lacks an id still inside
+//!   its window, is damage ([`ReplayError::Damaged`]): the message at hand
+//!   is refused, and the ids it lacks are written back.
 
 use std::collections::HashMap;
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -52,15 +68,28 @@ fn io_error<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(io::Error) ->
     }
 }
 
-/// What this store has read of the file.
-#[derive(Default)]
-struct Cache {
-    /// The (device, inode) read, if any.
-    file: Option<(u64, u64)>,
+/// How far a store has read `seen`.
+#[derive(Clone, Copy)]
+struct Position {
+    /// The (device, inode) read.
+    file: (u64, u64),
     /// How many bytes of it.
     offset: u64,
-    /// `<from> <msg_id>` → until (Unix seconds).
-    seen: HashMap<String, i64>,
+}
+
+/// What this store knows of the ids.
+#[derive(Default)]
+struct Cache {
+    /// Every id this store has read or written, `<from> <msg_id>` → until
+    /// (Unix seconds). Kept through errors and rereads; an id leaves only
+    /// when it has expired, at a rewrite.
+    known: HashMap<String, i64>,
+    /// How far the file has been read; `None` until it is read from the
+    /// start again (at open, and after any error).
+    read: Option<Position>,
+    /// Whether the file has been read at all: from then on, its absence is
+    /// damage rather than an unknown past.
+    found: bool,
     /// Lines in the file (live or not).
     lines: usize,
     /// Lines at which to consider a rewrite.
@@ -79,23 +108,13 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// Creates `dir` (0700, with its parents up to `home`) and reads its
-    /// state once, so a corrupt store is reported at start.
+    /// Creates `dir` whole if it does not exist (0700, with its parents up
+    /// to `home`) and reads its state once, so a damaged store is reported
+    /// at start.
     pub(crate) async fn open(home: PathBuf, dir: PathBuf) -> Result<Store, ReplayError> {
         let shared = blocking(&dir.clone(), move || {
-            DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .map_err(io_error(&dir, "create directory"))?;
-            // New directory entries must survive a crash like the ids in them.
-            let mut at = dir.as_path();
-            while let Some(parent) = at.parent() {
-                sync_dir(parent)?;
-                if parent == home || parent.as_os_str().is_empty() {
-                    break;
-                }
-                at = parent;
+            if !dir.is_dir() {
+                create_whole(&home, &dir)?;
             }
             let lock_path = dir.join(LOCK);
             let lock = OpenOptions::new()
@@ -136,19 +155,18 @@ impl Store {
         let until = until.as_second();
         self.locked(move |shared, cache| {
             let mut file = refresh(&shared.dir, cache, now)?;
-            if cache.seen.contains_key(&key) {
+            if cache.known.contains_key(&key) {
                 return Ok(Seen::Before);
             }
-            let path = shared.dir.join(SEEN);
             let line = format!("{until} {key}\n");
-            file.write_all(line.as_bytes())
-                .map_err(io_error(&path, "append"))?;
-            file.sync_data().map_err(io_error(&path, "fdatasync"))?;
-            cache.offset += line.len() as u64;
-            cache.lines += 1;
-            cache.seen.insert(key, until);
+            append(&mut file, &shared.dir.join(SEEN), cache, line.as_bytes())?;
+            cache.known.insert(key, until);
             if cache.lines >= cache.compact_at {
-                compact(&shared.dir, cache, now)?;
+                // The id is durable and the message will be accepted: a
+                // failed rewrite must not turn that into a refusal. The
+                // next call's refresh tries again, and fails closed before
+                // recording anything.
+                let _ = compact(&shared.dir, cache, now);
             }
             Ok(Seen::New)
         })
@@ -167,10 +185,10 @@ impl Store {
         let lock_path = self.shared.dir.join(LOCK);
         constle_lockfile::locked(LOCK_WAIT, move |claim| {
             let mut cache = shared.cache.lock().unwrap_or_else(|poisoned| {
-                // A panic midway may have left the cache half updated:
-                // forget it and reread the file.
+                // A panic midway may have left the position wrong: reread
+                // the file, still holding it to every id known.
                 let mut cache = poisoned.into_inner();
-                *cache = Cache::default();
+                cache.read = None;
                 cache
             });
             let _held = claim
@@ -178,9 +196,9 @@ impl Store {
                 .map_err(io_error(&lock_path, "lock"))?;
             let done = work(&shared, &mut cache);
             if done.is_err() {
-                // Whatever failed may have left the cache ahead of the
-                // file: reread next time.
-                *cache = Cache::default();
+                // Whatever failed may have left the position ahead of the
+                // file: reread it next time (the ids stay known).
+                cache.read = None;
             }
             done
         })
@@ -212,17 +230,88 @@ fn stopped(path: &Path, err: &tokio::task::JoinError) -> ReplayError {
     }
 }
 
+/// Creates `dir` with an empty `seen` and a `lock` in it, all at once: they
+/// are made in a temporary directory beside it, which is renamed into
+/// place. If another listener got there first, its directory is used.
+fn create_whole(home: &Path, dir: &Path) -> Result<(), ReplayError> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(ReplayError::Io {
+            path: dir.to_owned(),
+            message: "not a directory below $CONSTLE_HOME".to_owned(),
+        });
+    };
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(parent)
+        .map_err(io_error(parent, "create directory"))?;
+    // New directory entries must survive a crash like the ids in them.
+    for ancestor in parent.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+        sync_dir(ancestor)?;
+        if ancestor == home {
+            break;
+        }
+    }
+    let mut suffix = [0u8; 8];
+    getrandom::fill(&mut suffix).map_err(|err| ReplayError::Io {
+        path: dir.to_owned(),
+        message: format!("no random bytes for a temporary name: {err}"),
+    })?;
+    let temp = parent.join(format!(
+        ".{}.new-{}",
+        name.to_string_lossy(),
+        hex::encode(suffix)
+    ));
+    let made = fill_new_store(&temp).and_then(|()| match fs::rename(&temp, dir) {
+        Ok(()) => sync_dir(parent),
+        // Another listener's directory is in place: use it.
+        Err(err)
+            if matches!(
+                err.kind(),
+                io::ErrorKind::DirectoryNotEmpty | io::ErrorKind::AlreadyExists
+            ) =>
+        {
+            Ok(())
+        }
+        Err(err) => Err(io_error(dir, "rename into place")(err)),
+    });
+    // Left only if another listener won, or something failed.
+    let _ = fs::remove_dir_all(&temp);
+    made
+}
+
+fn fill_new_store(temp: &Path) -> Result<(), ReplayError> {
+    DirBuilder::new()
+        .mode(0o700)
+        .create(temp)
+        .map_err(io_error(temp, "create directory"))?;
+    for name in [SEEN, LOCK] {
+        let path = temp.join(name);
+        OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|file| file.sync_all())
+            .map_err(io_error(&path, "create"))?;
+    }
+    sync_dir(temp)
+}
+
 /// Opens `seen` for appending and brings the cache up to date with it.
 /// Called with the lock held.
 fn refresh(dir: &Path, cache: &mut Cache, now: Timestamp) -> Result<File, ReplayError> {
     let path = dir.join(SEEN);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(io_error(&path, "open"))?;
+    let mut file = match OpenOptions::new().read(true).append(true).open(&path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            return Err(match cache.found {
+                false => ReplayError::Missing { path },
+                true => recreate(dir, cache, now),
+            });
+        }
+        Err(err) => return Err(io_error(&path, "open")(err)),
+    };
     let meta = file.metadata().map_err(io_error(&path, "stat"))?;
     if !meta.is_file() {
         return Err(ReplayError::Corrupt {
@@ -231,45 +320,29 @@ fn refresh(dir: &Path, cache: &mut Cache, now: Timestamp) -> Result<File, Replay
         });
     }
     let id = (meta.dev(), meta.ino());
-    if cache.file != Some(id) || meta.len() < cache.offset {
-        *cache = Cache {
-            file: Some(id),
-            ..Cache::default()
-        };
-        // A file this call may just have created must survive a crash.
-        sync_dir(dir)?;
-    }
-    if meta.len() > cache.offset {
-        let mut fresh = Vec::new();
-        file.seek(SeekFrom::Start(cache.offset))
-            .map_err(io_error(&path, "seek"))?;
-        file.read_to_end(&mut fresh)
-            .map_err(io_error(&path, "read"))?;
-        let complete = fresh.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-        if complete < fresh.len() {
-            // A torn append from a crash: never acknowledged, cut it off.
-            file.set_len(cache.offset + complete as u64)
-                .map_err(io_error(&path, "truncate a torn line"))?;
-            file.sync_data().map_err(io_error(&path, "fdatasync"))?;
+    match cache.read {
+        Some(read) if read.file == id && meta.len() >= read.offset => {
+            let (ids, end) = read_from(&mut file, &path, read.offset)?;
+            cache.lines += ids.len();
+            cache.known.extend(ids);
+            cache.read = Some(Position {
+                file: id,
+                offset: end,
+            });
         }
-        let text = std::str::from_utf8(&fresh[..complete]).map_err(|_| ReplayError::Corrupt {
-            path: path.clone(),
-            reason: "not UTF-8".to_owned(),
-        })?;
-        for (n, line) in text.lines().enumerate() {
-            let (until, key) = parse_line(line).ok_or_else(|| ReplayError::Corrupt {
-                path: path.clone(),
-                reason: format!(
-                    "line {} after byte {} is not `<until> <did> <msg_id>`",
-                    n + 1,
-                    cache.offset
-                ),
-            })?;
-            cache.seen.insert(key.to_owned(), until);
-            cache.lines += 1;
+        previous => {
+            let change = match previous {
+                Some(read) if read.file == id => Some(format!(
+                    "shrank from {} to {} bytes",
+                    read.offset,
+                    meta.len()
+                )),
+                _ => None,
+            };
+            reread(&mut file, &path, id, cache, now, change)?;
         }
-        cache.offset += complete as u64;
     }
+    cache.found = true;
     if cache.compact_at == 0 {
         cache.compact_at = COMPACT_MIN_LINES.max(2 * cache.lines);
     }
@@ -278,6 +351,168 @@ fn refresh(dir: &Path, cache: &mut Cache, now: Timestamp) -> Result<File, Replay
         return refresh(dir, cache, now);
     }
     Ok(file)
+}
+
+/// Reads the whole file (another listener's rewrite, or the first read)
+/// and checks it still holds every id known to be inside its window. If it
+/// does not, or `change` says it shrank, the missing ids are written back
+/// and the damage is the error.
+fn reread(
+    file: &mut File,
+    path: &Path,
+    id: (u64, u64),
+    cache: &mut Cache,
+    now: Timestamp,
+    change: Option<String>,
+) -> Result<(), ReplayError> {
+    let (ids, end) = read_from(file, path, 0)?;
+    cache.lines = ids.len();
+    let ids: HashMap<String, i64> = ids.into_iter().collect();
+    let missing = live_lines(&cache.known, now, |key| !ids.contains_key(key));
+    cache.known.extend(ids);
+    cache.read = Some(Position {
+        file: id,
+        offset: end,
+    });
+    let change = match (change, missing.is_empty()) {
+        (None, true) => return Ok(()),
+        (Some(change), _) => change,
+        (None, false) => "lacks ids this listener recorded".to_owned(),
+    };
+    let restored = append(file, path, cache, missing.as_bytes());
+    Err(damaged(path, change, &missing, restored))
+}
+
+/// `seen` vanished: makes it again, with every id known to be inside its
+/// window, and returns the damage.
+fn recreate(dir: &Path, cache: &mut Cache, now: Timestamp) -> ReplayError {
+    let path = dir.join(SEEN);
+    let missing = live_lines(&cache.known, now, |_| true);
+    let restored = OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .append(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_error(&path, "create"))
+        .and_then(|mut file| {
+            let meta = file.metadata().map_err(io_error(&path, "stat"))?;
+            cache.read = Some(Position {
+                file: (meta.dev(), meta.ino()),
+                offset: 0,
+            });
+            cache.lines = 0;
+            append(&mut file, &path, cache, missing.as_bytes())?;
+            sync_dir(dir)
+        });
+    damaged(&path, "vanished".to_owned(), &missing, restored)
+}
+
+fn damaged(
+    path: &Path,
+    change: String,
+    missing: &str,
+    restored: Result<(), ReplayError>,
+) -> ReplayError {
+    ReplayError::Damaged {
+        path: path.to_owned(),
+        change,
+        missing: missing.lines().count(),
+        not_restored: restored.err().map(|err| err.to_string()),
+    }
+}
+
+/// The lines of the ids in `known` still inside their window at `now` for
+/// which `wanted` holds.
+fn live_lines(
+    known: &HashMap<String, i64>,
+    now: Timestamp,
+    wanted: impl Fn(&str) -> bool,
+) -> String {
+    let now = now.as_second();
+    known
+        .iter()
+        .filter(|(key, until)| **until >= now && wanted(key))
+        .map(|(key, until)| format!("{until} {key}\n"))
+        .collect()
+}
+
+/// Appends `lines` and syncs them, at the end the cache has read to. If
+/// that fails, cuts them off again: the caller is about to answer that
+/// nothing was recorded, and a resend must then not be refused as a
+/// replay.
+fn append(
+    file: &mut File,
+    path: &Path,
+    cache: &mut Cache,
+    lines: &[u8],
+) -> Result<(), ReplayError> {
+    let Some(read) = cache.read.as_mut() else {
+        return Err(ReplayError::Io {
+            path: path.to_owned(),
+            message: "append before the file was read".to_owned(),
+        });
+    };
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let written = file.write_all(lines).and_then(|()| file.sync_data());
+    if let Err(err) = written {
+        let undone = file.set_len(read.offset).and_then(|()| file.sync_data());
+        return Err(ReplayError::Io {
+            path: path.to_owned(),
+            message: match undone {
+                Ok(()) => format!("append: {err}"),
+                Err(undo) => format!(
+                    "append: {err}; cutting it off again failed too ({undo}), so a resend may be refused as a replay"
+                ),
+            },
+        });
+    }
+    read.offset += lines.len() as u64;
+    cache.lines += lines.iter().filter(|b| **b == b'\n').count();
+    Ok(())
+}
+
+/// Reads the lines from `start` to the end, cutting off a torn last line;
+/// returns them and where the complete ones end.
+fn read_from(
+    file: &mut File,
+    path: &Path,
+    start: u64,
+) -> Result<(Vec<(String, i64)>, u64), ReplayError> {
+    let mut fresh = Vec::new();
+    file.seek(SeekFrom::Start(start))
+        .map_err(io_error(path, "seek"))?;
+    file.read_to_end(&mut fresh)
+        .map_err(io_error(path, "read"))?;
+    let complete = fresh.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    if complete < fresh.len() {
+        // A torn append from a crash: never acknowledged, cut it off.
+        file.set_len(start + complete as u64)
+            .map_err(io_error(path, "truncate a torn line"))?;
+        file.sync_data().map_err(io_error(path, "fdatasync"))?;
+    }
+    let text = std::str::from_utf8(&fresh[..complete]).map_err(|_| ReplayError::Corrupt {
+        path: path.to_owned(),
+        reason: "not UTF-8".to_owned(),
+    })?;
+    let ids = text
+        .lines()
+        .enumerate()
+        .map(|(n, line)| {
+            parse_line(line)
+                .map(|(until, key)| (key.to_owned(), until))
+                .ok_or_else(|| ReplayError::Corrupt {
+                    path: path.to_owned(),
+                    reason: format!(
+                        "line {} after byte {start} is not `<until> <did> <msg_id>`",
+                        n + 1
+                    ),
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((ids, start + complete as u64))
 }
 
 fn parse_line(line: &str) -> Option<(i64, &str)> {
@@ -292,12 +527,9 @@ fn parse_line(line: &str) -> Option<(i64, &str)> {
 
 /// Rewrites `seen` with only the ids still to be remembered at `now`.
 fn compact(dir: &Path, cache: &mut Cache, now: Timestamp) -> Result<(), ReplayError> {
-    let now = now.as_second();
-    cache.seen.retain(|_, until| *until >= now);
-    let mut text = String::with_capacity(cache.seen.len() * 90);
-    for (key, until) in &cache.seen {
-        text.push_str(&format!("{until} {key}\n"));
-    }
+    let now_s = now.as_second();
+    cache.known.retain(|_, until| *until >= now_s);
+    let text = live_lines(&cache.known, now, |_| true);
     let temp = dir.join(TEMP);
     let path = dir.join(SEEN);
     let mut file = OpenOptions::new()
@@ -314,9 +546,11 @@ fn compact(dir: &Path, cache: &mut Cache, now: Timestamp) -> Result<(), ReplayEr
     drop(file);
     fs::rename(&temp, &path).map_err(io_error(&path, "rename into place"))?;
     sync_dir(dir)?;
-    cache.file = Some((meta.dev(), meta.ino()));
-    cache.offset = text.len() as u64;
-    cache.lines = cache.seen.len();
+    cache.read = Some(Position {
+        file: (meta.dev(), meta.ino()),
+        offset: text.len() as u64,
+    });
+    cache.lines = cache.known.len();
     cache.compact_at = COMPACT_MIN_LINES.max(2 * cache.lines);
     Ok(())
 }
@@ -357,6 +591,10 @@ mod tests {
             store.remember(A, &id(1), at(1_000_360), now).await.unwrap(),
             Seen::Before
         );
+        // Another listener, open while this one rewrites the file.
+        let watcher = Store::open(home.path().to_owned(), dir.clone())
+            .await
+            .unwrap();
         drop(store);
         let store = Store::open(home.path().to_owned(), dir.clone())
             .await
@@ -374,6 +612,15 @@ mod tests {
         let text = fs::read_to_string(dir.join(SEEN)).unwrap();
         assert!(!text.contains(&id(1)), "the expired id was pruned");
         assert!(text.lines().count() < COMPACT_MIN_LINES + 2);
+        // The rewrite dropped only expired ids: no damage for the watcher.
+        let key = hex::encode(9u128.to_be_bytes());
+        assert_eq!(
+            watcher
+                .remember(A, &key, at(2_000_360), later)
+                .await
+                .unwrap(),
+            Seen::Before
+        );
         // Still every live id, also for a fresh reader.
         let other = Store::open(home.path().to_owned(), dir.clone())
             .await
@@ -415,5 +662,40 @@ mod tests {
             store.remember(A, &id(3), at(1_000_360), now).await,
             Err(ReplayError::Corrupt { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn an_id_recorded_before_a_failed_rewrite_is_accepted_once() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("r");
+        let store = Store::open(home.path().to_owned(), dir.clone())
+            .await
+            .unwrap();
+        let (now, until) = (at(1_000_000), at(1_000_360));
+        for n in 0..COMPACT_MIN_LINES - 1 {
+            let key = hex::encode((n as u128).to_be_bytes());
+            store.remember(A, &key, until, now).await.unwrap();
+        }
+        // The rewrite the next record sets off cannot make its temp file.
+        fs::create_dir(dir.join(TEMP)).unwrap();
+        assert_eq!(
+            store.remember(A, &id(0xee), until, now).await.unwrap(),
+            Seen::New,
+            "recorded, so accepted"
+        );
+        // The next one tries the rewrite first, and records nothing.
+        assert!(matches!(
+            store.remember(A, &id(0xef), until, now).await,
+            Err(ReplayError::Io { .. })
+        ));
+        fs::remove_dir(dir.join(TEMP)).unwrap();
+        assert_eq!(
+            store.remember(A, &id(0xef), until, now).await.unwrap(),
+            Seen::New
+        );
+        assert_eq!(
+            store.remember(A, &id(0xee), until, now).await.unwrap(),
+            Seen::Before
+        );
     }
 }

@@ -41,6 +41,7 @@
 
 #![forbid(unsafe_code)]
 
+mod body;
 mod client;
 mod embedded;
 mod envelope;
@@ -108,6 +109,12 @@ pub enum Refusal {
     /// inbox. Nothing was recorded; the same envelope may be sent again.
     #[error("the agent's inbox is full")]
     InboxFull,
+    /// 503 `a2a_in_flight`, with `Retry-After`: another attempt at this
+    /// `msg_id` holds it and has not settled (Redis store). Nothing was
+    /// recorded for this one; resent later, it is accepted, or refused as a
+    /// replay if the other attempt delivered it.
+    #[error("another delivery of this message id is still being settled")]
+    InFlight,
 }
 
 /// How long a sender should wait before retrying a 503.
@@ -127,6 +134,7 @@ impl Refusal {
             Refusal::Replayed => "a2a_replayed",
             Refusal::ReplayStoreUnavailable(_) => "a2a_replay_store_unavailable",
             Refusal::InboxFull => "a2a_inbox_full",
+            Refusal::InFlight => "a2a_in_flight",
         }
     }
 
@@ -138,7 +146,7 @@ impl Refusal {
             Refusal::UnknownSender | Refusal::WrongAddressee => 403,
             Refusal::Replayed => 409,
             Refusal::TooLarge { .. } => 413,
-            Refusal::ReplayStoreUnavailable(_) | Refusal::InboxFull => 503,
+            Refusal::ReplayStoreUnavailable(_) | Refusal::InboxFull | Refusal::InFlight => 503,
         }
     }
 

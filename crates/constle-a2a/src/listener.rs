@@ -11,9 +11,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use constle_identity::DidKey;
-use futures_util::StreamExt as _;
 use jiff::Timestamp;
 
+use crate::body::{BodyError, read_limited};
 use crate::envelope::{Envelope, MAX_ENVELOPE_BYTES, MsgId};
 use crate::inbox::{Inbox, InboxMessage};
 use crate::replay::{ReplayStore, Seen};
@@ -32,7 +32,8 @@ pub type EventSink = Arc<dyn Fn(ListenerEvent) + Send + Sync>;
 /// `msg_id`, `from` and `issued_at` are as the envelope claims them (absent
 /// if it could not be parsed); `from` is proven only when `accepted`, or when
 /// the refusal came after the signature check (`a2a_wrong_addressee`,
-/// `a2a_too_old`, `a2a_from_the_future`, `a2a_replayed`, the 503s).
+/// `a2a_too_old`, `a2a_from_the_future`, `a2a_replayed`, `a2a_in_flight`,
+/// the other 503s).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ListenerEvent {
@@ -225,6 +226,7 @@ impl Listener {
                 Ok(message)
             }
             Ok(Seen::Before) => Err(Refusal::Replayed),
+            Ok(Seen::InFlight) => Err(Refusal::InFlight),
             Err(err) => Err(Refusal::ReplayStoreUnavailable(err.to_string())),
         }
     }
@@ -280,33 +282,17 @@ async fn handle(State(listener): State<Listener>, request: axum::extract::Reques
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(addr)| *addr);
     let (parts, body) = request.into_parts();
-    let headers = parts.headers;
     let max = listener.shared.max_envelope_bytes;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(len) = declared
-        && len > max as u64
-    {
-        let len = usize::try_from(len).unwrap_or(usize::MAX);
-        return listener.refuse_early(Refusal::TooLarge { len, max }, remote);
-    }
-    let mut bytes = Vec::with_capacity(declared.map_or(4096, |n| n as usize).min(max));
-    let mut stream = body.into_data_stream();
-    while let Some(chunk) = stream.next().await {
-        let Ok(chunk) = chunk else {
-            return listener.refuse_early(
-                Refusal::Malformed("the request body could not be read".to_owned()),
-                remote,
-            );
-        };
-        if bytes.len() + chunk.len() > max {
-            let len = bytes.len() + chunk.len();
+    let bytes = match read_limited(&parts.headers, body, max).await {
+        Ok(bytes) => bytes,
+        Err(BodyError::TooLarge { len }) => {
             return listener.refuse_early(Refusal::TooLarge { len, max }, remote);
         }
-        bytes.extend_from_slice(&chunk);
-    }
+        Err(BodyError::Unreadable) => {
+            let refusal = Refusal::Malformed("the request body could not be read".to_owned());
+            return listener.refuse_early(refusal, remote);
+        }
+    };
     // Run the check on its own task, so that a sender hanging up cannot stop
     // it between recording the id and delivering the message.
     let worker = listener.clone();

@@ -5,8 +5,9 @@
 //! - embedded (the default): an append-only file under
 //!   `$CONSTLE_HOME/a2a/replay/<did>/`, shared by every listener of that
 //!   identity on this machine (see the `embedded` module);
-//! - Redis (`a2a.replay: redis://…`): one `SET key 1 NX PX <ms>` per
-//!   message, shared by every machine listening as that identity.
+//! - Redis (`a2a.replay: redis://…`): one key per message, claimed,
+//!   then accepted or abandoned by one Lua script, shared by every machine
+//!   listening as that identity (see the `redis_store` module).
 //!
 //! An id is remembered until its envelope would be refused as too old
 //! anyway ([`VerifiedEnvelope::remember_until`]) and may be forgotten after.
@@ -24,6 +25,7 @@ use jiff::Timestamp;
 
 use crate::VerifiedEnvelope;
 use crate::embedded;
+use crate::envelope::CLOCK_SKEW;
 use crate::redis_store;
 
 /// How long after the clock-skew window an id is still kept, for clocks
@@ -51,6 +53,32 @@ pub enum ReplayError {
         path: PathBuf,
         /// What is wrong.
         reason: String,
+    },
+    /// The store's directory exists but its seen-ids file does not. The
+    /// directory is only ever created with the file in it, so the file was
+    /// removed, and the ids it held cannot be known.
+    #[error(
+        "replay store {path} is missing although its directory exists: it was removed, and the ids it held cannot be known; refusing all messages. Stop every listener of this identity, wait {} minutes (the longest an id is kept), then create it empty",
+        LONGEST_KEPT.as_secs() / 60
+    )]
+    Missing {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The seen-ids file shrank or vanished while the store was using it,
+    /// or was replaced by one that lacks ids the store knows are still
+    /// inside their window. The store writes those ids back; the message at
+    /// hand is refused.
+    #[error("replay store {path} {change} while in use; {}", restoration(*.missing, .not_restored.as_deref()))]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// What happened to it.
+        change: String,
+        /// How many ids still inside their window it lacked.
+        missing: usize,
+        /// Why they could not be written back, if they could not.
+        not_restored: Option<String>,
     },
     /// Another listener held the store's lock too long.
     #[error("replay store {path}: its lock was held for more than {waited:?}")]
@@ -86,6 +114,27 @@ pub enum ReplayError {
     },
 }
 
+/// The longest an id is kept: an envelope issued [`CLOCK_SKEW`] ahead of
+/// the listener's clock, remembered until its issue time plus the skew and
+/// [`REPLAY_MARGIN`].
+const LONGEST_KEPT: Duration =
+    Duration::from_secs(2 * CLOCK_SKEW.as_secs() + REPLAY_MARGIN.as_secs());
+
+fn restoration(missing: usize, not_restored: Option<&str>) -> String {
+    match (missing, not_restored) {
+        (0, None) => {
+            "no id still inside its window was lost; this message was refused and may be resent"
+                .to_owned()
+        }
+        (n, None) => format!(
+            "the {n} ids still inside their window it lacked were written back; this message was refused and may be resent"
+        ),
+        (n, Some(err)) => format!(
+            "{n} ids still inside their window are missing and could not be written back ({err}); refusing all messages until they are"
+        ),
+    }
+}
+
 impl From<RedisFailure> for ReplayError {
     fn from(failure: RedisFailure) -> Self {
         match failure {
@@ -102,11 +151,15 @@ impl From<RedisFailure> for ReplayError {
 
 /// Whether an id was new.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Seen {
     /// First time: it is now recorded durably.
     New,
     /// Recorded before: a replay.
     Before,
+    /// Claimed by another attempt (Redis store) that has not settled yet:
+    /// it may still be delivered, or abandoned. Not recorded for this one.
+    InFlight,
 }
 
 enum Inner {
@@ -160,11 +213,14 @@ impl ReplayStore {
 
     /// Records `envelope`'s id (for its sender) unless it was recorded
     /// before. [`Seen::New`] is returned only once the record is durable
-    /// (fsynced, or acknowledged by Redis).
+    /// (fsynced, or acknowledged by Redis); the caller then owns the id and
+    /// must deliver the message.
     ///
     /// # Errors
     ///
-    /// [`ReplayError`] if the store cannot be read or written in time.
+    /// [`ReplayError`] if the store cannot be read or written in time. The
+    /// id is then not recorded: a resend of the same envelope can be
+    /// accepted.
     pub async fn remember(
         &self,
         envelope: &VerifiedEnvelope,

@@ -11,8 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -20,6 +19,7 @@ use constle_identity::{DidKey, SigningIdentity};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
+use crate::body::{BodyError, read_limited};
 use crate::client::{A2aClient, DeliverError, PeerUrl};
 use crate::envelope::{EnvelopeError, MAX_ENVELOPE_BYTES, MsgId, sign_envelope};
 use crate::inbox::Inbox;
@@ -115,7 +115,6 @@ pub fn sandbox_router(inbox: Inbox, outbox: Option<Outbox>) -> Router {
     Router::new()
         .route(INBOX_NEXT_PATH, get(next))
         .route(OUTBOX_PATH, post(send))
-        .layer(DefaultBodyLimit::max(MAX_OUTBOX_BYTES))
         .with_state(SandboxState { inbox, outbox })
 }
 
@@ -134,7 +133,7 @@ fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response
     answer(status, json!({"error": code, "message": message.into()}))
 }
 
-async fn send(State(state): State<SandboxState>, body: Bytes) -> Response {
+async fn send(State(state): State<SandboxState>, request: Request) -> Response {
     let Some(outbox) = state.outbox else {
         return error(
             StatusCode::NOT_FOUND,
@@ -142,20 +141,31 @@ async fn send(State(state): State<SandboxState>, body: Bytes) -> Response {
             "this agent has no outbox",
         );
     };
-    let request = match constle_json::parse_limited(&body, MAX_OUTBOX_BYTES) {
+    let (parts, body) = request.into_parts();
+    let body = match read_limited(&parts.headers, body, MAX_OUTBOX_BYTES).await {
+        Ok(body) => body,
+        Err(BodyError::TooLarge { .. }) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "a2a_too_large",
+                format!("the request is larger than {MAX_OUTBOX_BYTES} bytes"),
+            );
+        }
+        Err(BodyError::Unreadable) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "a2a_malformed",
+                "the request body could not be read",
+            );
+        }
+    };
+    let request = match constle_json::parse(&body) {
         Ok(Value::Object(map)) => map,
         Ok(_) => {
             return error(
                 StatusCode::BAD_REQUEST,
                 "a2a_malformed",
                 "expected {\"to\": did, \"body\": …}",
-            );
-        }
-        Err(constle_json::LimitedError::TooLarge { .. }) => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "a2a_too_large",
-                "the request is too large",
             );
         }
         Err(err) => {

@@ -316,13 +316,14 @@ async fn a_replay_is_refused_after_a_restart() {
 }
 
 /// Sends `copies` of one envelope to the listeners, all at once, and counts
-/// the statuses.
+/// the final statuses (a copy that met another one still in flight in Redis
+/// is resent, as its 503 asks).
 async fn race(bases: &[String], sent: &Envelope, copies: usize) -> (usize, usize) {
     let mut tasks = Vec::new();
     for i in 0..copies {
         let base = bases[i % bases.len()].clone();
-        let bytes = sent.to_bytes();
-        tasks.push(tokio::spawn(async move { post(&base, bytes).await.0 }));
+        let sent = sent.clone();
+        tasks.push(tokio::spawn(async move { resend(&base, &sent).await.0 }));
     }
     let mut accepted = 0;
     let mut replayed = 0;
@@ -381,8 +382,10 @@ async fn an_unreadable_store_refuses_with_a_retryable_503() {
     std::fs::create_dir(dir.join("seen")).unwrap();
     assert_eq!(post(&node.base, sent.to_bytes()).await.0, 503);
     assert!(node.inbox.is_empty());
-    // Repaired: the same envelope is accepted, it was never recorded.
+    // Repaired with an empty file (this listener had recorded nothing, so
+    // nothing is lost): the same envelope is accepted, it was never recorded.
     std::fs::remove_dir(dir.join("seen")).unwrap();
+    std::fs::write(dir.join("seen"), "").unwrap();
     assert_eq!(post(&node.base, sent.to_bytes()).await.0, 202);
     let event = node.events.lock().unwrap()[0].clone();
     assert_eq!(event.reason(), "a2a_replay_store_unavailable");
@@ -391,6 +394,104 @@ async fn an_unreadable_store_refuses_with_a_retryable_503() {
         "{event:?}"
     );
     node.stop().await;
+}
+
+fn seen_file(home: &Path, me: &DidKey) -> std::path::PathBuf {
+    home.join("a2a/replay").join(me.as_str()).join("seen")
+}
+
+fn set_len(path: &Path, len: impl FnOnce(u64) -> u64) {
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let was = file.metadata().unwrap().len();
+    file.set_len(len(was)).unwrap();
+}
+
+/// Something done to a store's `seen` file.
+type Damage = fn(&Path);
+
+/// What can happen to the seen-ids file while a listener runs, none of
+/// which may make it forget an id still inside its window.
+const DAMAGE: [(&str, Damage); 4] = [
+    ("truncated to nothing", |seen| set_len(seen, |_| 0)),
+    ("cut inside its last line", |seen| {
+        set_len(seen, |len| len - 10)
+    }),
+    ("unlinked", |seen| std::fs::remove_file(seen).unwrap()),
+    ("replaced by an empty file", |seen| {
+        let other = seen.with_extension("other");
+        std::fs::write(&other, "").unwrap();
+        std::fs::rename(&other, seen).unwrap();
+    }),
+];
+
+#[tokio::test]
+async fn a_store_damaged_under_a_running_listener_forgets_nothing() {
+    for (what, damage) in DAMAGE {
+        let (home, alice, bob, node) = scene().await;
+        let sent = envelope(&alice, bob.did());
+        assert_eq!(post(&node.base, sent.to_bytes()).await.0, 202, "{what}");
+        damage(&seen_file(home.path(), bob.did()));
+        // The damage is refused and reported, and the ids written back.
+        assert_eq!(
+            post(&node.base, sent.to_bytes()).await,
+            (
+                503,
+                Some("a2a_replay_store_unavailable".into()),
+                Some("1".into())
+            ),
+            "{what}"
+        );
+        let refusal = format!("{:?}", node.events.lock().unwrap()[1].refusal);
+        assert!(refusal.contains("written back"), "{what}: {refusal}");
+        assert_eq!(post(&node.base, sent.to_bytes()).await.0, 409, "{what}");
+        assert_eq!(node.inbox.len(), 1, "{what}");
+        node.stop().await;
+        // Also for a listener started afterwards.
+        let again = listen(&alice, &bob, embedded(home.path(), bob.did()).await).await;
+        assert_eq!(post(&again.base, sent.to_bytes()).await.0, 409, "{what}");
+        again.stop().await;
+    }
+}
+
+/// What a listener may find when it starts: each is refused, and left as
+/// it was for an operator to look at.
+const UNTRUSTED: [(&str, Damage, &str); 3] = [
+    (
+        "seen removed",
+        |seen| std::fs::remove_file(seen).unwrap(),
+        "missing",
+    ),
+    (
+        "garbage",
+        |seen| std::fs::write(seen, "garbage\n").unwrap(),
+        "corrupt",
+    ),
+    (
+        "not UTF-8",
+        |seen| std::fs::write(seen, b"\xff\n").unwrap(),
+        "corrupt",
+    ),
+];
+
+#[tokio::test]
+async fn a_store_that_cannot_be_trusted_is_refused_at_start() {
+    for (what, damage, expected) in UNTRUSTED {
+        let home = tempfile::tempdir().unwrap();
+        let bob = SigningIdentity::generate();
+        drop(embedded(home.path(), bob.did()).await);
+        let seen = seen_file(home.path(), bob.did());
+        damage(&seen);
+        let before = std::fs::read(&seen).ok();
+        let err = ReplayStore::embedded(home.path(), bob.did())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(expected), "{what}: {err}");
+        assert!(
+            err.to_string().contains(&seen.display().to_string()),
+            "{what}: {err}"
+        );
+        assert_eq!(std::fs::read(&seen).ok(), before, "{what}: left as it was");
+    }
 }
 
 #[tokio::test]
@@ -481,6 +582,48 @@ async fn a_redis_that_is_down_or_frozen_refuses_with_503() {
     );
     assert!(node.inbox.is_empty());
     node.stop().await;
+}
+
+/// Posts `sent` to `base` until it is answered with something other than a
+/// 503, as a sender honouring `Retry-After` would (without the wait).
+async fn resend(base: &str, sent: &Envelope) -> (u16, Option<String>) {
+    for _ in 0..100 {
+        let (status, code, _) = post(base, sent.to_bytes()).await;
+        if status != 503 {
+            return (status, code);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("still 503 after 100 resends");
+}
+
+#[tokio::test]
+async fn a_503_from_a_frozen_redis_means_not_recorded() {
+    if !require_tools("a 503 from a frozen Redis", &["redis-server"]) {
+        return;
+    }
+    // The resend reaches the listener that answered 503, or another one.
+    for other in [false, true] {
+        let redis = RedisServer::start().unwrap();
+        let (alice, bob) = keys();
+        let first = listen(&alice, &bob, shared(&redis, bob.did()).await).await;
+        let second = listen(&alice, &bob, shared(&redis, bob.did()).await).await;
+        let sent = envelope(&alice, bob.did());
+        redis.stop().unwrap();
+        assert_eq!(post(&first.base, sent.to_bytes()).await.0, 503, "{other}");
+        // Redis wakes up and runs the claim it was sent before the 503.
+        redis.resume().unwrap();
+        let to = if other { &second } else { &first };
+        assert_eq!(resend(&to.base, &sent).await, (202, None), "{other}");
+        assert_eq!(
+            resend(&first.base, &sent).await,
+            (409, Some("a2a_replayed".into())),
+            "{other}"
+        );
+        assert_eq!(first.inbox.len() + second.inbox.len(), 1, "{other}");
+        first.stop().await;
+        second.stop().await;
+    }
 }
 
 #[tokio::test]
@@ -575,6 +718,78 @@ async fn the_agent_sends_through_its_outbox_and_reads_its_inbox() {
     assert_eq!(events.len(), 1);
     assert!(events[0].delivered);
     bob_node.stop().await;
+}
+
+/// POSTs `body` to `url` over a plain connection, declaring its length or
+/// sending it in chunks; returns the status, `Content-Type` and body.
+async fn raw_post(url: &str, body: &[u8], chunked: bool) -> (u16, String, Vec<u8>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (host, path) = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split_once('/'))
+        .unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(host).await.unwrap();
+    let mut request = format!("POST /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    let mut payload = Vec::new();
+    if chunked {
+        request.push_str("Transfer-Encoding: chunked\r\n\r\n");
+        for chunk in body.chunks(16 * 1024) {
+            payload.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            payload.extend_from_slice(chunk);
+            payload.extend_from_slice(b"\r\n");
+        }
+        payload.extend_from_slice(b"0\r\n\r\n");
+    } else {
+        request.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+        payload.extend_from_slice(body);
+    }
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    // The server may answer and close before it has read everything.
+    let _ = tcp.write_all(&payload).await;
+    let mut answer = Vec::new();
+    let _ = tcp.read_to_end(&mut answer).await;
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
+    let status = head[9..12].parse().unwrap();
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-type: ")
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    (status, content_type, rest.as_bytes().to_vec())
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_a_413_in_json_at_every_endpoint() {
+    let (_home, alice, bob, node) = scene().await;
+    let outbox = Outbox::new(
+        Arc::new(alice),
+        [(bob.did().clone(), node.url.clone())],
+        A2aClient::new().unwrap(),
+    );
+    let side = serve(sandbox_router(Inbox::default(), Some(outbox))).await;
+    let big = vec![b' '; constle_a2a::MAX_ENVELOPE_BYTES + 1];
+    for url in [
+        format!("{}/a2a/v1/messages", node.base),
+        format!("{side}/outbox"),
+    ] {
+        for chunked in [false, true] {
+            let (status, content_type, body) = raw_post(&url, &big, chunked).await;
+            let what = format!("{url}, chunked: {chunked}");
+            assert_eq!(
+                (status, content_type.as_str()),
+                (413, "application/json"),
+                "{what}: {}",
+                String::from_utf8_lossy(&body)
+            );
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["error"], "a2a_too_large", "{what}");
+        }
+    }
+    node.stop().await;
 }
 
 #[tokio::test]

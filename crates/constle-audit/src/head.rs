@@ -8,8 +8,9 @@
 //! day's first entry links to the previous day's last, so for any day but the
 //! latest the next day's file plays the same role.
 
-use std::fs::{self, File};
-use std::io::Write as _;
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use base64::Engine as _;
@@ -19,6 +20,7 @@ use ed25519_dalek::Signature;
 use serde_json::{Map, Value};
 
 use crate::entry::{FORMAT_VERSION, LineHash, parse_signature};
+use crate::read::{MAX_HEAD_BYTES, ReadError, read_bounded};
 use constle_json as strict_json;
 
 /// Where an agent's chain ends.
@@ -79,7 +81,7 @@ impl Head {
         }
         let path = crate::layout::head_path(dir, agent);
         let temp = path.with_extension("head.tmp");
-        let mut file = File::create(&temp)?;
+        let mut file = create_private(&temp)?;
         file.write_all(&strict_json::canonical_object(&object))?;
         file.sync_all()?;
         fs::rename(&temp, &path)?;
@@ -89,12 +91,29 @@ impl Head {
     /// Reads a head file; `Ok(None)` if there is none.
     pub fn load(dir: &Path, agent: &Name) -> Result<Option<SignedHead>, HeadError> {
         let path = crate::layout::head_path(dir, agent);
-        match fs::read(&path) {
+        match read_bounded(&path, MAX_HEAD_BYTES) {
             Ok(bytes) => SignedHead::parse(&bytes).map(Some),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(err) => Err(HeadError::Unreadable(err.to_string())),
+            Err(err) if err.is_not_found() => Ok(None),
+            Err(err) => Err(HeadError::Unreadable(err)),
         }
     }
+}
+
+/// Creates `path` afresh, readable and writable by its owner only (the head
+/// is renamed from it, and keeps its mode). What a crash left at that name
+/// is removed first, so that an older file's mode is not kept and a link
+/// planted there is not followed; writers store heads one at a time, under
+/// the lock, so it is no other writer's file.
+fn create_private(path: &Path) -> std::io::Result<File> {
+    match fs::remove_file(path) {
+        Err(err) if err.kind() != ErrorKind::NotFound => return Err(err),
+        _ => {}
+    }
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
 }
 
 impl SignedHead {
@@ -154,9 +173,10 @@ impl SignedHead {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HeadError {
-    /// The file exists but could not be read.
+    /// The file exists but could not be read, or is not a regular file of
+    /// a head's size.
     #[error("cannot read the head anchor: {0}")]
-    Unreadable(String),
+    Unreadable(#[source] ReadError),
     /// The file is not a head anchor as the writer produces it.
     #[error("the head anchor is malformed ({0})")]
     Malformed(String),

@@ -12,7 +12,8 @@
 //!   group commit for concurrent producers.
 //! - [`verify_file`] checks a day file and yields a [`VerifiedLog`] or the
 //!   [`Finding`]s that show what was changed.
-//! - [`parse_line`] reads one line, for display.
+//! - [`parse_line`] reads one line, for display; [`read_log_file`] reads a
+//!   day file, only if it is a regular file of bounded size.
 //!
 //! What the log cannot show is that its account is true: the host wrote it.
 //! And whoever holds the agent's key can rewrite the whole chain and head.
@@ -25,12 +26,15 @@ mod batch;
 mod entry;
 mod head;
 mod layout;
+mod read;
+mod snapshot;
 mod verify;
 mod writer;
 
 pub use entry::{Entry, Event, EventError, LineError, LineHash, format_timestamp, parse_line};
 pub use head::{Head, HeadError, SignedHead};
 pub use layout::{DayFile, day_file_name, head_path};
+pub use read::{MAX_LOG_FILE_BYTES, ReadError, read_log_file};
 pub use verify::{
     Finding, FindingCode, TrustAnchors, Verdict, VerifiedLog, verify_contents, verify_file,
 };

@@ -4,7 +4,6 @@
 //! The result is either a [`VerifiedLog`], which only this module can make,
 //! or the list of [`Finding`]s that show the file was changed.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::thread;
 
@@ -18,6 +17,8 @@ use crate::batch;
 use crate::entry::{DidCache, Entry, LineError, LineHash, parse_line, parse_line_cached, utc_date};
 use crate::head::{Head, SignedHead};
 use crate::layout::DayFile;
+use crate::read::{ReadError, read_log_file};
+use crate::snapshot::{LoadedHead, Snapshot};
 
 /// What the verifier is told to trust, from the Agentfile (`--agentfile`).
 /// With nothing pinned, verification can only show the file is internally
@@ -172,14 +173,23 @@ pub enum Verdict {
 }
 
 /// Verifies one day file, including its links to the neighbouring day files
-/// in the same directory and to the head anchor.
-pub fn verify_file(path: &Path, anchors: &TrustAnchors) -> std::io::Result<Verdict> {
-    let bytes = fs::read(path)?;
-    let day = DayFile::from_path(path);
-    let mut check = Check::run(path, day.as_ref(), &bytes, anchors);
-    if let Some(day) = &day {
-        check.link_neighbours(day)?;
-    }
+/// in the same directory and to the head anchor. A writer may be appending
+/// meanwhile: the files are read so that they agree, and entries appended
+/// while they were read are reported in a note, not as a finding.
+///
+/// # Errors
+///
+/// [`ReadError`] if a file that must be read (this one, a neighbouring day,
+/// the head anchor) is not a regular file of bounded size, or cannot be
+/// read, or if a writer held the log's lock for seconds while the files
+/// were between two states of its append: the check could not be made.
+pub fn verify_file(path: &Path, anchors: &TrustAnchors) -> Result<Verdict, ReadError> {
+    let Some(day) = DayFile::from_path(path) else {
+        return Ok(verify_contents(path, None, &read_log_file(path)?, anchors));
+    };
+    let snapshot = Snapshot::read(&day)?;
+    let mut check = Check::run(path, Some(&day), &snapshot.bytes, anchors);
+    check.link_neighbours(&day, &snapshot)?;
     Ok(check.verdict())
 }
 
@@ -240,7 +250,7 @@ impl<'a> Check<'a> {
         };
         if complete_len < bytes.len() {
             check.notes.push(format!(
-                "line {}: torn_tail — the last line is incomplete ({} bytes): the writer was interrupted mid-append; the entries before it are checked",
+                "line {}: torn_tail — the last line is incomplete ({} bytes): it is being written, or the writer was interrupted mid-append; the entries before it are checked",
                 check.lines.len() + 1,
                 bytes.len() - complete_len
             ));
@@ -402,19 +412,13 @@ impl<'a> Check<'a> {
     /// Checks that the first entry continues the previous day's file (or is
     /// the start of the chain the head names) and that the last entry is the
     /// end the next day's file or the head records.
-    fn link_neighbours(&mut self, day: &DayFile) -> std::io::Result<()> {
-        let (before, after) = day.neighbours()?;
-        let head = Head::load(&day.dir, &day.agent);
-        let starts_here = head
-            .as_ref()
-            .ok()
-            .and_then(Option::as_ref)
-            .map(|h| h.head.start == day.file_name());
-        self.link_start(before.as_ref(), starts_here)?;
-        match after {
-            Some(after) => self.link_to_next_day(&after),
+    fn link_neighbours(&mut self, day: &DayFile, snapshot: &Snapshot) -> Result<(), ReadError> {
+        let starts_here = snapshot.anchor().map(|h| h.start == day.file_name());
+        self.link_start(snapshot.before.as_ref(), starts_here)?;
+        match &snapshot.after {
+            Some(after) => self.link_to_next_day(after),
             None => {
-                self.check_head(day, head);
+                self.check_head(day, &snapshot.head, snapshot.moved);
                 Ok(())
             }
         }
@@ -424,12 +428,14 @@ impl<'a> Check<'a> {
         &mut self,
         before: Option<&DayFile>,
         starts_here: Option<bool>,
-    ) -> std::io::Result<()> {
+    ) -> Result<(), ReadError> {
         let Some(first) = self.lines.first().and_then(|l| l.entry.as_ref().ok()) else {
             return Ok(());
         };
         let previous = match before {
-            Some(before) => last_line(&fs::read(before.path())?).map(|l| (before.file_name(), l)),
+            Some(before) => {
+                last_line(&read_log_file(&before.path())?).map(|l| (before.file_name(), l))
+            }
             None => None,
         };
         let detail = match (first.prev, previous) {
@@ -464,8 +470,8 @@ impl<'a> Check<'a> {
         Ok(())
     }
 
-    fn link_to_next_day(&mut self, after: &DayFile) -> std::io::Result<()> {
-        let bytes = fs::read(after.path())?;
+    fn link_to_next_day(&mut self, after: &DayFile) -> Result<(), ReadError> {
+        let bytes = read_log_file(&after.path())?;
         let next = bytes
             .split(|&b| b == b'\n')
             .next()
@@ -482,11 +488,7 @@ impl<'a> Check<'a> {
         Ok(())
     }
 
-    fn check_head(
-        &mut self,
-        day: &DayFile,
-        loaded: Result<Option<SignedHead>, crate::head::HeadError>,
-    ) {
+    fn check_head(&mut self, day: &DayFile, loaded: &LoadedHead, moved: bool) {
         let head_path = crate::layout::head_path(&day.dir, &day.agent);
         let (head, signature) = match loaded {
             Ok(Some(SignedHead { head, signature })) => (head, signature),
@@ -499,7 +501,7 @@ impl<'a> Check<'a> {
             }
             Err(err) => return self.find(None, FindingCode::AnchorInvalid, err.to_string()),
         };
-        if let Some(problem) = self.head_signature_problem(&head, signature) {
+        if let Some(problem) = self.head_signature_problem(head, signature.as_ref()) {
             return self.find(None, FindingCode::AnchorInvalid, problem);
         }
         if head.file != day.file_name() {
@@ -517,13 +519,13 @@ impl<'a> Check<'a> {
             };
             return self.find(None, code, detail);
         }
-        self.match_head(&head);
+        self.match_head(head, moved);
     }
 
     fn head_signature_problem(
         &self,
         head: &Head,
-        signature: Option<(Signature, Vec<u8>)>,
+        signature: Option<&(Signature, Vec<u8>)>,
     ) -> Option<String> {
         match (&self.signer, signature) {
             (None, None) => None,
@@ -532,7 +534,7 @@ impl<'a> Check<'a> {
                 "the head anchor is unsigned; the log is signed by {signer}"
             )),
             (Some(signer), Some((sig, signed))) => {
-                match head.did.as_ref() == Some(signer) && signer.verify(&signed, &sig).is_ok() {
+                match head.did.as_ref() == Some(signer) && signer.verify(signed, sig).is_ok() {
                     true => None,
                     false => Some(format!(
                         "the head anchor's signature does not verify against {signer}"
@@ -542,7 +544,9 @@ impl<'a> Check<'a> {
         }
     }
 
-    fn match_head(&mut self, head: &Head) {
+    /// Checks the file holds the entry the head names at the length it
+    /// names; `moved` says the head changed while the file was read.
+    fn match_head(&mut self, head: &Head, moved: bool) {
         if head.len > self.complete_len {
             let detail = format!(
                 "the head anchor records {} bytes ending at entry {}, the file has {}",
@@ -563,11 +567,9 @@ impl<'a> Check<'a> {
                     );
                     self.find(Some(line.number), FindingCode::TailRemoved, detail);
                 }
-                let unacknowledged = self.lines.len() - index - 1;
-                if unacknowledged > 0 {
-                    self.notes.push(format!(
-                        "{unacknowledged} entries after the head anchor were written but never acknowledged (the writer stopped before anchoring them); the next run discards them"
-                    ));
+                let unanchored = self.lines.len() - index - 1;
+                if unanchored > 0 {
+                    self.notes.push(unanchored_note(unanchored, moved));
                 }
                 return;
             }
@@ -595,6 +597,18 @@ impl<'a> Check<'a> {
             findings: self.findings,
             notes: self.notes,
         }
+    }
+}
+
+/// What to say of `count` entries past the head anchor.
+fn unanchored_note(count: usize, moved: bool) -> String {
+    match moved {
+        true => format!(
+            "{count} entries after the head anchor were appended while this ran (a writer is appending); they are chained and signed like the rest, and verifying again anchors them"
+        ),
+        false => format!(
+            "{count} entries after the head anchor are not anchored yet: a writer is appending them now, or stopped before anchoring them (the next writer discards those)"
+        ),
     }
 }
 

@@ -26,6 +26,7 @@ use constle_identity::{Name, SigningIdentity};
 use jiff::Timestamp;
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
+use nix::fcntl::OFlag;
 use tokio::sync::oneshot;
 
 use crate::entry::{Event, Header, LineHash, seal, utc_date};
@@ -267,11 +268,7 @@ fn entry_time(now: Timestamp, head: Option<&Head>) -> (Timestamp, Date) {
 }
 
 fn cut_unacknowledged_tail(path: &Path, acknowledged: u64) -> Result<Option<Event>, AuditError> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(io_error(path))?;
+    let mut file = open_regular(path, OpenOptions::new().read(true).write(true))?;
     let found = file.metadata().map_err(io_error(path))?.len();
     if found < acknowledged {
         return Err(AuditError::TailMissing {
@@ -302,6 +299,23 @@ fn cut_unacknowledged_tail(path: &Path, acknowledged: u64) -> Result<Option<Even
     Ok(event.ok())
 }
 
+/// Opens `path` with `options`, without blocking (a FIFO named like a day
+/// file would otherwise stall the writer until someone reads it), and only
+/// if it is a regular file.
+fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<File, AuditError> {
+    let file = options
+        .custom_flags(OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(io_error(path))?;
+    match file.metadata().map_err(io_error(path))?.is_file() {
+        true => Ok(file),
+        false => Err(AuditError::Io {
+            path: path.to_owned(),
+            message: "not a regular file; only the log's own files are written".to_owned(),
+        }),
+    }
+}
+
 /// One day file opened for appending, with the lines not yet written.
 struct OpenDay {
     file: DayFile,
@@ -313,12 +327,10 @@ struct OpenDay {
 impl OpenDay {
     fn open(dir: &Path, agent: &Name, date: Date) -> Result<OpenDay, AuditError> {
         let path = dir.join(day_file_name(agent, date));
-        let handle = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io_error(&path))?;
+        let handle = open_regular(
+            &path,
+            OpenOptions::new().create(true).append(true).mode(0o600),
+        )?;
         let len = handle.metadata().map_err(io_error(&path))?.len();
         let file = DayFile {
             dir: dir.to_owned(),

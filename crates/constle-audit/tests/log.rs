@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use base64::Engine as _;
 use constle_audit::{
-    Appender, AuditError, AuditLog, Event, FindingCode, TrustAnchors, Verdict, VerifiedLog,
-    head_path, verify_file,
+    Appender, AuditError, AuditLog, Event, FindingCode, ReadError, TrustAnchors, Verdict,
+    VerifiedLog, head_path, verify_file,
 };
 use constle_identity::{Name, SigningIdentity};
 use jiff::Timestamp;
@@ -41,11 +41,20 @@ impl Clock {
         self.0.fetch_add(DAY, Ordering::SeqCst);
     }
     fn appender(&self, dir: &Path, signer: Option<SigningIdentity>) -> Appender {
+        self.appender_stepping(dir, signer, 1)
+    }
+    /// An appender whose every reading moves the clock by `step` seconds.
+    fn appender_stepping(
+        &self,
+        dir: &Path,
+        signer: Option<SigningIdentity>,
+        step: i64,
+    ) -> Appender {
         let clock = self.0.clone();
         Appender::new(dir, agent(), signer)
             .unwrap()
             .with_clock(move || {
-                Timestamp::from_second(clock.fetch_add(1, Ordering::SeqCst)).unwrap()
+                Timestamp::from_second(clock.fetch_add(step, Ordering::SeqCst)).unwrap()
             })
     }
 }
@@ -133,6 +142,28 @@ fn files_and_directories_are_private() {
     let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&logs), 0o700);
     assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(&head_path(&logs, &agent())), 0o600);
+    assert_eq!(mode(&logs.join("my-agent.lock")), 0o600);
+}
+
+#[test]
+fn the_head_is_private_even_after_a_crash_left_a_readable_temp_file() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let head = head_path(dir.path(), &agent());
+    let temp = head.with_extension("head.tmp");
+    fs::write(&temp, "left by a crash").unwrap();
+    fs::set_permissions(&temp, fs::Permissions::from_mode(0o644)).unwrap();
+    signed_log(dir.path(), 1);
+    assert_eq!(
+        fs::metadata(&head).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // A link planted at the temp name is not written through.
+    let outside = dir.path().join("outside");
+    std::os::unix::fs::symlink(&outside, &temp).unwrap();
+    signed_log(dir.path(), 1);
+    assert!(!outside.exists());
 }
 
 #[test]
@@ -416,6 +447,38 @@ fn the_writer_refuses_a_log_without_its_head_and_another_signer() {
     ));
 }
 
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+}
+
+#[test]
+fn the_writer_refuses_a_fifo_where_its_files_are_instead_of_hanging() {
+    let next_day = |dir: &Path| dir.join("my-agent-2026-08-09.jsonl");
+    let head = |dir: &Path| head_path(dir, &agent());
+    for (what, victim) in [
+        ("next day's file", next_day as fn(&Path) -> PathBuf),
+        ("head", head),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        signed_log(dir.path(), 1);
+        let _ = fs::remove_file(victim(dir.path()));
+        mkfifo(&victim(dir.path()));
+        let clock = Clock::new();
+        clock.next_day();
+        let appender = clock.appender(dir.path(), Some(key(1)));
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(appender.append(events(1)).map(drop)));
+        let result = result
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("the writer hung on a FIFO as its {what}"));
+        assert!(result.is_err(), "{what}: {result:?}");
+    }
+}
+
 #[test]
 fn unsigned_logs_chain_and_refuse_a_pinned_did() {
     let dir = tempfile::tempdir().unwrap();
@@ -584,5 +647,138 @@ fn a_writer_killed_mid_append_leaves_a_verifiable_prefix() {
             after >= 1 && after <= before + 2,
             "round {round}: {before} entries before, {after} after"
         );
+    }
+}
+
+/// The day files in `dir`, oldest first.
+fn day_files(dir: &Path) -> Vec<PathBuf> {
+    let mut days: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    days.sort();
+    days
+}
+
+#[test]
+fn verify_never_cries_tampering_on_a_log_being_written() {
+    // Unsigned, so that each verify is cheap in a debug build: the head and
+    // the file are read the same way for a signed log.
+    let anchors = TrustAnchors {
+        agent: Some(agent()),
+        pinned: true,
+        ..TrustAnchors::default()
+    };
+    // A writer staying within one day, and one crossing midnight every 24
+    // entries (a new day file, a head moving to it).
+    for (pace, step) in [("within a day", 1), ("across midnights", 3600)] {
+        let dir = tempfile::tempdir().unwrap();
+        let appender = Clock::new().appender_stepping(dir.path(), None, step);
+        appender.append(events(1)).unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writing = Arc::clone(&stop);
+        // An append every millisecond or two, so verifying stays cheap
+        // while there is an append during almost every round.
+        let writer = std::thread::spawn(move || {
+            while !writing.load(Ordering::SeqCst) {
+                appender.append(events(1)).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        for round in 0..200 {
+            // The latest day (checked against the head) and the one before
+            // (checked against the latest's first entry).
+            for path in day_files(dir.path()).iter().rev().take(2) {
+                if let Verdict::Tampered { findings, .. } = verify_file(path, &anchors).unwrap() {
+                    stop.store(true, Ordering::SeqCst);
+                    panic!(
+                        "{pace}, round {round}: {} reported {findings:#?}",
+                        path.display()
+                    );
+                }
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+        writer.join().unwrap();
+        // A real cut is still caught.
+        let latest = day_files(dir.path()).pop().unwrap();
+        let mut all = lines(&latest);
+        all.pop();
+        write_lines(&latest, &all);
+        assert!(
+            codes(&latest, &anchors).contains(&(None, FindingCode::TailRemoved)),
+            "{pace}"
+        );
+    }
+}
+
+/// A log stopped the way a writer leaves it in the middle of its first
+/// batch of a day: the day's file written, the head still naming the day
+/// before. Returns the new day's file and the head the batch would store.
+fn mid_batch_into_a_new_day(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let clock = Clock::new();
+    let appender = clock.appender(dir, Some(key(1)));
+    appender.append(events(2)).unwrap();
+    let head = head_path(dir, &agent());
+    let behind = fs::read(&head).unwrap();
+    clock.next_day();
+    let path = appender.append(events(1)).unwrap()[0].path.clone();
+    let stored = fs::read(&head).unwrap();
+    fs::write(&head, behind).unwrap();
+    (path, stored)
+}
+
+/// Takes the writers' lock, as a writer does for a batch.
+fn hold_writers_lock(dir: &Path) -> fs::File {
+    let lock = fs::File::options()
+        .write(true)
+        .open(dir.join("my-agent.lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    lock
+}
+
+#[test]
+fn verify_waits_out_a_writer_between_a_new_day_file_and_its_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, stored) = mid_batch_into_a_new_day(dir.path());
+    let lock = hold_writers_lock(dir.path());
+    let head = head_path(dir.path(), &agent());
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // Stored the way the writer stores it: a whole file renamed over.
+        let temp = head.with_extension("head.tmp");
+        fs::write(&temp, stored).unwrap();
+        fs::rename(&temp, &head).unwrap();
+        drop(lock);
+    });
+    verified(&path, &pinned(1));
+    writer.join().unwrap();
+}
+
+#[test]
+fn a_head_left_behind_a_new_day_with_no_writer_is_still_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = mid_batch_into_a_new_day(dir.path());
+    assert!(codes(&path, &pinned(1)).contains(&(None, FindingCode::AnchorInvalid)));
+    // Nor does a missing lock file pass for a writer at work.
+    fs::remove_file(dir.path().join("my-agent.lock")).unwrap();
+    assert!(codes(&path, &pinned(1)).contains(&(None, FindingCode::AnchorInvalid)));
+}
+
+#[test]
+fn a_writer_holding_the_lock_throughout_leaves_the_check_unmade() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = mid_batch_into_a_new_day(dir.path());
+    let _lock = hold_writers_lock(dir.path());
+    // The day before has a later day beside it: it is checked at once.
+    let earlier = day_files(dir.path()).remove(0);
+    verified(&earlier, &pinned(1));
+    let started = std::time::Instant::now();
+    match verify_file(&path, &pinned(1)) {
+        Err(ReadError::Busy { waited, .. }) => assert!(started.elapsed() >= waited),
+        other => panic!("expected the check to be given up, got {other:?}"),
     }
 }

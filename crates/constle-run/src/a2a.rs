@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use constle_a2a::{
     A2aClient, Inbox, Listener, ListenerConfig, ListenerEvent, Outbox, OutboxEvent, PeerUrl,
-    ReplayStore, sandbox_router,
+    Refusal, ReplayStore, sandbox_router,
 };
 use constle_audit::{AuditLog, Event, EventError};
 use constle_identity::{DidKey, KeyKind, KeyStore};
@@ -155,6 +155,11 @@ pub fn listener_event(event: &ListenerEvent) -> Result<Event, EventError> {
         )?;
     if !event.accepted {
         entry = entry.with("reason", event.reason())?;
+    }
+    // The sender is told only to retry; the log keeps what the store said
+    // (a file that could not be read, shrank or vanished, a Redis timeout).
+    if let Some(Refusal::ReplayStoreUnavailable(detail)) = &event.refusal {
+        entry = entry.with("detail", detail.as_str())?;
     }
     if let Some(remote) = event.remote {
         entry = entry.with("remote", remote.to_string())?;

@@ -15,6 +15,13 @@
 //! charge. A missing state file is an agent with no charges yet; one that
 //! cannot be parsed is an error, never a reset.
 //!
+//! Never lower: charges are final, so no total ever falls (only days and
+//! months too old to matter are dropped). A store keeps the state it last
+//! read or wrote, and a charge that finds a lower one (the file deleted,
+//! reset, or put back from an older copy while the ledger was open) is
+//! refused as damage ([`LedgerError::Damaged`]): the higher totals are
+//! written back first, so the next charge counts them.
+//!
 //! Each UTC day and month has its own total; the state keeps the last three
 //! days and months (a clock stepped back across midnight still finds
 //! yesterday's total) and drops older ones.
@@ -24,6 +31,7 @@ use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use constle_lockfile::Failure;
@@ -47,7 +55,7 @@ const PERIODS_KEPT: i32 = 3;
 pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// The state file.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct State {
     version: u32,
@@ -56,7 +64,7 @@ struct State {
     last_run: Option<LastRun>,
 }
 
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LastRun {
     id: String,
@@ -129,6 +137,64 @@ impl State {
         }
         outcome
     }
+
+    /// The first total `self` holds that `found` has lost, described; days
+    /// and months older than any state keeps do not count.
+    fn lost_in(&self, found: &State) -> Option<String> {
+        let latest_day = found.days.keys().next_back().copied();
+        let day_kept = |day: &Date| {
+            latest_day.is_none_or(|latest| {
+                latest
+                    .checked_sub(jiff::Span::new().days(PERIODS_KEPT - 1))
+                    .is_ok_and(|first| *day >= first)
+            })
+        };
+        let latest_month = found.months.keys().next_back().copied();
+        let month_kept = |month: &Month| {
+            latest_month.is_none_or(|latest| *month >= latest.months_before(PERIODS_KEPT - 1))
+        };
+        fallen(&self.days, &found.days, day_kept)
+            .or_else(|| fallen(&self.months, &found.months, month_kept))
+    }
+
+    /// Raises every total of `self` to `other`'s where that is higher, and
+    /// keeps the newer last run.
+    fn merge(&mut self, other: &State) {
+        for (day, units) in &other.days {
+            let total = self.days.entry(*day).or_default();
+            *total = (*total).max(*units);
+        }
+        for (month, units) in &other.months {
+            let total = self.months.entry(*month).or_default();
+            *total = (*total).max(*units);
+        }
+        let newer = match (&self.last_run, &other.last_run) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(mine), Some(theirs)) => {
+                (theirs.started_at, theirs.total) > (mine.started_at, mine.total)
+            }
+        };
+        if newer {
+            self.last_run.clone_from(&other.last_run);
+        }
+    }
+}
+
+/// The first period in `known` (and `kept`) whose total is higher than in
+/// `found`, described.
+fn fallen<K: Ord + std::fmt::Display>(
+    known: &BTreeMap<K, Units>,
+    found: &BTreeMap<K, Units>,
+    kept: impl Fn(&K) -> bool,
+) -> Option<String> {
+    known
+        .iter()
+        .filter(|(period, _)| kept(period))
+        .find_map(|(period, was)| {
+            let now = found.get(period).copied().unwrap_or_default();
+            (now < *was).then(|| format!("the total for {period} fell from {was} to {now} USD"))
+        })
 }
 
 fn io_error<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(io::Error) -> LedgerError + 'a {
@@ -141,6 +207,9 @@ fn io_error<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(io::Error) ->
 /// One key's directory in the embedded store.
 pub(crate) struct Store {
     dir: PathBuf,
+    /// The state this store last read or wrote, which no later state may
+    /// be below.
+    known: Arc<Mutex<State>>,
 }
 
 impl Store {
@@ -148,10 +217,9 @@ impl Store {
     /// read.
     pub(crate) async fn open(root: &Path, key: &LedgerKey) -> Result<Store, LedgerError> {
         let dir = root.join(key.as_str());
-        let store = Store { dir };
-        let created = store.dir.clone();
+        let created = dir.clone();
         let root = root.to_owned();
-        blocking(&store.dir, move || {
+        let state = blocking(&dir, move || {
             DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
@@ -165,10 +233,13 @@ impl Store {
                 }
             }
             open_lock(&created.join(LOCK))?;
-            read_state(&created).map(drop)
+            read_state(&created)
         })
         .await?;
-        Ok(store)
+        Ok(Store {
+            dir,
+            known: Arc::new(Mutex::new(state)),
+        })
     }
 
     pub(crate) fn dir(&self) -> &Path {
@@ -176,12 +247,18 @@ impl Store {
     }
 
     pub(crate) async fn charge(&self, charge: Charge) -> Result<Outcome, LedgerError> {
+        let known = Arc::clone(&self.known);
         self.locked(move |dir| {
+            let mut known = known.lock().unwrap_or_else(PoisonError::into_inner);
             let mut state = read_state(dir)?;
+            if let Some(lost) = known.lost_in(&state) {
+                return Err(restore(dir, &mut known, state, lost));
+            }
             let outcome = state.apply(&charge);
             if let Outcome::Charged(_) = outcome {
                 write_state(dir, &state)?;
             }
+            *known = state;
             Ok(outcome)
         })
         .await
@@ -235,6 +312,18 @@ fn stopped(path: &Path, err: &tokio::task::JoinError) -> LedgerError {
     LedgerError::Io {
         path: path.to_owned(),
         message: format!("the ledger's worker thread stopped: {err}"),
+    }
+}
+
+/// Writes back what `found` lost of `known`, and returns the damage.
+fn restore(dir: &Path, known: &mut State, mut found: State, lost: String) -> LedgerError {
+    found.merge(known);
+    let restored = write_state(dir, &found);
+    *known = found;
+    LedgerError::Damaged {
+        path: dir.join(STATE),
+        lost,
+        not_restored: restored.err().map(|err| err.to_string()),
     }
 }
 

@@ -234,6 +234,25 @@ pub enum LedgerError {
         /// What is wrong.
         reason: String,
     },
+    /// The embedded state holds less than this ledger had read or written:
+    /// it was deleted, reset or put back from an older copy while the
+    /// ledger was open. Charges are final, so the higher totals are
+    /// written back and the charge at hand is refused.
+    #[error(
+        "spend ledger state {path} lost charges while in use ({lost}); {}",
+        match .not_restored {
+            None => "the totals were written back; this call was refused".to_owned(),
+            Some(err) => format!("they could not be written back ({err}); refusing priced calls until they are"),
+        }
+    )]
+    Damaged {
+        /// The state file.
+        path: PathBuf,
+        /// The first total that fell.
+        lost: String,
+        /// Why the totals could not be written back, if they could not.
+        not_restored: Option<String>,
+    },
     /// Another process held the embedded store's lock for too long (a run
     /// that is stopped, or a very slow disk).
     #[error("spend ledger {path} stayed locked by another process for {waited:?}")]

@@ -526,6 +526,53 @@ async fn a_corrupt_state_file_is_an_error_never_a_reset() {
     assert_eq!(run.run_total(), usd("3"));
 }
 
+/// Something done to the state file while a run charges, given the state
+/// as it was one charge earlier.
+type Loss = fn(&std::path::Path, &str);
+
+/// None of these may lower a total the ledger has counted.
+const LOSSES: [(&str, Loss); 3] = [
+    ("deleted", |state, _| std::fs::remove_file(state).unwrap()),
+    ("reset to an empty state", |state, _| {
+        let empty = r#"{"version":1,"days":{},"months":{},"last_run":null}"#;
+        std::fs::write(state, empty).unwrap();
+    }),
+    ("put back from an older copy", |state, older| {
+        std::fs::write(state, older).unwrap()
+    }),
+];
+
+#[tokio::test]
+async fn a_state_that_lost_charges_under_a_running_ledger_is_refused_and_restored() {
+    for (what, lose) in LOSSES {
+        let backend = Backend::embedded();
+        let key = agent("losing");
+        let ledger = open(&backend, &key).await;
+        let run = ledger.start_run(day_cap("5"));
+        run.reserve(usd("1"), at(NOON)).await.unwrap();
+        let state = backend.key_dir(&key).unwrap().join("state.json");
+        let older = std::fs::read_to_string(&state).unwrap();
+        run.reserve(usd("3"), at(NOON)).await.unwrap();
+        lose(&state, &older);
+        match run.reserve(usd("1"), at(NOON)).await {
+            Err(SpendError::Ledger(err)) => {
+                let text = err.to_string();
+                assert!(text.contains("written back"), "{what}: {text}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        // The day's 4 USD were written back: 1 more fits, 2 do not.
+        assert_eq!(
+            ledger.stored(at(NOON)).await.unwrap().day,
+            usd("4"),
+            "{what}"
+        );
+        let (cap, ..) = refused(run.reserve(usd("2"), at(NOON)).await);
+        assert_eq!(cap, Cap::PerDay, "{what}");
+        assert_eq!(run.reserve(usd("1"), at(NOON)).await.unwrap().day, usd("5"));
+    }
+}
+
 #[tokio::test]
 async fn an_unwritable_ledger_is_an_error() {
     let backend = Backend::embedded();

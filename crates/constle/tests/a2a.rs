@@ -1,7 +1,8 @@
 //! Agent-to-agent messages end to end: an agent in `constle run` sends to a
 //! peer and reads its inbox through `CONSTLE_A2A_URL`, a second agent
 //! listens with `constle a2a listen` and answers with `constle a2a send`,
-//! and a third, undeclared one is refused. Each side has its own
+//! and a third, undeclared one is refused; a replay store damaged under
+//! `a2a listen` is refused and recorded. Each side has its own
 //! `CONSTLE_HOME`, as on two machines. Loopback only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -102,6 +103,30 @@ impl Agent {
     }
 }
 
+/// A listener started by a test: interrupted when the test is done with
+/// it, killed if the test fails first (it would outlive the test).
+struct Listening(Child);
+
+impl Listening {
+    /// Stops it as Ctrl-C would, so it closes its audit log.
+    fn interrupt(mut self) {
+        let _ = Command::new("kill")
+            .arg("-INT")
+            .arg(self.0.id().to_string())
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Lines of `child`'s stdout, as they come.
 fn lines(child: &mut Child) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
@@ -140,8 +165,9 @@ fn agents_exchange_signed_messages_and_strangers_are_refused() {
     let bob_file = bob.agentfile(&[&alice], &["true".to_owned()]);
     let carol_file = carol.agentfile(&[&alice], &["true".to_owned()]);
 
-    let mut listening = bob.spawn(&["a2a", "listen", "--agentfile", bob_file.to_str().unwrap()]);
-    let bob_heard = lines(&mut listening);
+    let mut listening =
+        Listening(bob.spawn(&["a2a", "listen", "--agentfile", bob_file.to_str().unwrap()]));
+    let bob_heard = lines(&mut listening.0);
     std::thread::sleep(Duration::from_millis(300));
     let mut run = alice.spawn(&["run", alice_file.to_str().unwrap()]);
     let alice_said = lines(&mut run);
@@ -188,11 +214,7 @@ fn agents_exchange_signed_messages_and_strangers_are_refused() {
         "{inbox}"
     );
     assert!(run.wait().unwrap().success());
-    let _ = Command::new("kill")
-        .arg("-INT")
-        .arg(listening.id().to_string())
-        .status();
-    let _ = listening.wait();
+    listening.interrupt();
 
     let sent = alice.events("a2a_sent");
     assert_eq!(sent[0]["to"], bob.did.as_str());
@@ -205,4 +227,68 @@ fn agents_exchange_signed_messages_and_strangers_are_refused() {
     assert_eq!(bob.events("a2a_accepted")[0]["from"], alice.did.as_str());
     assert_eq!(bob.events("a2a_sent")[0]["delivered"], true);
     assert_eq!(carol.events("a2a_sent")[0]["delivered"], false);
+}
+
+/// `a2a send` from `from` to `to`, with `body`.
+fn send(from: &Agent, agentfile: &std::path::Path, to: &Agent, body: &str) -> std::process::Output {
+    from.case.run(&[
+        "a2a",
+        "send",
+        "--agentfile",
+        agentfile.to_str().unwrap(),
+        "--to",
+        &to.did,
+        body,
+    ])
+}
+
+#[test]
+fn a_replay_store_damaged_under_a2a_listen_is_refused_and_recorded() {
+    let alice = Agent::new("alice");
+    let bob = Agent::new("bob");
+    let alice_file = alice.agentfile(&[&bob], &["true".to_owned()]);
+    let bob_file = bob.agentfile(&[&alice], &["true".to_owned()]);
+    let listening =
+        Listening(bob.spawn(&["a2a", "listen", "--agentfile", bob_file.to_str().unwrap()]));
+    // Until the listener is up, sending fails with 2.
+    let delivered = (0..100).any(|_| {
+        let out = send(&alice, &alice_file, &bob, r#"{"n":1}"#);
+        std::thread::sleep(Duration::from_millis(100));
+        out.status.success()
+    });
+    assert!(delivered, "the listener never accepted a message");
+
+    let seen = bob
+        .case
+        .home()
+        .join("a2a/replay")
+        .join(&bob.did)
+        .join("seen");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&seen)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let refused = send(&alice, &alice_file, &bob, r#"{"n":2}"#);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains("a2a_replay_store_unavailable"),
+        "{}",
+        text(&refused.stderr)
+    );
+    // The id was written back; the next message goes through.
+    let again = send(&alice, &alice_file, &bob, r#"{"n":3}"#);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    listening.interrupt();
+
+    let refusals = bob.events("a2a_refused");
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0]["reason"], "a2a_replay_store_unavailable");
+    let detail = refusals[0]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains(&seen.display().to_string()) && detail.contains("shrank"),
+        "{detail}"
+    );
+    assert_eq!(bob.events("a2a_accepted").len(), 2);
 }

@@ -5,7 +5,9 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use constle_audit::{Appender, Event};
 use constle_identity::{KeyKind, KeyStore, Name};
@@ -25,15 +27,41 @@ impl Case {
         self.dir.path().join("home")
     }
 
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_constle"))
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_constle"));
+        command
             .args(args)
             .env("CONSTLE_HOME", self.home())
             .env_remove("NO_COLOR")
             .env_remove("HUMAN_GATE_WEBHOOK_URL")
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap()
+            .current_dir(self.dir.path());
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// Like [`Case::run`], failing the test (and killing the process) if it
+    /// has not finished within `limit`.
+    fn run_within(&self, args: &[&str], limit: Duration) -> Output {
+        let child = self
+            .command(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id().to_string();
+        let (done, output) = mpsc::channel();
+        std::thread::spawn(move || drop(done.send(child.wait_with_output())));
+        match output.recv_timeout(limit) {
+            Ok(out) => out.unwrap(),
+            Err(_) => {
+                let _ = Command::new("kill").args(["-KILL", &pid]).status();
+                panic!("constle {args:?} did not finish within {limit:?}");
+            }
+        }
     }
 
     fn write(&self, name: &str, contents: &str) -> PathBuf {
@@ -438,5 +466,76 @@ fn spend_show_never_shows_the_ledger_password() {
         assert_eq!(out.status.code(), status, "{url}\n{}", stderr(&out));
         let shown = shows_no_secret(&out);
         assert!(shown.contains(says), "{url}\n{shown}");
+    }
+}
+
+/// Makes `path` something other than a log file.
+type NotALog = fn(&Path);
+
+/// Things named like the log's files that are not one: none may be read.
+const NOT_LOGS: [(&str, NotALog, &str); 4] = [
+    (
+        "a FIFO",
+        |path| {
+            let made = Command::new("mkfifo").arg(path).status().unwrap();
+            assert!(made.success());
+        },
+        "not a regular file (a FIFO)",
+    ),
+    (
+        "a link to /dev/zero",
+        |path| std::os::unix::fs::symlink("/dev/zero", path).unwrap(),
+        "not a regular file (a character device)",
+    ),
+    (
+        "a directory",
+        |path| fs::create_dir(path).unwrap(),
+        "not a regular file (a directory)",
+    ),
+    (
+        "a sparse file past the bound",
+        |path| {
+            let file = fs::File::create(path).unwrap();
+            file.set_len(constle_audit::MAX_LOG_FILE_BYTES + 1).unwrap();
+        },
+        "larger than",
+    ),
+];
+
+#[test]
+fn audit_reads_only_regular_files_of_bounded_size() {
+    for (what, make, says) in NOT_LOGS {
+        let case = Case::new();
+        case.signed_agent();
+        let log = case.log(vec![event("a", "x", "1")]);
+        let logs = log.parent().unwrap().to_owned();
+        let day = constle_audit::DayFile::from_path(&log).unwrap();
+        let named = |date: jiff::civil::Date| logs.join(format!("my-agent-{date}.jsonl"));
+        let before = named(day.date.yesterday().unwrap());
+        let after = named(day.date.tomorrow().unwrap());
+        let head = constle_audit::head_path(&logs, &day.agent);
+        let (today, shown) = (log.to_str().unwrap(), before.to_str().unwrap());
+        // Which file is not a log, and what is run; the head goes last.
+        let scenarios: [(&Path, [&str; 3]); 5] = [
+            (&before, ["audit", "verify", shown]),
+            (&before, ["audit", "show", shown]),
+            (&before, ["audit", "verify", today]),
+            (&after, ["audit", "verify", today]),
+            (&head, ["audit", "verify", today]),
+        ];
+        for (victim, args) in scenarios {
+            if victim == head.as_path() {
+                fs::remove_file(&head).unwrap();
+            }
+            make(victim);
+            let out = case.run_within(&args, Duration::from_secs(20));
+            let text = stderr(&out);
+            let expected = format!("{}: {says}", victim.display());
+            assert_eq!(out.status.code(), Some(2), "{what}, {args:?}: {text}");
+            assert!(text.contains(&expected), "{what}, {args:?}: {text}");
+            fs::remove_file(victim)
+                .or_else(|_| fs::remove_dir(victim))
+                .unwrap();
+        }
     }
 }

@@ -3,7 +3,9 @@
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
-use constle_audit::{Finding, TrustAnchors, Verdict, VerifiedLog, parse_line, verify_file};
+use constle_audit::{
+    Finding, TrustAnchors, Verdict, VerifiedLog, parse_line, read_log_file, verify_file,
+};
 use serde_json::Value;
 
 use crate::Outcome;
@@ -21,7 +23,7 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<Outcome> {
             terminal::out("");
         }
         let verdict = verify_file(file, &anchors)
-            .with_context(|| format!("cannot read {}", file.display()))?;
+            .with_context(|| format!("cannot verify {}", file.display()))?;
         match verdict {
             Verdict::Verified(log) => print_verified(&log),
             Verdict::Tampered {
@@ -108,8 +110,7 @@ fn print_tampered(path: &Path, findings: &[Finding], notes: &[String]) {
 }
 
 pub fn show(args: &ShowArgs) -> anyhow::Result<Outcome> {
-    let bytes = std::fs::read(&args.file)
-        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let bytes = read_log_file(&args.file).context("cannot show the log")?;
     terminal::out(&paint(
         Paint::Dim,
         &format!(
