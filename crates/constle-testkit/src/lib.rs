@@ -52,6 +52,7 @@
 #![forbid(unsafe_code)]
 
 mod approver;
+mod child;
 mod dns;
 mod hosts;
 pub mod mcp;
