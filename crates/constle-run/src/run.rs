@@ -387,20 +387,33 @@ fn private_paths(options: &RunOptions) -> Vec<Private> {
     paths
 }
 
-/// The agent's whole environment: what the Agentfile declares, the proxy
-/// variables pointing at the relay, and the MCP gates' URLs (which the
-/// proxy variables must not capture).
+/// With a proxy, what makes clients that ignore the proxy variables by
+/// default use them; `sandbox.env` may override each. Node goes through
+/// the proxy only when told to: its `fetch` from Node 22.21 and 24.0 on,
+/// its `http` and `https` modules from 22.21 and 24.5 on; older versions
+/// ignore the variable.
+const PROXY_OPT_INS: [(&str, &str); 1] = [("NODE_USE_ENV_PROXY", "1")];
+
+/// The agent's whole environment (the sandbox adds `PATH` and `HOME` where
+/// it is silent): what the Agentfile declares, the proxy variables
+/// pointing at the relay, and the MCP gates' URLs (which the proxy
+/// variables must not capture).
 fn agent_env(
     manifest: &Manifest,
     proxied: bool,
     mcp: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
-    let mut env: BTreeMap<String, String> = manifest
-        .sandbox
-        .env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
+    let mut env = BTreeMap::new();
+    if proxied {
+        env.extend(PROXY_OPT_INS.map(|(k, v)| (k.to_owned(), v.to_owned())));
+    }
+    env.extend(
+        manifest
+            .sandbox
+            .env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone())),
+    );
     if proxied {
         let url = format!("http://{PROXY_LISTEN}");
         for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
@@ -573,4 +586,54 @@ fn private_dir(prefix: &str) -> Result<tempfile::TempDir, RunError> {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
         .map_err(io(format!("cannot restrict {}", dir.path().display())))?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(env: &str) -> Manifest {
+        let src = format!("name: a\nsandbox:\n  command: [x]\n  env:\n{env}");
+        constle_manifest::parse_str(&src, Path::new("/srv/a/agent.yaml"), &|_| None)
+            .unwrap()
+            .manifest
+    }
+
+    fn pairs(env: &BTreeMap<String, String>) -> Vec<(&str, &str)> {
+        env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    }
+
+    #[test]
+    fn the_agents_environment() {
+        let mcp = BTreeMap::from([(
+            "CONSTLE_MCP_A_URL".to_string(),
+            "http://127.0.0.1:4100/mcp".to_string(),
+        )]);
+        let declared = manifest("    FOO: bar\n");
+        let proxy = "http://127.0.0.1:3128";
+        let local = "127.0.0.1,localhost";
+        assert_eq!(
+            pairs(&agent_env(&declared, true, &mcp)),
+            [
+                ("CONSTLE_MCP_A_URL", "http://127.0.0.1:4100/mcp"),
+                ("FOO", "bar"),
+                ("HTTPS_PROXY", proxy),
+                ("HTTP_PROXY", proxy),
+                ("NODE_USE_ENV_PROXY", "1"),
+                ("NO_PROXY", local),
+                ("http_proxy", proxy),
+                ("https_proxy", proxy),
+                ("no_proxy", local),
+            ]
+        );
+        // Without a proxy, nothing points at one.
+        assert_eq!(
+            pairs(&agent_env(&declared, false, &BTreeMap::new())),
+            [("FOO", "bar")]
+        );
+        // The Agentfile may turn Node's use of the proxy off.
+        let node_off = manifest("    NODE_USE_ENV_PROXY: \"0\"\n");
+        let env = agent_env(&node_off, true, &BTreeMap::new());
+        assert_eq!(env["NODE_USE_ENV_PROXY"], "0");
+    }
 }

@@ -9,8 +9,8 @@ use std::process::{Command, Stdio};
 
 use crate::launch::{Descriptors, RootfsEntry};
 use crate::layout::{
-    AGENT_ID, DEFAULT_PATH, ETC_PATHS, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND,
-    PROC_MASKED, PROC_READ_ONLY, SYSTEM_DIRS,
+    AGENT_HOME, AGENT_ID, DEFAULT_PATH, ETC_PATHS, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND,
+    LAUNCH_SUBCOMMAND, PROC_MASKED, PROC_READ_ONLY, SYSTEM_DIRS,
 };
 use crate::plan::{PLAN_ENV, Plan};
 use crate::spec::CheckedSpec;
@@ -154,8 +154,10 @@ pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>, fds: &Descriptors) -> BwrapArgs
     for (name, value) in &spec.env {
         a.push(&["--setenv".as_ref(), name.as_ref(), value.as_ref()]);
     }
-    if !spec.env.contains_key("PATH") {
-        a.push(&["--setenv".as_ref(), "PATH".as_ref(), DEFAULT_PATH.as_ref()]);
+    for (name, default) in [("PATH", DEFAULT_PATH), ("HOME", AGENT_HOME)] {
+        if !spec.env.contains_key(name) {
+            a.push(&["--setenv".as_ref(), name.as_ref(), default.as_ref()]);
+        }
     }
 
     match &spec.rootfs {
@@ -164,12 +166,17 @@ pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>, fds: &Descriptors) -> BwrapArgs
     }
     mount_proc(&mut a);
     a.push(&["--dev".as_ref(), "/dev".as_ref()]);
-    a.push(&[
-        "--perms".as_ref(),
-        "1777".as_ref(),
-        "--tmpfs".as_ref(),
-        "/tmp".as_ref(),
-    ]);
+    // A private /tmp, and the agent's home, empty at each start (bwrap
+    // makes each as the sandbox's uid, so the home is the agent's alone).
+    // Both before the work directory, which may lie in either.
+    for (perms, dir) in [("1777", "/tmp"), ("0700", AGENT_HOME)] {
+        a.push(&[
+            "--perms".as_ref(),
+            perms.as_ref(),
+            "--tmpfs".as_ref(),
+            dir.as_ref(),
+        ]);
+    }
 
     a.bind_fd("--ro-bind-fd", &fds.exe, Path::new(EXE_INSIDE));
     for (relay, fd) in spec.relays.iter().zip(&fds.relays) {
@@ -313,12 +320,16 @@ mod tests {
             .map(|a| a.into_string().unwrap())
             .collect();
         let pos = |s: &str| args.iter().position(|a| a == s).unwrap();
-        // the default PATH is added, the host's is not
-        let path_at = pos("PATH");
-        assert_eq!(args[path_at + 1], DEFAULT_PATH);
-        // /tmp before the workdir (which may lie in it), the root read-only
-        // last, the seccomp filters after every mount
-        assert!(pos("--tmpfs") < pos("--bind-fd"));
+        // the default PATH is added, the host's is not; the spec's HOME
+        // is kept, and the agent's home still mounted
+        assert_eq!(args[pos("PATH") + 1], DEFAULT_PATH);
+        assert_eq!(args.iter().filter(|a| *a == "HOME").count(), 1);
+        assert_eq!(args[pos("HOME") + 1], "/nonexistent");
+        assert_eq!(args[pos(AGENT_HOME) - 2], "0700");
+        // /tmp and the home before the workdir (which may lie in either),
+        // the root read-only last, the seccomp filters after every mount
+        assert!(pos("/tmp") < pos("--bind-fd"));
+        assert!(pos(AGENT_HOME) < pos("--bind-fd"));
         assert!(pos("--bind-fd") < pos("--remount-ro"));
         assert!(pos("--remount-ro") < pos("--add-seccomp-fd"));
         assert_eq!(args.iter().filter(|a| *a == "--add-seccomp-fd").count(), 2);

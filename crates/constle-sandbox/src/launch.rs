@@ -185,7 +185,7 @@ fn open_mounts(checked: &CheckedSpec<'_>) -> Result<Descriptors, LaunchError> {
     let (passwd, group) = match checked.rootfs {
         Some(_) => (None, None),
         None => (
-            Some(memfd(c"passwd", passwd(&checked.workdir.path).as_bytes())?),
+            Some(memfd(c"passwd", passwd().as_bytes())?),
             Some(memfd(c"group", group().as_bytes())?),
         ),
     };

@@ -36,6 +36,14 @@ pub const HOSTNAME: &str = "constle-sandbox";
 /// directories (home directories among them) that the sandbox does not have.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// The agent's home directory inside the sandbox: a fresh tmpfs (mode
+/// 0700, the agent's), empty at each start and gone with the sandbox, so
+/// that tools which keep caches and settings under `HOME` (npm, pip, git)
+/// work without flags. It is `HOME` when
+/// [`SandboxSpec::env`](crate::SandboxSpec::env) does not set one, and the
+/// agent's home in the sandbox's own `/etc/passwd`.
+pub const AGENT_HOME: &str = "/home/agent";
+
 /// The host's system directories mounted read-only (each only if it exists;
 /// a symbolic link, as on merged-`/usr` systems, is recreated as the same
 /// link). Not used with a rootfs.
@@ -69,14 +77,13 @@ pub(crate) const ETC_PATHS: &[&str] = &[
     "/etc/os-release",
 ];
 
-/// The sandbox's `/etc/passwd`: root, the agent and nobody. `home` is the
-/// agent's home directory.
-pub(crate) fn passwd(home: &std::path::Path) -> String {
+/// The sandbox's `/etc/passwd`: root, the agent (at home in
+/// [`AGENT_HOME`]) and nobody.
+pub(crate) fn passwd() -> String {
     format!(
         "root:x:0:0:root:/root:/usr/sbin/nologin\n\
-         agent:x:{AGENT_ID}:{AGENT_ID}:constle agent:{}:/bin/sh\n\
-         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-        home.display()
+         agent:x:{AGENT_ID}:{AGENT_ID}:constle agent:{AGENT_HOME}:/bin/sh\n\
+         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     )
 }
 
@@ -104,8 +111,11 @@ pub(crate) const PROC_MASKED: &[&str] = &[
 ];
 
 /// Top-level entries of a rootfs that are not mounted: the sandbox brings its
-/// own `/proc`, `/dev`, `/tmp` and `/run`, and has no `/sys`.
-pub(crate) const ROOTFS_SKIPPED: &[&str] = &["dev", "proc", "run", "sys", "tmp"];
+/// own `/proc`, `/dev`, `/tmp`, `/run` and `/home` (which holds only
+/// [`AGENT_HOME`]), and has no `/sys`. A rootfs's `/home` is users' data,
+/// not system files, and mounted read-only it would leave no place for the
+/// agent's writable home.
+pub(crate) const ROOTFS_SKIPPED: &[&str] = &["dev", "home", "proc", "run", "sys", "tmp"];
 
 /// Where relay `name`'s host socket appears inside the sandbox.
 pub(crate) fn relay_socket_inside(name: &str) -> PathBuf {

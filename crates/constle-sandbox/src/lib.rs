@@ -96,8 +96,9 @@
 //!   dies with the agent: when the agent exits, pid 1 exits and the PID
 //!   namespace is torn down, background processes included.
 //! - **Environment**: exactly [`SandboxSpec::env`], nothing from the host,
-//!   plus `PATH=`[`DEFAULT_PATH`] when the spec has no `PATH`, and `PWD`
-//!   (the work directory, set by bwrap after changing into it).
+//!   plus `PATH=`[`DEFAULT_PATH`] when the spec has no `PATH`,
+//!   `HOME=`[`AGENT_HOME`] when it has no `HOME`, and `PWD` (the work
+//!   directory, set by bwrap after changing into it).
 //! - **File descriptors**: 0, 1 and 2 only. Any other descriptor the host
 //!   let through is closed by `sandbox-init` before the agent starts, and
 //!   `sandbox-init` is not dumpable, so the agent cannot reach the relay's
@@ -107,17 +108,20 @@
 //!   alternatives, public CA certificates, time zone, `os-release`; never
 //!   `shadow`, `ssh/`, `ssl/private/` or `environment`) and the sandbox's own
 //!   `passwd` and `group`; a fresh `/proc` with `/proc/sys` and the kernel's
-//!   triggers read-only; a minimal `/dev`; a private, empty `/tmp`; the work
-//!   directory, the only writable host path, as current directory; and
-//!   `/run/constle/` with the constle binary and the relay sockets,
-//!   read-only. Nothing else: no home directory (so no `$CONSTLE_HOME`, keys
-//!   or logs), no `/sys`, no `/var`, no `/run` of the host. Everything else,
-//!   `/` included, is read-only. With [`SandboxSpec::rootfs`] the system
-//!   directories and `/etc` come from the rootfs instead (each of its
-//!   top-level entries, read-only). The work directory and the rootfs are
-//!   checked on their real paths and mounted by descriptor: neither may
-//!   contain or lie inside a [`SandboxSpec::private`] path, and a link
-//!   swapped in after the check changes nothing.
+//!   triggers read-only; a minimal `/dev`; a private, empty `/tmp`; the
+//!   agent's own home [`AGENT_HOME`], an empty tmpfs of mode 0700 that
+//!   belongs to it; the work directory, the only writable host path, as
+//!   current directory; and `/run/constle/` with the constle binary and the
+//!   relay sockets, read-only. Nothing else: no home directory of the host
+//!   (so no `$CONSTLE_HOME`, keys or logs), no `/sys`, no `/var`, no `/run`
+//!   of the host. Everything else, `/` included, is read-only. With
+//!   [`SandboxSpec::rootfs`] the system directories and `/etc` come from the
+//!   rootfs instead (each of its top-level entries, read-only, but for the
+//!   `/dev`, `/proc`, `/run`, `/tmp` and `/home` the sandbox brings
+//!   itself). The work directory and the rootfs are checked on their real
+//!   paths and mounted by descriptor: neither may contain or lie inside a
+//!   [`SandboxSpec::private`] path, and a link swapped in after the check
+//!   changes nothing.
 //!
 //! # Limits
 //!
@@ -160,7 +164,7 @@ pub use error::SandboxError;
 pub use init::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, init_main};
 pub use launch::launch_main;
 pub use layout::{
-    AGENT_ID, DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND,
+    AGENT_HOME, AGENT_ID, DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND,
     ROOT_AGENT_HOST_ID, RUN_DIR,
 };
 pub use seccomp::seccomp_programs;

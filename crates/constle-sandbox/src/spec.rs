@@ -57,8 +57,9 @@ pub struct SandboxSpec {
     #[serde(with = "crate::plan::path")]
     pub workdir: PathBuf,
     /// Exactly the agent's environment (the caller adds `HTTPS_PROXY` and
-    /// friends). Nothing from the host is inherited. One addition: without a
-    /// `PATH` here, the agent gets [`DEFAULT_PATH`](crate::DEFAULT_PATH).
+    /// friends). Nothing from the host is inherited. Two additions: without
+    /// a `PATH` here, the agent gets [`DEFAULT_PATH`](crate::DEFAULT_PATH),
+    /// and without a `HOME`, [`AGENT_HOME`](crate::AGENT_HOME).
     pub env: BTreeMap<String, String>,
     /// A directory to use as the sandbox's `/` instead of the host's system
     /// directories; like the work directory, reached through no link.

@@ -29,8 +29,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use constle_sandbox::{
-    DEFAULT_PATH, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND, Private, Relay, SandboxError,
-    SandboxSpec, init_main, launch_main, sandbox_command, seccomp_programs,
+    AGENT_HOME, DEFAULT_PATH, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND, Private, Relay,
+    SandboxError, SandboxSpec, init_main, launch_main, sandbox_command, seccomp_programs,
 };
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use sha2::{Digest, Sha256};
@@ -67,6 +67,7 @@ fn main() {
         ),
         e2e("workdir_under_tmp", workdir_under_tmp),
         e2e("tmp_is_private", tmp_is_private),
+        e2e("home_is_private_and_empty", home_is_private_and_empty),
         e2e("own_pid_namespace", own_pid_namespace),
         e2e("no_new_privs_no_capabilities_no_userns", no_privileges),
         e2e("hostname", hostname),
@@ -561,26 +562,71 @@ fn environment_is_exactly_the_spec() -> TestResult {
     run.assert_success();
     let lines: BTreeSet<&str> = run.stdout.lines().collect();
     let default_path = format!("PATH={DEFAULT_PATH}");
+    let default_home = format!("HOME={AGENT_HOME}");
     // bwrap sets PWD after --chdir
     let pwd = format!("PWD={}", fx.workdir.canonicalize().unwrap().display());
     let expected: BTreeSet<&str> = [
         "FOO=bar baz",
         "HTTPS_PROXY=http://127.0.0.1:3128",
         default_path.as_str(),
+        default_home.as_str(),
         pwd.as_str(),
     ]
     .into();
     check(lines == expected, || format!("environment inside: {run}"))?;
     check(!run.stdout.contains("s3cr3t"), || "secret leaked".into())?;
 
-    // A PATH in the spec is used as is.
+    // A PATH and a HOME in the spec are used as they are.
     let mut spec = fx.spec(&["env"]);
     spec.env.insert("PATH".into(), "/usr/bin".into());
+    spec.env.insert("HOME".into(), "/tmp".into());
     let run = run_spec(&spec);
     run.assert_success();
-    check(run.stdout == format!("PATH=/usr/bin\n{pwd}\n"), || {
-        run.to_string()
-    })
+    let lines: BTreeSet<&str> = run.stdout.lines().collect();
+    let expected: BTreeSet<&str> = ["PATH=/usr/bin", "HOME=/tmp", pwd.as_str()].into();
+    check(lines == expected, || run.to_string())
+}
+
+/// The agent's home: its own (owner, mode), empty at each start, in its
+/// `passwd` entry, and left nowhere on the host.
+fn home_is_private_and_empty() -> TestResult {
+    let fx = Fixture::new();
+    let marker = unique("constle-test-home");
+    let probe = fx.python(
+        r#"
+import os, pwd, stat, sys
+home = os.environ["HOME"]
+st = os.stat(home)
+print(f"home={home}")
+print(f"passwd={pwd.getpwuid(os.getuid()).pw_dir}")
+print(f"owner={st.st_uid}:{st.st_gid}")
+print(f"mode={stat.S_IMODE(st.st_mode):o}")
+print("home_entries=" + ",".join(sorted(os.listdir("/home"))))
+print("entries=" + ",".join(sorted(os.listdir(home))))
+os.makedirs(os.path.join(home, ".cache", sys.argv[1]))
+print("written=" + ",".join(sorted(os.listdir(os.path.join(home, ".cache")))))
+"#,
+        &[&marker],
+    );
+    for _ in 0..2 {
+        let run = run_spec(&probe);
+        run.assert_success();
+        for (key, want) in [
+            ("home", AGENT_HOME),
+            ("passwd", AGENT_HOME),
+            ("owner", "1000:1000"),
+            ("mode", "700"),
+            ("home_entries", "agent"),
+            ("entries", ""),
+            ("written", marker.as_str()),
+        ] {
+            check(run.value(key) == want, || format!("{key}: {run}"))?;
+        }
+    }
+    check(
+        !Path::new(AGENT_HOME).join(".cache").join(&marker).exists(),
+        || "the agent's home is on the host".into(),
+    )
 }
 
 fn constle_home_is_invisible() -> TestResult {
@@ -629,7 +675,7 @@ print("root_entries=" + ",".join(sorted(os.listdir("/"))))
         .filter(|d| Path::new("/").join(d).symlink_metadata().is_ok())
         .map(|d| d.to_string())
         .collect();
-    expected.extend(["dev", "etc", "proc", "run", "tmp"].map(String::from));
+    expected.extend(["dev", "etc", "home", "proc", "run", "tmp"].map(String::from));
     expected.insert(top.as_os_str().to_str().unwrap().to_owned());
     let expected = expected.into_iter().collect::<Vec<_>>().join(",");
     check(run.value("root_entries") == expected, || {
@@ -1514,9 +1560,12 @@ fn rootfs_replaces_system_dirs() -> TestResult {
     }
     std::fs::create_dir_all(rootfs.join("etc")).unwrap();
     std::fs::write(rootfs.join("etc/marker"), "from the rootfs\n").unwrap();
-    // A /tmp in the rootfs is replaced by the private one.
-    std::fs::create_dir_all(rootfs.join("tmp")).unwrap();
-    std::fs::write(rootfs.join("tmp/stale"), "x").unwrap();
+    // A /tmp and a /home in the rootfs are replaced by the sandbox's own.
+    for stale in ["tmp/stale", "home/agent/stale"] {
+        let path = rootfs.join(stale);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, "x").unwrap();
+    }
 
     let mut spec = fx.spec(&[
         "/bin/sh",
@@ -1525,6 +1574,8 @@ fn rootfs_replaces_system_dirs() -> TestResult {
          [ -e /usr/bin/python3 ] && echo python=host || echo python=absent; \
          [ -e /etc/passwd ] && echo passwd=host || echo passwd=absent; \
          [ -e /tmp/stale ] && echo tmp=rootfs || echo tmp=private; \
+         [ -e \"$HOME/stale\" ] && echo home=rootfs || echo home=private; \
+         echo z > \"$HOME/z\" && echo home_writable=yes; \
          echo x > /x 2>/dev/null && echo root=writable || echo root=readonly; \
          echo y > /etc/y 2>/dev/null && echo etc=writable || echo etc=readonly; \
          echo ok > out.txt",
@@ -1536,6 +1587,8 @@ fn rootfs_replaces_system_dirs() -> TestResult {
     check(run.value("python") == "absent", || run.to_string())?;
     check(run.value("passwd") == "absent", || run.to_string())?;
     check(run.value("tmp") == "private", || run.to_string())?;
+    check(run.value("home") == "private", || run.to_string())?;
+    check(run.value("home_writable") == "yes", || run.to_string())?;
     check(run.value("root") == "readonly", || run.to_string())?;
     check(run.value("etc") == "readonly", || run.to_string())?;
     check(

@@ -11,12 +11,17 @@
 //!   namespace, so that even a proxy that wrongly let a request through would
 //!   reach the test's own host, never the network. Everything is torn down on
 //!   drop, also when the test panics.
+//! - [`HttpsSite`]: a simulated web site on a [`TestHost`], serving a
+//!   directory's files over HTTPS under a certificate from a CA made for it
+//!   alone, recording each request: for real clients (curl, pip, npm, Git)
+//!   reaching it through the proxy.
 //! - [`HostsFile`]: builds the hosts file a test gives Squid, so names resolve
 //!   without any DNS query leaving the machine.
 //! - [`DnsServer`]: a DNS server on 127.0.0.1:53 for names with several
 //!   answers (a hosts file gives Squid one address per name), recording
 //!   every query so a test can show a name was never looked up.
-//! - [`require_e2e`], [`require_root`] and [`require_tools`]: decide whether a test that needs
+//! - [`require_e2e`], [`require_root`], [`require_tools`] and
+//!   [`require_nothing_missing`]: decide whether a test that needs
 //!   root and system tools can run here. Outside CI they skip with a printed
 //!   reason; with `CONSTLE_E2E=require` (CI) a missing requirement panics, so
 //!   a skip can never pass for a success.
@@ -43,7 +48,8 @@
 //! // read `host.banner_for(host.ipv4())` back, check `host.connections()`.
 //! ```
 //!
-//! Requirements: root (namespaces, veth pairs, routes), `ip` from iproute2.
+//! Requirements: root (namespaces, veth pairs, routes), `ip` from iproute2;
+//! for [`HttpsSite`], also `openssl` and `python3`.
 //! Namespaces are named `cnst-<slot>`; a slot is held with a lock file under
 //! `/run/constle-testkit/`, so concurrent test processes never share one, and
 //! leftovers of a test process that was killed are removed by the next one
@@ -52,8 +58,10 @@
 #![forbid(unsafe_code)]
 
 mod approver;
+mod child;
 mod dns;
 mod hosts;
+mod https;
 pub mod mcp;
 mod netns;
 mod redis;
@@ -62,7 +70,10 @@ mod require;
 pub use approver::{Answer, SimulatedApprover};
 pub use dns::DnsServer;
 pub use hosts::HostsFile;
+pub use https::{HttpsSite, ServedRequest};
 pub use mcp::{McpServerOptions, RecordedCall, TestMcpServer};
 pub use netns::{TestHost, TestHostBuilder};
 pub use redis::RedisServer;
-pub use require::{E2E_ENV, find_tool, require_e2e, require_root, require_tools};
+pub use require::{
+    E2E_ENV, find_tool, require_e2e, require_nothing_missing, require_root, require_tools,
+};

@@ -1,18 +1,20 @@
 //! [`TestHost`]: a simulated outside host in a network namespace.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::DirBuilderExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::child::dying_with_test;
 use crate::require::find_tool;
 
 /// Where slot locks live.
@@ -49,7 +51,9 @@ const IDLE: Duration = Duration::from_secs(30);
 /// The listener (port 443 unless [`TestHostBuilder::port`] says otherwise)
 /// listens on every address of the namespace, IPv4 and IPv6. For each
 /// connection it writes [`TestHost::banner_for`] the address that was
-/// reached, then echoes what it reads until the peer closes.
+/// reached, then echoes what it reads until the peer closes. A host built
+/// [without it](TestHostBuilder::without_listener) leaves the namespace's
+/// ports to a server the test runs there ([`TestHost::command`]).
 ///
 /// Drop kills the listener, closes its connections and deletes the
 /// namespace and the veth pair (with their routes), also while a test
@@ -70,6 +74,7 @@ pub struct TestHost {
 #[derive(Clone, Debug)]
 pub struct TestHostBuilder {
     port: u16,
+    listener: bool,
 }
 
 #[derive(Default)]
@@ -82,7 +87,10 @@ struct Shared {
 
 impl Default for TestHostBuilder {
     fn default() -> Self {
-        TestHostBuilder { port: 443 }
+        TestHostBuilder {
+            port: 443,
+            listener: true,
+        }
     }
 }
 
@@ -91,6 +99,14 @@ impl TestHostBuilder {
     #[must_use]
     pub fn port(mut self, port: u16) -> TestHostBuilder {
         self.port = port;
+        self
+    }
+
+    /// No echo listener: the test serves a protocol of its own in the
+    /// namespace, started with [`TestHost::command`].
+    #[must_use]
+    pub fn without_listener(mut self) -> TestHostBuilder {
+        self.listener = false;
         self
     }
 
@@ -112,7 +128,9 @@ impl TestHostBuilder {
         host.teardown_links();
         // On error, `host` drops here and removes what was built.
         host.build_links()?;
-        host.start_listener()?;
+        if self.listener {
+            host.start_listener()?;
+        }
         Ok(host)
     }
 }
@@ -131,6 +149,17 @@ impl TestHost {
     /// The namespace's name (`cnst-<n>`), for `ip netns exec`.
     pub fn namespace(&self) -> &str {
         &self.ns
+    }
+
+    /// A command that runs `program` inside the namespace (`ip netns exec`),
+    /// under `setpriv --pdeathsig KILL` where there is one, so that it dies
+    /// with the test (spawn it on the thread that keeps it). Killing it is
+    /// the caller's: dropping the host removes the namespace, not the
+    /// processes in it.
+    pub fn command(&self, program: impl AsRef<OsStr>) -> io::Result<Command> {
+        let mut command = dying_with_test(ip_program()?);
+        command.args(["netns", "exec", &self.ns]).arg(program);
+        Ok(command)
     }
 
     /// The host side of the veth pair (`cnst<n>h`).
@@ -426,12 +455,14 @@ fn take_slot() -> io::Result<(u8, File)> {
     )))
 }
 
+fn ip_program() -> io::Result<PathBuf> {
+    find_tool("ip")
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "`ip` (iproute2) is not installed"))
+}
+
 /// Runs `ip ARGS`; a failure carries the command and its stderr.
 fn ip(args: &[&str]) -> io::Result<()> {
-    let program = find_tool("ip").ok_or_else(|| {
-        io::Error::new(io::ErrorKind::NotFound, "`ip` (iproute2) is not installed")
-    })?;
-    let out = Command::new(program).args(args).output()?;
+    let out = Command::new(ip_program()?).args(args).output()?;
     if out.status.success() {
         Ok(())
     } else {

@@ -4,13 +4,14 @@
 use std::io::{self, Read as _, Write as _};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
+use crate::child::dying_with_test;
 use crate::find_tool;
 
 /// How long a fresh server may take to answer.
@@ -41,14 +42,7 @@ impl RedisServer {
             .prefix("constle-redis-")
             .tempdir()?;
         let socket = dir.path().join("redis.sock");
-        let mut command = match find_tool("setpriv") {
-            Some(setpriv) => {
-                let mut command = Command::new(setpriv);
-                command.args(["--pdeathsig", "KILL", "--"]).arg(&server);
-                command
-            }
-            None => Command::new(&server),
-        };
+        let mut command = dying_with_test(&server);
         command
             .args(["--port", "0", "--unixsocket"])
             .arg(&socket)

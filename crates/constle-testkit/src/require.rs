@@ -32,7 +32,6 @@ pub fn require_tools(test: &str, tools: &[&str]) -> bool {
     require(test, false, tools)
 }
 
-#[allow(clippy::print_stderr)]
 fn require(test: &str, root: bool, tools: &[&str]) -> bool {
     let mut missing = Vec::new();
     if root && !nix::unistd::geteuid().is_root() {
@@ -43,6 +42,16 @@ fn require(test: &str, root: bool, tools: &[&str]) -> bool {
             missing.push(format!("`{tool}`"));
         }
     }
+    require_nothing_missing(test, &missing)
+}
+
+/// Whether `test` can run, given what it found `missing` (phrases such as
+/// "Node 22.21 or newer", for needs [`require_tools`] cannot check by a
+/// tool's name): true when nothing is; otherwise the same as
+/// [`require_tools`], a panic with `CONSTLE_E2E=require` and a printed skip
+/// without.
+#[allow(clippy::print_stderr)]
+pub fn require_nothing_missing(test: &str, missing: &[String]) -> bool {
     if missing.is_empty() {
         return true;
     }

@@ -2034,7 +2034,7 @@ fn keys_and_logs(who: Who) {
             ("append a forged audit entry", "ENOENT"),
             ("list /root/.constle", "ENOENT"),
             ("list /root", "ENOENT"),
-            ("list /home", "ENOENT"),
+            ("list /home", "agent"),
             ("read /etc/shadow", "ENOENT"),
             ("keys and logs found anywhere", "none"),
         ],
