@@ -114,6 +114,7 @@ fn declared(url: &str) -> McpServer {
             .collect(),
         pricing: Pricing::default(),
         allow_methods: Vec::new(),
+        headers: Vec::new(),
     }
 }
 
