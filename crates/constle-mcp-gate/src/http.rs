@@ -19,7 +19,9 @@
 //! `Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`. The agent's
 //! `Host`, `Authorization`, cookies and everything else stay behind; the
 //! server's URL never reaches the agent, not even in an error message (it
-//! may carry a credential). No header lifts a refusal.
+//! may carry a credential). No header lifts a refusal. The headers the
+//! Agentfile declares for the server ([`crate::credentials`]) are added to
+//! every request the gate sends it, whatever the agent sent.
 //!
 //! What comes back: JSON bodies and each `data` of an SSE stream pass
 //! through [`filter_server_message`] (tool lists filtered, server-to-client
@@ -65,6 +67,8 @@ use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
+use crate::credentials::Credentials;
+use crate::error::GateError;
 use crate::filter::filter;
 use crate::inspect::{Decision, Forward, Inspection, MAX_BODY_BYTES, ToolCall, inspect};
 use crate::pending::{MAX_PENDING_TOOLS_LISTS, PendingLists};
@@ -192,27 +196,6 @@ impl Approver for RefuseGated {
     }
 }
 
-/// Why a [`Gate`] could not be built.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum GateError {
-    /// The server's URL is not one the HTTP client accepts.
-    Url(String),
-    /// The HTTP client could not be set up (its TLS configuration).
-    Client(std::io::Error),
-}
-
-impl fmt::Display for GateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GateError::Url(why) => write!(f, "the MCP server URL cannot be used: {why}"),
-            GateError::Client(err) => write!(f, "cannot set up the gate's HTTP client: {err}"),
-        }
-    }
-}
-
-impl std::error::Error for GateError {}
-
 /// The HTTP gate in front of one declared MCP server.
 ///
 /// ```no_run
@@ -220,12 +203,14 @@ impl std::error::Error for GateError {}
 /// # -> Result<(), Box<dyn std::error::Error>> {
 /// use constle_mcp_gate::{Gate, ServerPolicy};
 /// let listener = tokio::net::UnixListener::bind("/run/constle/mcp-accounting.sock")?;
-/// Gate::new(server, ServerPolicy::new(server, gates))?.serve(listener).await?;
+/// let env = |name: &str| std::env::var(name).ok();
+/// Gate::new(server, ServerPolicy::new(server, gates), &env)?.serve(listener).await?;
 /// # Ok(()) }
 /// ```
 pub struct Gate {
     policy: ServerPolicy,
     uri: Uri,
+    credentials: Credentials,
     client: Client,
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
@@ -236,6 +221,7 @@ impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gate")
             .field("server", &self.policy.server().as_str())
+            .field("headers", &self.credentials)
             .field("response_timeout", &self.response_timeout)
             .finish_non_exhaustive()
     }
@@ -246,12 +232,23 @@ impl Gate {
     /// calls ([`RefuseGated`]) until [`Gate::with_approver`] says otherwise,
     /// waiting [`DEFAULT_RESPONSE_TIMEOUT`] for responses. The client
     /// follows no redirects and uses no proxy.
-    pub fn new(server: &McpServer, policy: ServerPolicy) -> Result<Gate, GateError> {
+    ///
+    /// The values of `server.headers` are read now, through `env` (host
+    /// variable look-ups; `None`: unset): a header whose variable is unset,
+    /// empty or unusable is a [`GateError::Header`], naming the header and
+    /// the variable, never the value.
+    pub fn new(
+        server: &McpServer,
+        policy: ServerPolicy,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Gate, GateError> {
         let uri = upstream::uri(server.url.as_str()).map_err(GateError::Url)?;
+        let credentials = Credentials::resolve(server, env)?;
         let client = upstream::client().map_err(GateError::Client)?;
         Ok(Gate {
             policy,
             uri,
+            credentials,
             client,
             approver: Arc::new(RefuseGated),
             meter: Arc::new(Unmetered),
@@ -292,6 +289,7 @@ impl Gate {
         let inner = Arc::new(Inner {
             policy: self.policy,
             uri: self.uri,
+            credentials: self.credentials,
             client: self.client,
             approver: self.approver,
             meter: self.meter,
@@ -326,6 +324,7 @@ where
 struct Inner {
     policy: ServerPolicy,
     uri: Uri,
+    credentials: Credentials,
     client: Client,
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
@@ -378,8 +377,9 @@ impl Inner {
         });
     }
 
-    /// A request to the server's URL.
-    fn request(&self, method: Method, headers: HeaderMap, body: Bytes) -> Request<Full<Bytes>> {
+    /// A request to the server's URL, with the declared headers.
+    fn request(&self, method: Method, mut headers: HeaderMap, body: Bytes) -> Request<Full<Bytes>> {
+        self.credentials.add_to(&mut headers);
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = method;
         *request.uri_mut() = self.uri.clone();

@@ -93,6 +93,8 @@
 
 #![forbid(unsafe_code)]
 
+mod credentials;
+mod error;
 mod filter;
 mod http;
 mod inspect;
@@ -103,10 +105,11 @@ mod rpc;
 mod sse;
 mod upstream;
 
+pub use error::GateError;
 pub use filter::{FilterError, ServerMessage, filter_server_message, filter_tools_list};
 pub use http::{
     Approval, ApprovalFuture, Approver, DEFAULT_RESPONSE_TIMEOUT, FORWARDED_REQUEST_HEADERS, Gate,
-    GateError, Meter, MeterFuture, Metered, RELAYED_RESPONSE_HEADERS, RefuseGated, Unmetered,
+    Meter, MeterFuture, Metered, RELAYED_RESPONSE_HEADERS, RefuseGated, Unmetered,
 };
 pub use inspect::{
     Decision, Forward, Inspection, MAX_BODY_BYTES, MAX_DEPTH, Refusal, ToolCall, inspect,

@@ -59,7 +59,7 @@ impl McpGates {
         };
         for (server, port) in manifest.mcp.servers.iter().zip(MCP_BASE_PORT..) {
             let policy = ServerPolicy::new(server, &manifest.human_gates);
-            let mut gate = Gate::new(server, policy).map_err(|e| {
+            let mut gate = Gate::new(server, policy, &host_var).map_err(|e| {
                 RunError::Sandbox(format!(
                     "the MCP gate for server {} cannot start: {e}",
                     server.id
@@ -110,6 +110,13 @@ impl McpGates {
             None => std::future::pending().await,
         }
     }
+}
+
+/// A variable of constle's own environment. One that is not Unicode is
+/// read lossily, so the replacement character makes it an unusable header
+/// value, and the gate says so, rather than call it unset.
+fn host_var(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|value| value.to_string_lossy().into_owned())
 }
 
 impl Drop for McpGates {
