@@ -1,6 +1,9 @@
 //! The gate's HTTP side: one [`Gate`] per declared server, speaking MCP's
 //! Streamable HTTP transport to the agent and forwarding to the server.
 //!
+//! - Every request, first: `Host` loopback, `Origin` absent or loopback
+//!   ([`crate::rebinding`]), else 400 or 403 (`mcp_host_refused`,
+//!   `mcp_origin_refused`) and nothing reaches the server.
 //! - Every request: an `MCP-Protocol-Version` header, if sent, names one of
 //!   [`SUPPORTED_REVISIONS`](crate::SUPPORTED_REVISIONS), once; else 400
 //!   (`mcp_unsupported_protocol_version`) and nothing reaches the server.
@@ -73,6 +76,7 @@ use crate::filter::filter;
 use crate::inspect::{Decision, Forward, Inspection, MAX_BODY_BYTES, ToolCall, inspect};
 use crate::pending::{MAX_PENDING_TOOLS_LISTS, PendingLists};
 use crate::policy::ServerPolicy;
+use crate::rebinding;
 use crate::revision::Revision;
 use crate::rpc::{Reason, RequestId, error_response, to_bytes};
 use crate::sse;
@@ -439,6 +443,9 @@ struct Exchange {
 
 async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
     let (parts, body) = request.into_parts();
+    if let Err(refused) = rebinding::check(&parts.headers, &parts.uri) {
+        return rpc_error(refused.status(), None, refused.reason(), refused.message());
+    }
     let headers = parts.headers;
     let method = parts.method;
     if method != Method::POST && method != Method::GET && method != Method::DELETE {

@@ -100,6 +100,7 @@ mod http;
 mod inspect;
 mod pending;
 mod policy;
+mod rebinding;
 mod revision;
 mod rpc;
 mod sse;

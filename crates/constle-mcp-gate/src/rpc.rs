@@ -121,6 +121,12 @@ pub enum Reason {
     UpstreamMalformed,
     /// The server did not answer within the gate's bound; HTTP 504.
     UpstreamTimeout,
+    /// A request whose `Host` is missing, sent twice or malformed (HTTP
+    /// 400), or not loopback (HTTP 403): see [`crate::Gate`]'s DNS
+    /// rebinding rules.
+    HostRefused,
+    /// A request whose `Origin` is not a loopback origin; HTTP 403.
+    OriginRefused,
 }
 
 impl Reason {
@@ -137,7 +143,9 @@ impl Reason {
             | Reason::BatchRefused
             | Reason::GatedCallInBatch
             | Reason::DuplicateId
-            | Reason::CallAsNotification => INVALID_REQUEST,
+            | Reason::CallAsNotification
+            | Reason::HostRefused
+            | Reason::OriginRefused => INVALID_REQUEST,
             Reason::MethodNotAllowed => METHOD_NOT_FOUND,
             Reason::InvalidParams | Reason::ToolNotDeclared | Reason::ToolCaseVariant => {
                 INVALID_PARAMS
@@ -172,6 +180,8 @@ impl Reason {
             Reason::UpstreamUnreachable => "mcp_upstream_unreachable",
             Reason::UpstreamMalformed => "mcp_upstream_malformed",
             Reason::UpstreamTimeout => "mcp_upstream_timeout",
+            Reason::HostRefused => "mcp_host_refused",
+            Reason::OriginRefused => "mcp_origin_refused",
         }
     }
 }

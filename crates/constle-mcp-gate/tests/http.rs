@@ -794,6 +794,97 @@ async fn the_headers_appear_in_no_error_the_agent_gets() {
     }
 }
 
+// ------------------------------------------------ who may drive the gate
+
+/// What the conformance suite's `dns-rebinding-protection` scenario sends:
+/// an `initialize` with `Host` and `Origin` set to the same host.
+async fn initialize_as(gate: &str, host: &str, origin: Option<&str>) -> reqwest::Response {
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"conformance-dns-rebinding-test","version":"1.0.0"}}}"#;
+    let mut headers = vec![("host", host), ("mcp-protocol-version", "2025-11-25")];
+    headers.extend(origin.map(|o| ("origin", o)));
+    post(gate, init, &headers).await
+}
+
+#[tokio::test]
+async fn requests_a_web_page_could_send_are_refused_before_the_server() {
+    let (gate, log) = setup().await;
+    let authority = gate.trim_start_matches("http://").trim_end_matches("/mcp");
+    let (host, origin) = ("mcp_host_refused", "mcp_origin_refused");
+    let rows = [
+        ("evil.example.com", Some("http://evil.example.com"), host),
+        ("evil.example.com", None, host),
+        ("evil.example.com:4100", None, host),
+        (authority, Some("http://evil.example.com"), origin),
+        (authority, Some("http://evil.example.com:4100"), origin),
+        (authority, Some("null"), origin),
+        (authority, Some("http://localhost.evil.example.com"), origin),
+    ];
+    for (host_header, origin_header, reason) in rows {
+        let response = initialize_as(&gate, host_header, origin_header).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::FORBIDDEN,
+            "{host_header} {origin_header:?}"
+        );
+        let value: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+        assert_eq!(value["error"]["data"]["reason"], reason);
+        assert_eq!(value["error"]["code"], -32600);
+        assert_eq!(value["id"], Value::Null);
+        // The GET stream and DELETE too, and methods the gate would refuse
+        // anyway: nothing is answered but the refusal.
+        for method in [Method::GET, Method::DELETE, Method::PUT] {
+            let mut request = client()
+                .request(method.clone(), &gate)
+                .header("host", host_header);
+            if let Some(origin_header) = origin_header {
+                request = request.header("origin", origin_header);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::FORBIDDEN, "{method}");
+        }
+    }
+    // No Host at all (an HTTP/1.0 request may leave it out): 400.
+    let mut stream = TcpStream::connect(authority).await.unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{PING}",
+        PING.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.0 400"), "{response}");
+    assert!(response.contains("mcp_host_refused"), "{response}");
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "a refused request reached the server"
+    );
+
+    // What a legitimate client sends: the gate's own address (the in-sandbox
+    // relay's, 127.0.0.1:PORT), or another loopback spelling, with or
+    // without a loopback Origin.
+    let port = authority.rsplit(':').next().unwrap();
+    for (host_header, origin_header) in [
+        (authority.to_owned(), Some(format!("http://{authority}"))),
+        (authority.to_owned(), None),
+        (
+            format!("localhost:{port}"),
+            Some(format!("http://localhost:{port}")),
+        ),
+        (
+            format!("[::1]:{port}"),
+            Some("https://[::1]:8443".to_owned()),
+        ),
+    ] {
+        let response = initialize_as(&gate, &host_header, origin_header.as_deref()).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "{host_header} {origin_header:?}"
+        );
+    }
+    assert_eq!(posts(&log).len(), 4);
+}
+
 // ------------------------------------------------ revisions and batches
 
 #[tokio::test]
