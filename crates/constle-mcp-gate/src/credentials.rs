@@ -11,6 +11,13 @@
 //! Where they go: to the server's URL, and nowhere else. The gate follows
 //! no redirect ([`crate::upstream`]): a `Location` pointing elsewhere is
 //! neither followed nor relayed to the agent.
+//!
+//! Nor do they come back: a server may echo a credential it refuses
+//! ("invalid token …"), and the agent must not read it there. Whatever the
+//! gate would relay (a JSON body, an SSE event, a relayed header) is
+//! searched for each secret, verbatim ([`Credentials::appear_in`]); where
+//! one is found, the answer is not relayed. A secret the server transforms
+//! (escapes, encodes, cuts) cannot be recognised.
 
 use std::fmt;
 
@@ -20,7 +27,20 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use crate::error::GateError;
 
 /// The declared headers with their values.
-pub(crate) struct Credentials(Vec<(HeaderName, HeaderValue)>);
+pub(crate) struct Credentials(Vec<Declared>);
+
+struct Declared {
+    name: HeaderName,
+    value: HeaderValue,
+    /// Where the variable's value starts in `value` (after a scheme).
+    secret_from: usize,
+}
+
+impl Declared {
+    fn secret(&self) -> &[u8] {
+        &self.value.as_bytes()[self.secret_from..]
+    }
+}
 
 impl Credentials {
     /// `server`'s declared headers, each value read through `env` (host
@@ -49,7 +69,12 @@ impl Credentials {
                 ))
             })?;
             value.set_sensitive(true);
-            Ok((name, value))
+            let secret_from = declared.scheme.as_ref().map_or(0, |s| s.as_str().len() + 1);
+            Ok(Declared {
+                name,
+                value,
+                secret_from,
+            })
         });
         headers.collect::<Result<_, _>>().map(Credentials)
     }
@@ -58,16 +83,24 @@ impl Credentials {
     /// Nothing the agent sends is among them (no declared name is one the
     /// gate forwards), and `insert` would replace it if it were.
     pub(crate) fn add_to(&self, headers: &mut HeaderMap) {
-        for (name, value) in &self.0 {
-            headers.insert(name.clone(), value.clone());
+        for declared in &self.0 {
+            headers.insert(declared.name.clone(), declared.value.clone());
         }
+    }
+
+    /// Whether any header's secret (its variable's value) is in `bytes`.
+    pub(crate) fn appear_in(&self, bytes: &[u8]) -> bool {
+        self.0.iter().any(|declared| {
+            let secret = declared.secret();
+            bytes.windows(secret.len()).any(|window| window == secret)
+        })
     }
 }
 
 impl fmt::Debug for Credentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.0.iter().map(|(n, _)| n))
+            .entries(self.0.iter().map(|d| &d.name))
             .finish()
     }
 }

@@ -32,7 +32,8 @@
 //! and never relayed); a message the filter leaves as it is goes to the
 //! agent in the server's own bytes. A message the gate cannot parse is not
 //! relayed: a JSON body becomes a 502 JSON-RPC error, an SSE stream is
-//! cut. Other bodies are dropped; the status is kept. Of the server's headers only
+//! cut. So is one that carries back the value of a header the gate adds
+//! (`mcp_upstream_echoed_secret`). Other bodies are dropped; the status is kept. Of the server's headers only
 //! `Mcp-Session-Id` and `MCP-Protocol-Version` are relayed, each only if
 //! sent once and made of visible ASCII (else 502), besides the
 //! `Content-Type` the gate sets itself.
@@ -72,7 +73,7 @@ use tokio::time::Instant;
 
 use crate::credentials::Credentials;
 use crate::error::GateError;
-use crate::filter::filter;
+use crate::filter::{FilterError, filter};
 use crate::inspect::{Decision, Forward, Inspection, MAX_BODY_BYTES, ToolCall, inspect};
 use crate::pending::{MAX_PENDING_TOOLS_LISTS, PendingLists};
 use crate::policy::ServerPolicy;
@@ -408,6 +409,13 @@ impl Inner {
                     self.response_timeout.as_secs_f64()
                 ),
             ),
+            Upstream::EchoedSecret => (
+                StatusCode::BAD_GATEWAY,
+                Reason::UpstreamEchoedSecret,
+                format!(
+                    "MCP server {server:?} sent back the value of a header the Constle gate adds for it; it was not relayed"
+                ),
+            ),
             Upstream::Malformed(what) => (
                 StatusCode::BAD_GATEWAY,
                 Reason::UpstreamMalformed,
@@ -428,6 +436,8 @@ enum Upstream<'a> {
     Timeout,
     /// Something the gate cannot check: what it was.
     Malformed(&'a str),
+    /// The value of a header the gate adds, sent back.
+    EchoedSecret,
 }
 
 /// What the gate knows about one forwarded request when the answer comes.
@@ -684,6 +694,12 @@ async fn relay(
             return inner.upstream_error(Upstream::Malformed(&what), reply_id);
         }
     };
+    if headers
+        .values()
+        .any(|v| inner.credentials.appear_in(v.as_bytes()))
+    {
+        return inner.upstream_error(Upstream::EchoedSecret, reply_id);
+    }
     let content_type = upstream
         .headers()
         .get(header::CONTENT_TYPE)
@@ -751,6 +767,13 @@ async fn relay_json(
     if let Some(to_server) = message.to_server {
         inner.answer_server(to_server, &exchange.agent_headers);
     }
+    if message
+        .to_agent
+        .as_deref()
+        .is_some_and(|bytes| inner.credentials.appear_in(bytes))
+    {
+        return Err(inner.upstream_error(Upstream::EchoedSecret, reply_id));
+    }
     Ok(match message.to_agent {
         Some(Cow::Borrowed(same)) => json_response(StatusCode::OK, body.slice_ref(same)),
         Some(Cow::Owned(filtered)) => json_response(StatusCode::OK, filtered),
@@ -797,33 +820,39 @@ impl SseRelay {
     }
 
     /// The events to write to the agent; on a message that cannot be
-    /// checked, the ones before it, and the stream ends (fail closed).
+    /// checked, or that carries a declared header's value back, the ones
+    /// before it, and the stream ends (fail closed).
     fn filter(&mut self, events: Vec<sse::Event>) -> Vec<u8> {
         let mut out = Vec::new();
         for event in events {
-            let Some(data) = &event.data else {
-                event.write(None, &mut out);
-                continue;
-            };
-            if data.iter().all(u8::is_ascii_whitespace) {
-                event.write(None, &mut out);
-                continue;
-            }
-            let inner = &self.inner;
-            match filter(&inner.policy, data, |id| inner.take_tools_list(id)) {
-                Ok(message) => {
-                    if let Some(to_server) = message.to_server {
-                        inner.answer_server(to_server, &self.agent_headers);
-                    }
-                    event.write(message.to_agent.as_deref(), &mut out);
-                }
-                Err(_) => {
-                    self.done = true;
-                    break;
-                }
+            let start = out.len();
+            let relayed = self.write_event(&event, &mut out);
+            if relayed.is_err() || self.inner.credentials.appear_in(&out[start..]) {
+                out.truncate(start);
+                self.done = true;
+                break;
             }
         }
         out
+    }
+
+    /// Writes `event` as the agent may see it; an error, and nothing
+    /// written, if its message cannot be checked.
+    fn write_event(&self, event: &sse::Event, out: &mut Vec<u8>) -> Result<(), FilterError> {
+        let data = match &event.data {
+            Some(data) if !data.iter().all(u8::is_ascii_whitespace) => data,
+            _ => {
+                event.write(None, out);
+                return Ok(());
+            }
+        };
+        let inner = &self.inner;
+        let message = filter(&inner.policy, data, |id| inner.take_tools_list(id))?;
+        if let Some(to_server) = message.to_server {
+            inner.answer_server(to_server, &self.agent_headers);
+        }
+        event.write(message.to_agent.as_deref(), out);
+        Ok(())
     }
 }
 

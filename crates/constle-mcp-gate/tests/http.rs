@@ -794,6 +794,47 @@ async fn the_headers_appear_in_no_error_the_agent_gets() {
     }
 }
 
+#[tokio::test]
+async fn an_answer_carrying_a_credential_back_is_not_relayed() {
+    let json = |status: &str, headers: &str, body: &str| {
+        vec![now(&format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\n\r\n{body}",
+            body.len()
+        ))]
+    };
+    let echoed = format!(
+        r#"{{"jsonrpc":"2.0","id":5,"error":{{"code":-32001,"message":"invalid token {TOKEN}"}}}}"#
+    );
+    let result = format!(r#"{{"jsonrpc":"2.0","id":5,"result":{{"key":"{KEY}"}}}}"#);
+    let session = format!("mcp-session-id: {KEY}\r\n");
+    for answer in [
+        json("401 Unauthorized", "", &echoed),
+        json("200 OK", "", &result),
+        json(
+            "200 OK",
+            &session,
+            r#"{"jsonrpc":"2.0","id":5,"result":{}}"#,
+        ),
+    ] {
+        let gate = gate_with_headers(&raw_server(answer, false).await.0).await;
+        let response = post(&gate, PING, &[]).await;
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+        let said = seen(response).await;
+        shows_no_secret(&said);
+        assert!(said.contains("mcp_upstream_echoed_secret"), "{said}");
+    }
+    // An SSE answer is cut before the event that carries one.
+    let stream = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n\
+         data: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{{\"level\":\"info\",\"data\":\"first\"}}}}\n\n\
+         data: {result}\n\n"
+    );
+    let gate = gate_with_headers(&raw_server(vec![now(&stream)], false).await.0).await;
+    let said = seen(post(&gate, PING, &[]).await).await;
+    shows_no_secret(&said);
+    assert!(said.contains("first"), "{said}");
+}
+
 // ------------------------------------------------ who may drive the gate
 
 /// What the conformance suite's `dns-rebinding-protection` scenario sends:
