@@ -32,11 +32,13 @@
 //! and never relayed); a message the filter leaves as it is goes to the
 //! agent in the server's own bytes. A message the gate cannot parse is not
 //! relayed: a JSON body becomes a 502 JSON-RPC error, an SSE stream is
-//! cut. So is one that carries back the value of a header the gate adds
-//! (`mcp_upstream_echoed_secret`). Other bodies are dropped; the status is kept. Of the server's headers only
-//! `Mcp-Session-Id` and `MCP-Protocol-Version` are relayed, each only if
-//! sent once and made of visible ASCII (else 502), besides the
-//! `Content-Type` the gate sets itself.
+//! cut. Other bodies are dropped; the status is kept. Of the server's
+//! headers only `Mcp-Session-Id` and `MCP-Protocol-Version` are relayed,
+//! each only if sent once and made of visible ASCII (else 502), besides
+//! the `Content-Type` the gate sets itself. A JSON body, an SSE event or a
+//! relayed header that carries back the value of a header the gate adds is
+//! not relayed either (502 `mcp_upstream_echoed_secret`, or the stream
+//! cut).
 //!
 //! # Time
 //!
