@@ -142,6 +142,10 @@ pub const CODES: &[(&str, Severity)] = &[
     ("unknown_priced_tool", Severity::Error),
     ("invalid_method_name", Severity::Error),
     ("duplicate_method", Severity::Error),
+    ("invalid_header_name", Severity::Error),
+    ("reserved_header_name", Severity::Error),
+    ("duplicate_header", Severity::Error),
+    ("invalid_auth_scheme", Severity::Error),
     ("duplicate_entry", Severity::Error),
     ("missing_approver_pubkey", Severity::Error),
     ("invalid_socket_addr", Severity::Error),
@@ -162,6 +166,8 @@ pub const CODES: &[(&str, Severity)] = &[
     ("url_carries_secret", Severity::Warning),
     ("spend_caps_unmetered", Severity::Warning),
     ("method_always_allowed", Severity::Warning),
+    ("header_secret_unset", Severity::Warning),
+    ("header_secret_invalid", Severity::Warning),
 ];
 
 /// A 1-based position inside the file being parsed; turned into a

@@ -25,7 +25,8 @@
 //! ```
 //!
 //! [`load_file`] reads the file first; `env` answers host environment
-//! look-ups (used to warn when a webhook's URL variable is unset).
+//! look-ups (used to warn when a webhook's URL variable or a header's
+//! secret is unset or unusable).
 //!
 //! # How a file is read
 //!
@@ -59,6 +60,7 @@ mod de;
 mod diagnostic;
 mod model;
 mod raw;
+mod secret;
 mod validate;
 mod values;
 mod yaml;
@@ -73,13 +75,16 @@ pub use model::{
     Identity, Limits, MAX_APPROVAL_TIMEOUT_SECONDS, MAX_CPU_MILLIS, MAX_PIDS,
     MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MCP_BASE_SERVER_REQUESTS, MIN_CPU_MILLIS,
     MIN_MEMORY_BYTES, MIN_PIDS, Manifest, Mcp, McpServer, Network, Notify, NotifyChannel,
-    OnTimeout, Pricing, Sandbox, Spending,
+    OnTimeout, Pricing, Sandbox, SecretHeader, Spending,
 };
+pub use secret::SecretHeaderError;
 pub use validate::RESERVED_ENV;
 pub use values::{
-    EnvVarName, Hostname, HttpUrl, InvalidValue, MAX_AMOUNT_INTEGER_DIGITS, MAX_AMOUNT_SCALE,
-    MAX_ENV_NAME_LEN, MAX_METHOD_NAME_LEN, MAX_TOOL_NAME_LEN, MethodName, REDIS_SCHEMES, RedisUrl,
-    Scheme, ServerId, ToolName, UrlHost, is_loopback_host, parse_amount,
+    AuthScheme, EnvVarName, HeaderName, Hostname, HttpUrl, InvalidValue, MAX_AMOUNT_INTEGER_DIGITS,
+    MAX_AMOUNT_SCALE, MAX_AUTH_SCHEME_LEN, MAX_ENV_NAME_LEN, MAX_HEADER_NAME_LEN,
+    MAX_METHOD_NAME_LEN, MAX_TOOL_NAME_LEN, MethodName, REDIS_SCHEMES, RESERVED_HEADER_PREFIXES,
+    RESERVED_HEADERS, RedisUrl, Scheme, ServerId, ToolName, UrlHost, is_loopback_host,
+    is_reserved_header, parse_amount,
 };
 pub use yaml::{MAX_DEPTH, MAX_NODES};
 
@@ -132,7 +137,8 @@ impl Rejected {
 /// Reads and validates the Agentfile at `path`.
 ///
 /// `env` looks up host environment variables; it is only used for warnings
-/// (a webhook whose `url_secret_ref` variable is unset). Pass
+/// (a webhook's `url_secret_ref` or a header's `value_secret_ref` variable
+/// unset or unusable). Pass
 /// `&|name| std::env::var(name).ok()` for the real environment.
 pub fn load_file(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Validated, Rejected> {
     let io_error = |e: std::io::Error| {

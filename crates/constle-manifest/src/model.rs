@@ -13,7 +13,9 @@ use std::time::Duration;
 use constle_identity::{DidKey, Name};
 use rust_decimal::Decimal;
 
-use crate::values::{EnvVarName, Hostname, HttpUrl, MethodName, RedisUrl, ServerId, ToolName};
+use crate::values::{
+    AuthScheme, EnvVarName, HeaderName, Hostname, HttpUrl, MethodName, RedisUrl, ServerId, ToolName,
+};
 
 /// A validated Agentfile.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,6 +165,24 @@ pub struct McpServer {
     /// directions; unique. A name starting `notifications/` is a
     /// notification, any other a request.
     pub allow_methods: Vec<MethodName>,
+    /// Headers the gate adds to every request it sends the server; names
+    /// unique without regard to case. Their values are read from the host
+    /// when a run starts ([`SecretHeader::value`]), never kept here.
+    pub headers: Vec<SecretHeader>,
+}
+
+/// One entry of `mcp.servers[].headers`: a header, typically a credential,
+/// that the gate adds to every request to the server. The Agentfile names
+/// the host variable holding its value, never the value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecretHeader {
+    /// The header's name, as written.
+    pub name: HeaderName,
+    /// Written before the value, with one space between (`Bearer`).
+    pub scheme: Option<AuthScheme>,
+    /// The host variable holding the value (or, with a scheme, what
+    /// follows it).
+    pub value_secret_ref: EnvVarName,
 }
 
 /// Requests the MCP gate always lets an agent send: the lifecycle, `ping`

@@ -73,6 +73,15 @@ pub(crate) struct RawServer {
     pub tools: Field<Strings>,
     pub pricing: Field<RawPricing>,
     pub allow_methods: Field<Strings>,
+    pub headers: Field<Vec<Located<RawHeader>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawHeader {
+    pub name: Field<String>,
+    pub scheme: Field<String>,
+    pub value_secret_ref: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

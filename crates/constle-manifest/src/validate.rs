@@ -18,15 +18,16 @@ use crate::model::{
     A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, HumanGates, Identity, Limits,
     MAX_APPROVAL_TIMEOUT_SECONDS, MAX_PIDS, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MIN_PIDS,
     Manifest, Mcp, McpServer, Network, Notify, NotifyChannel, OnTimeout, Pricing, Sandbox,
-    Spending,
+    SecretHeader, Spending,
 };
 use crate::raw::{
-    RawA2a, RawHumanGates, RawLimits, RawManifest, RawMcp, RawNetwork, RawPricing, RawSandbox,
-    RawServer, RawSpending, Strings,
+    RawA2a, RawHeader, RawHumanGates, RawLimits, RawManifest, RawMcp, RawNetwork, RawPricing,
+    RawSandbox, RawServer, RawSpending, Strings,
 };
+use crate::secret::SecretHeaderError;
 use crate::values::{
-    EnvVarName, Hostname, HttpUrl, InvalidValue, MethodName, RedisUrl, ServerId, ToolName,
-    parse_amount, parse_cpus, parse_memory,
+    AuthScheme, EnvVarName, HeaderName, Hostname, HttpUrl, InvalidValue, MethodName, RedisUrl,
+    ServerId, ToolName, parse_amount, parse_cpus, parse_memory,
 };
 
 /// `sandbox.workdir` when the Agentfile names none, relative to its
@@ -610,13 +611,117 @@ impl V<'_, '_> {
             None => Some(Vec::new()),
             Some(list) => self.allow_methods(list),
         };
+        let headers = match &s.headers.0 {
+            None => Some(Vec::new()),
+            Some(list) => self.headers(list),
+        };
         Some(McpServer {
             id: id?,
             url: url?,
             tools: tools?,
             pricing: pricing?,
             allow_methods: allow_methods?,
+            headers: headers?,
         })
+    }
+
+    /// `headers`: each entry checked, each name once in any case.
+    fn headers(&mut self, list: &Located<Vec<Located<RawHeader>>>) -> Option<Vec<SecretHeader>> {
+        let mut out = Vec::new();
+        let mut ok = true;
+        let mut seen: HashMap<String, Pos> = HashMap::new();
+        for entry in &list.value {
+            let Some(header) = self.header(entry) else {
+                ok = false;
+                continue;
+            };
+            let key = header.name.as_str().to_ascii_lowercase();
+            if let Some(first) = seen.get(&key) {
+                let at = entry.value.name.0.as_ref().map_or(entry.pos, |n| n.pos);
+                self.sink.error(
+                    "duplicate_header",
+                    at,
+                    format!(
+                        "header {} is declared twice for this server (names are compared without regard to case)",
+                        show(header.name.as_str())
+                    ),
+                    Some(format!(
+                        "remove one; the first is at line {}",
+                        first.line
+                    )),
+                );
+                ok = false;
+                continue;
+            }
+            seen.insert(key, entry.pos);
+            out.push(header);
+        }
+        ok.then_some(out)
+    }
+
+    fn header(&mut self, raw: &Located<RawHeader>) -> Option<SecretHeader> {
+        let h = &raw.value;
+        let name = self
+            .required(
+                &h.name,
+                "mcp.servers[].headers[].name",
+                raw.pos,
+                "name the header, e.g. name: Authorization",
+            )
+            .and_then(|n| match HeaderName::parse(&n.value) {
+                Ok(name) => Some(name),
+                Err((code, e)) => {
+                    self.sink.error(code, n.pos, e.message, e.help);
+                    None
+                }
+            });
+        let scheme = self.optional(&h.scheme, "invalid_auth_scheme", AuthScheme::new);
+        let var = self
+            .required(
+                &h.value_secret_ref,
+                "mcp.servers[].headers[].value_secret_ref",
+                raw.pos,
+                "name the host environment variable holding the value, e.g. value_secret_ref: MCP_TOKEN",
+            )
+            .and_then(|v| Some((v, self.check(v, "invalid_env_name", EnvVarName::new)?)));
+        let (at, var) = var?;
+        let header = SecretHeader {
+            name: name?,
+            scheme: scheme?,
+            value_secret_ref: var,
+        };
+        self.header_warnings(at, &header);
+        Some(header)
+    }
+
+    /// Whether the run could send the header from this environment; the
+    /// value is a secret, so what is wrong is said without it.
+    fn header_warnings(&mut self, at: &Located<String>, header: &SecretHeader) {
+        let Err(err) = header.value(self.env) else {
+            return;
+        };
+        let var = err.variable();
+        let (code, help) = match err {
+            SecretHeaderError::Unset(_) | SecretHeaderError::Empty(_) => (
+                "header_secret_unset",
+                format!("export {var}=… (the credential) before `constle run`"),
+            ),
+            SecretHeaderError::NotHeaderText(_) => (
+                "header_secret_invalid",
+                format!(
+                    "set {var} to the credential alone, without a line break; a scheme such as Bearer goes in the Agentfile's scheme"
+                ),
+            ),
+        };
+        self.sink.warning(
+            code,
+            at.pos,
+            format!(
+                "{err}, so `constle run` will refuse to start: the gate sends it as header {}",
+                show(header.name.as_str())
+            ),
+            Some(help),
+        );
     }
 
     /// A list of values, each checked by `parse` (its failures reported as

@@ -1,7 +1,8 @@
 //! Checked value types of an Agentfile, each created only by a parser that
 //! enforces its rules: [`Hostname`], [`HttpUrl`], [`ServerId`], [`ToolName`],
-//! [`MethodName`], [`EnvVarName`], USD amounts ([`parse_amount`]), and the
-//! Docker-style sizes and CPU counts of `sandbox.limits`.
+//! [`MethodName`], [`EnvVarName`], [`HeaderName`], [`AuthScheme`], USD
+//! amounts ([`parse_amount`]), and the Docker-style sizes and CPU counts of
+//! `sandbox.limits`.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -114,8 +115,74 @@ string_newtype! {
     EnvVarName
 }
 
+string_newtype! {
+    /// The name of a header the MCP gate adds to a server's requests
+    /// (`mcp.servers[].headers[].name`): an HTTP token (RFC 9110 §5.6.2) of
+    /// at most [`MAX_HEADER_NAME_LEN`] bytes, kept as written, and not
+    /// [reserved](is_reserved_header). HTTP compares names without regard to
+    /// case; so does the check for duplicates.
+    HeaderName
+}
+
+string_newtype! {
+    /// An HTTP authentication scheme written before a header's secret
+    /// (`Bearer`, `Basic`, `Token`): an HTTP token of at most
+    /// [`MAX_AUTH_SCHEME_LEN`] bytes, as RFC 9110 §11.1 has it.
+    AuthScheme
+}
+
 /// Longest tool name accepted, in bytes.
 pub const MAX_TOOL_NAME_LEN: usize = 256;
+
+/// Longest header name accepted, in bytes.
+pub const MAX_HEADER_NAME_LEN: usize = 128;
+
+/// Longest authentication scheme accepted, in bytes.
+pub const MAX_AUTH_SCHEME_LEN: usize = 64;
+
+/// Headers `mcp.servers[].headers` may not declare, in any case. They frame
+/// the message or the connection, which is the gate's HTTP client's to do
+/// (`Host`, `Content-Length`, `Transfer-Encoding`, `Connection`, …), or the
+/// gate forwards or sets them itself on every request (`Accept`,
+/// `Last-Event-ID`), so a declared value would be a second one.
+pub const RESERVED_HEADERS: [&str; 11] = [
+    "host",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "http2-settings",
+    "expect",
+    "accept",
+    "last-event-id",
+];
+
+/// Every header name starting with one of these is reserved too: `Content-`
+/// (the gate sends the body it inspected, as it is), `Accept-` (what the
+/// gate can read back), `Proxy-` (the gate uses no proxy) and `Mcp-` (MCP's
+/// own: `Mcp-Session-Id`, `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`,
+/// and any the protocol adds).
+pub const RESERVED_HEADER_PREFIXES: [&str; 4] = ["content-", "accept-", "proxy-", "mcp-"];
+
+/// Whether `name` is one of [`RESERVED_HEADERS`] or starts with one of
+/// [`RESERVED_HEADER_PREFIXES`], in any case.
+pub fn is_reserved_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    RESERVED_HEADERS.contains(&name.as_str())
+        || RESERVED_HEADER_PREFIXES
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+}
+
+/// Whether `s` is an HTTP token: one or more of the visible ASCII characters
+/// other than the delimiters `"(),/:;<=>?@[\]{}`.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
 
 /// Longest JSON-RPC method name accepted, in bytes.
 pub const MAX_METHOD_NAME_LEN: usize = 128;
@@ -432,6 +499,59 @@ impl EnvVarName {
             ));
         }
         Ok(EnvVarName(s.to_string()))
+    }
+}
+
+impl HeaderName {
+    /// Checks a header name.
+    pub fn new(s: &str) -> Result<HeaderName, InvalidValue> {
+        HeaderName::parse(s).map_err(|(_, e)| e)
+    }
+
+    /// Like [`HeaderName::new`], with the diagnostic code:
+    /// `reserved_header_name` for a [reserved](is_reserved_header) name,
+    /// else `invalid_header_name`.
+    pub(crate) fn parse(s: &str) -> Result<HeaderName, (&'static str, InvalidValue)> {
+        if !is_token(s) || s.len() > MAX_HEADER_NAME_LEN {
+            return Err((
+                "invalid_header_name",
+                invalid(
+                    format!("invalid header name {}", show(s)),
+                    format!(
+                        "use 1 to {MAX_HEADER_NAME_LEN} letters, digits and `-` (an HTTP token), e.g. Authorization or X-Api-Key"
+                    ),
+                ),
+            ));
+        }
+        if is_reserved_header(s) {
+            return Err((
+                "reserved_header_name",
+                invalid(
+                    format!(
+                        "{} is a header the gate sets or forwards itself, so it cannot be declared",
+                        show(s)
+                    ),
+                    "declare only the credential headers the server wants, e.g. Authorization or X-Api-Key"
+                        .to_string(),
+                ),
+            ));
+        }
+        Ok(HeaderName(s.to_string()))
+    }
+}
+
+impl AuthScheme {
+    /// Checks an authentication scheme.
+    pub fn new(s: &str) -> Result<AuthScheme, InvalidValue> {
+        if !is_token(s) || s.len() > MAX_AUTH_SCHEME_LEN {
+            return Err(invalid(
+                format!("invalid authentication scheme {}", show(s)),
+                format!(
+                    "write the scheme alone, 1 to {MAX_AUTH_SCHEME_LEN} letters or digits, e.g. scheme: Bearer; the gate puts one space after it"
+                ),
+            ));
+        }
+        Ok(AuthScheme(s.to_string()))
     }
 }
 

@@ -92,9 +92,10 @@ fn doc_example() -> String {
 #[test]
 fn docs_full_example_parses_cleanly() {
     let example = doc_example();
-    let env = |name: &str| {
-        (name == "HUMAN_GATE_WEBHOOK_URL")
-            .then(|| "https://approvals.example.com/gates".to_string())
+    let env = |name: &str| match name {
+        "HUMAN_GATE_WEBHOOK_URL" => Some("https://approvals.example.com/gates".to_string()),
+        "ACCOUNTING_MCP_TOKEN" => Some("t0ken".to_string()),
+        _ => None,
     };
     let v = match parse_str(&example, Path::new("/srv/agents/agent.yaml"), &env) {
         Ok(v) => v,
@@ -140,6 +141,9 @@ fn docs_full_example_parses_cleanly() {
     assert_eq!(local.env_var(), "CONSTLE_MCP_LOCAL_SEARCH_URL");
     assert_eq!(local.allow_methods, ["resources/read"]);
     assert!(accounting.allow_methods.is_empty());
+    let header = &accounting.headers[0];
+    assert_eq!(header.value(&env).unwrap(), "Bearer t0ken");
+    assert!(local.headers.is_empty());
     let gated: Vec<_> = m
         .gated_tools()
         .iter()
@@ -159,9 +163,12 @@ fn docs_full_example_parses_cleanly() {
     assert_eq!(a2a.listen.unwrap().to_string(), "127.0.0.1:7400");
     assert_eq!(a2a.peers.len(), 1);
 
-    // Without the webhook variable the example still validates, with a warning.
+    // Without the host variables the example still validates, with warnings.
     let v = parse_str(&example, Path::new("agent.yaml"), &no_env).unwrap();
-    assert_eq!(codes(&v.warnings), ["webhook_url_unset"]);
+    assert_eq!(
+        codes(&v.warnings),
+        ["header_secret_unset", "webhook_url_unset"]
+    );
 }
 
 /// Every code is documented in the table for its severity. (Sink checks in
@@ -900,6 +907,149 @@ fn mcp_servers_are_checked() {
         "mcp:\n  servers:\n    - id: s\n      url: http://localhost:8080/mcp\n      tools: [t]\n",
     ));
     ok(&with("mcp:\n  servers: []\n"));
+}
+
+#[test]
+fn headers_name_a_host_variable_and_only_headers_the_gate_does_not_set() {
+    // Line 4 is `mcp:`; the server's headers start on line 9.
+    let src = with(
+        "mcp:
+  servers:
+    - id: s
+      url: https://a.example.com/mcp
+      tools: [t]
+      headers:
+        - name: Authorization
+          scheme: Bearer
+          value_secret_ref: S_TOKEN
+        - {name: X-Api-Key, value_secret_ref: S_KEY}
+",
+    );
+    let env = |name: &str| match name {
+        "S_TOKEN" => Some("t0ken".to_string()),
+        "S_KEY" => Some("k3y".to_string()),
+        _ => None,
+    };
+    let v = parse_str(&src, Path::new("agent.yaml"), &env).unwrap();
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    let headers = &v.manifest.mcp.servers[0].headers;
+    let shown: Vec<_> = headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.as_str(),
+                h.scheme.as_ref().map(|s| s.as_str()),
+                h.value_secret_ref.as_str(),
+                h.value(&env).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (
+                "Authorization",
+                Some("Bearer"),
+                "S_TOKEN",
+                "Bearer t0ken".to_string()
+            ),
+            ("X-Api-Key", None, "S_KEY", "k3y".to_string()),
+        ]
+    );
+    // No headers: none added.
+    assert!(ok(&with(SERVER)).manifest.mcp.servers[0].headers.is_empty());
+    ok(&with(&format!("{SERVER}      headers: []\n")));
+}
+
+#[test]
+fn header_mistakes_are_refused_where_they_are() {
+    let src = with(&format!(
+        "{SERVER}      headers:
+        - {{name: \"X Api\", value_secret_ref: A}}
+        - {{name: Content-Length, value_secret_ref: A}}
+        - {{name: mcp-session-id, value_secret_ref: A}}
+        - {{name: PROXY-Authorization, value_secret_ref: A}}
+        - {{name: Authorization, scheme: \"Bearer \", value_secret_ref: A}}
+        - {{name: X-Key, value_secret_ref: 1A}}
+        - {{name: X-Key, value_secret_ref: A, value: S3CRET}}
+        - {{value_secret_ref: A}}
+        - {{name: Authorization}}
+        - {{name: x-api-key, value_secret_ref: A}}
+        - {{name: X-API-KEY, value_secret_ref: B}}
+"
+    ));
+    assert_eq!(
+        errors(&src),
+        [
+            ("invalid_header_name", 10, 18),
+            ("reserved_header_name", 11, 18),
+            ("reserved_header_name", 12, 18),
+            ("reserved_header_name", 13, 18),
+            ("invalid_auth_scheme", 14, 41),
+            ("invalid_env_name", 15, 43),
+            ("unknown_field", 16, 46),
+            ("missing_field", 17, 11),
+            ("missing_field", 18, 11),
+            ("duplicate_header", 20, 18),
+        ]
+    );
+    // Every framing, connection and MCP header, in any case.
+    for name in [
+        "Host",
+        "content-type",
+        "Transfer-Encoding",
+        "Connection",
+        "Keep-Alive",
+        "TE",
+        "Upgrade",
+        "Accept",
+        "Accept-Encoding",
+        "Last-Event-ID",
+        "MCP-Protocol-Version",
+        "Mcp-Method",
+        "Mcp-Name",
+        "Proxy-Connection",
+    ] {
+        let src = with(&format!(
+            "{SERVER}      headers: [{{name: {name}, value_secret_ref: A}}]\n"
+        ));
+        assert_eq!(
+            codes(&rejected(&src).errors),
+            ["reserved_header_name"],
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn an_unusable_header_secret_is_a_warning_that_never_shows_it() {
+    // `constle validate` may run where the secret is not set; `constle run`
+    // refuses to start then.
+    let src = with(&format!(
+        "{SERVER}      headers:\n        - {{name: Authorization, scheme: Bearer, value_secret_ref: S_TOKEN}}\n"
+    ));
+    for (set, code) in [
+        (None, "header_secret_unset"),
+        (Some(""), "header_secret_unset"),
+        (Some("S3CRET\n"), "header_secret_invalid"),
+        (Some("S3CRET\r\nX-Injected: 1"), "header_secret_invalid"),
+        (Some(" S3CRET"), "header_secret_invalid"),
+    ] {
+        let env = |name: &str| {
+            (name == "S_TOKEN")
+                .then(|| set.map(str::to_owned))
+                .flatten()
+        };
+        let v = parse_str(&src, Path::new("agent.yaml"), &env).unwrap();
+        assert_eq!(at(&v.warnings), [(code, 10, 67)], "{set:?}");
+        let said = v.warnings[0].to_string();
+        assert!(
+            said.contains("S_TOKEN") && said.contains("`Authorization`"),
+            "{said}"
+        );
+        assert!(said.contains("refuse to start"), "{said}");
+        assert!(!said.contains("S3CRET"), "{said}");
+    }
 }
 
 #[test]

@@ -13,7 +13,7 @@
 //!   using CPU), as a server whose tools do real work elsewhere would;
 //! - the gate, built as `constle run` builds it: an Agentfile parsed by
 //!   [`constle_manifest::parse_str`], then `Gate::new(&server,
-//!   ServerPolicy::new(&server, &gates))?.serve(listener)` on one
+//!   ServerPolicy::new(&server, &gates), &env)?.serve(listener)` on one
 //!   current-thread runtime (thread `bench-gate`), listening on a Unix
 //!   socket (as in production) and on 127.0.0.1 TCP (to tell the socket
 //!   type from the gate's own cost). With `--multi-thread`, also a gate on
@@ -256,7 +256,7 @@ fn start_gates(upstream: SocketAddr, socket: &Path, multi_thread: bool) -> Gates
         .server("accounting")
         .expect("the declared server");
     let gates = &manifest.human_gates;
-    let gate = || Gate::new(server, ServerPolicy::new(server, gates)).expect("a gate");
+    let gate = || Gate::new(server, ServerPolicy::new(server, gates), &|_| None).expect("a gate");
 
     let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the gate (TCP)");
     tcp.set_nonblocking(true).expect("nonblocking");

@@ -1,6 +1,9 @@
 //! The gate's HTTP side: one [`Gate`] per declared server, speaking MCP's
 //! Streamable HTTP transport to the agent and forwarding to the server.
 //!
+//! - Every request, first: `Host` loopback, `Origin` absent or loopback
+//!   ([`crate::rebinding`]), else 400 or 403 (`mcp_host_refused`,
+//!   `mcp_origin_refused`) and nothing reaches the server.
 //! - Every request: an `MCP-Protocol-Version` header, if sent, names one of
 //!   [`SUPPORTED_REVISIONS`](crate::SUPPORTED_REVISIONS), once; else 400
 //!   (`mcp_unsupported_protocol_version`) and nothing reaches the server.
@@ -19,7 +22,9 @@
 //! `Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`. The agent's
 //! `Host`, `Authorization`, cookies and everything else stay behind; the
 //! server's URL never reaches the agent, not even in an error message (it
-//! may carry a credential). No header lifts a refusal.
+//! may carry a credential). No header lifts a refusal. The headers the
+//! Agentfile declares for the server ([`crate::credentials`]) are added to
+//! every request the gate sends it, whatever the agent sent.
 //!
 //! What comes back: JSON bodies and each `data` of an SSE stream pass
 //! through [`filter_server_message`] (tool lists filtered, server-to-client
@@ -27,10 +32,13 @@
 //! and never relayed); a message the filter leaves as it is goes to the
 //! agent in the server's own bytes. A message the gate cannot parse is not
 //! relayed: a JSON body becomes a 502 JSON-RPC error, an SSE stream is
-//! cut. Other bodies are dropped; the status is kept. Of the server's headers only
-//! `Mcp-Session-Id` and `MCP-Protocol-Version` are relayed, each only if
-//! sent once and made of visible ASCII (else 502), besides the
-//! `Content-Type` the gate sets itself.
+//! cut. Other bodies are dropped; the status is kept. Of the server's
+//! headers only `Mcp-Session-Id` and `MCP-Protocol-Version` are relayed,
+//! each only if sent once and made of visible ASCII (else 502), besides
+//! the `Content-Type` the gate sets itself. A JSON body, an SSE event or a
+//! relayed header that carries back the value of a header the gate adds is
+//! not relayed either (502 `mcp_upstream_echoed_secret`, or the stream
+//! cut).
 //!
 //! # Time
 //!
@@ -65,10 +73,13 @@ use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
-use crate::filter::filter;
+use crate::credentials::Credentials;
+use crate::error::GateError;
+use crate::filter::{FilterError, filter};
 use crate::inspect::{Decision, Forward, Inspection, MAX_BODY_BYTES, ToolCall, inspect};
 use crate::pending::{MAX_PENDING_TOOLS_LISTS, PendingLists};
 use crate::policy::ServerPolicy;
+use crate::rebinding;
 use crate::revision::Revision;
 use crate::rpc::{Reason, RequestId, error_response, to_bytes};
 use crate::sse;
@@ -192,27 +203,6 @@ impl Approver for RefuseGated {
     }
 }
 
-/// Why a [`Gate`] could not be built.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum GateError {
-    /// The server's URL is not one the HTTP client accepts.
-    Url(String),
-    /// The HTTP client could not be set up (its TLS configuration).
-    Client(std::io::Error),
-}
-
-impl fmt::Display for GateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GateError::Url(why) => write!(f, "the MCP server URL cannot be used: {why}"),
-            GateError::Client(err) => write!(f, "cannot set up the gate's HTTP client: {err}"),
-        }
-    }
-}
-
-impl std::error::Error for GateError {}
-
 /// The HTTP gate in front of one declared MCP server.
 ///
 /// ```no_run
@@ -220,12 +210,14 @@ impl std::error::Error for GateError {}
 /// # -> Result<(), Box<dyn std::error::Error>> {
 /// use constle_mcp_gate::{Gate, ServerPolicy};
 /// let listener = tokio::net::UnixListener::bind("/run/constle/mcp-accounting.sock")?;
-/// Gate::new(server, ServerPolicy::new(server, gates))?.serve(listener).await?;
+/// let env = |name: &str| std::env::var(name).ok();
+/// Gate::new(server, ServerPolicy::new(server, gates), &env)?.serve(listener).await?;
 /// # Ok(()) }
 /// ```
 pub struct Gate {
     policy: ServerPolicy,
     uri: Uri,
+    credentials: Credentials,
     client: Client,
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
@@ -236,6 +228,7 @@ impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gate")
             .field("server", &self.policy.server().as_str())
+            .field("headers", &self.credentials)
             .field("response_timeout", &self.response_timeout)
             .finish_non_exhaustive()
     }
@@ -246,12 +239,23 @@ impl Gate {
     /// calls ([`RefuseGated`]) until [`Gate::with_approver`] says otherwise,
     /// waiting [`DEFAULT_RESPONSE_TIMEOUT`] for responses. The client
     /// follows no redirects and uses no proxy.
-    pub fn new(server: &McpServer, policy: ServerPolicy) -> Result<Gate, GateError> {
+    ///
+    /// The values of `server.headers` are read now, through `env` (host
+    /// variable look-ups; `None`: unset): a header whose variable is unset,
+    /// empty or unusable is a [`GateError::Header`], naming the header and
+    /// the variable, never the value.
+    pub fn new(
+        server: &McpServer,
+        policy: ServerPolicy,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Gate, GateError> {
         let uri = upstream::uri(server.url.as_str()).map_err(GateError::Url)?;
+        let credentials = Credentials::resolve(server, env)?;
         let client = upstream::client().map_err(GateError::Client)?;
         Ok(Gate {
             policy,
             uri,
+            credentials,
             client,
             approver: Arc::new(RefuseGated),
             meter: Arc::new(Unmetered),
@@ -292,6 +296,7 @@ impl Gate {
         let inner = Arc::new(Inner {
             policy: self.policy,
             uri: self.uri,
+            credentials: self.credentials,
             client: self.client,
             approver: self.approver,
             meter: self.meter,
@@ -326,6 +331,7 @@ where
 struct Inner {
     policy: ServerPolicy,
     uri: Uri,
+    credentials: Credentials,
     client: Client,
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
@@ -378,8 +384,9 @@ impl Inner {
         });
     }
 
-    /// A request to the server's URL.
-    fn request(&self, method: Method, headers: HeaderMap, body: Bytes) -> Request<Full<Bytes>> {
+    /// A request to the server's URL, with the declared headers.
+    fn request(&self, method: Method, mut headers: HeaderMap, body: Bytes) -> Request<Full<Bytes>> {
+        self.credentials.add_to(&mut headers);
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = method;
         *request.uri_mut() = self.uri.clone();
@@ -404,6 +411,13 @@ impl Inner {
                     self.response_timeout.as_secs_f64()
                 ),
             ),
+            Upstream::EchoedSecret => (
+                StatusCode::BAD_GATEWAY,
+                Reason::UpstreamEchoedSecret,
+                format!(
+                    "MCP server {server:?} sent back the value of a header the Constle gate adds for it; it was not relayed"
+                ),
+            ),
             Upstream::Malformed(what) => (
                 StatusCode::BAD_GATEWAY,
                 Reason::UpstreamMalformed,
@@ -424,6 +438,8 @@ enum Upstream<'a> {
     Timeout,
     /// Something the gate cannot check: what it was.
     Malformed(&'a str),
+    /// The value of a header the gate adds, sent back.
+    EchoedSecret,
 }
 
 /// What the gate knows about one forwarded request when the answer comes.
@@ -439,6 +455,9 @@ struct Exchange {
 
 async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
     let (parts, body) = request.into_parts();
+    if let Err(refused) = rebinding::check(&parts.headers, &parts.uri) {
+        return rpc_error(refused.status(), None, refused.reason(), refused.message());
+    }
     let headers = parts.headers;
     let method = parts.method;
     if method != Method::POST && method != Method::GET && method != Method::DELETE {
@@ -677,6 +696,12 @@ async fn relay(
             return inner.upstream_error(Upstream::Malformed(&what), reply_id);
         }
     };
+    if headers
+        .values()
+        .any(|v| inner.credentials.appear_in(v.as_bytes()))
+    {
+        return inner.upstream_error(Upstream::EchoedSecret, reply_id);
+    }
     let content_type = upstream
         .headers()
         .get(header::CONTENT_TYPE)
@@ -744,6 +769,13 @@ async fn relay_json(
     if let Some(to_server) = message.to_server {
         inner.answer_server(to_server, &exchange.agent_headers);
     }
+    if message
+        .to_agent
+        .as_deref()
+        .is_some_and(|bytes| inner.credentials.appear_in(bytes))
+    {
+        return Err(inner.upstream_error(Upstream::EchoedSecret, reply_id));
+    }
     Ok(match message.to_agent {
         Some(Cow::Borrowed(same)) => json_response(StatusCode::OK, body.slice_ref(same)),
         Some(Cow::Owned(filtered)) => json_response(StatusCode::OK, filtered),
@@ -790,33 +822,39 @@ impl SseRelay {
     }
 
     /// The events to write to the agent; on a message that cannot be
-    /// checked, the ones before it, and the stream ends (fail closed).
+    /// checked, or that carries a declared header's value back, the ones
+    /// before it, and the stream ends (fail closed).
     fn filter(&mut self, events: Vec<sse::Event>) -> Vec<u8> {
         let mut out = Vec::new();
         for event in events {
-            let Some(data) = &event.data else {
-                event.write(None, &mut out);
-                continue;
-            };
-            if data.iter().all(u8::is_ascii_whitespace) {
-                event.write(None, &mut out);
-                continue;
-            }
-            let inner = &self.inner;
-            match filter(&inner.policy, data, |id| inner.take_tools_list(id)) {
-                Ok(message) => {
-                    if let Some(to_server) = message.to_server {
-                        inner.answer_server(to_server, &self.agent_headers);
-                    }
-                    event.write(message.to_agent.as_deref(), &mut out);
-                }
-                Err(_) => {
-                    self.done = true;
-                    break;
-                }
+            let start = out.len();
+            let relayed = self.write_event(&event, &mut out);
+            if relayed.is_err() || self.inner.credentials.appear_in(&out[start..]) {
+                out.truncate(start);
+                self.done = true;
+                break;
             }
         }
         out
+    }
+
+    /// Writes `event` as the agent may see it; an error, and nothing
+    /// written, if its message cannot be checked.
+    fn write_event(&self, event: &sse::Event, out: &mut Vec<u8>) -> Result<(), FilterError> {
+        let data = match &event.data {
+            Some(data) if !data.iter().all(u8::is_ascii_whitespace) => data,
+            _ => {
+                event.write(None, out);
+                return Ok(());
+            }
+        };
+        let inner = &self.inner;
+        let message = filter(&inner.policy, data, |id| inner.take_tools_list(id))?;
+        if let Some(to_server) = message.to_server {
+            inner.answer_server(to_server, &self.agent_headers);
+        }
+        event.write(message.to_agent.as_deref(), out);
+        Ok(())
     }
 }
 

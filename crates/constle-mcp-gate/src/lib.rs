@@ -93,20 +93,24 @@
 
 #![forbid(unsafe_code)]
 
+mod credentials;
+mod error;
 mod filter;
 mod http;
 mod inspect;
 mod pending;
 mod policy;
+mod rebinding;
 mod revision;
 mod rpc;
 mod sse;
 mod upstream;
 
+pub use error::GateError;
 pub use filter::{FilterError, ServerMessage, filter_server_message, filter_tools_list};
 pub use http::{
     Approval, ApprovalFuture, Approver, DEFAULT_RESPONSE_TIMEOUT, FORWARDED_REQUEST_HEADERS, Gate,
-    GateError, Meter, MeterFuture, Metered, RELAYED_RESPONSE_HEADERS, RefuseGated, Unmetered,
+    Meter, MeterFuture, Metered, RELAYED_RESPONSE_HEADERS, RefuseGated, Unmetered,
 };
 pub use inspect::{
     Decision, Forward, Inspection, MAX_BODY_BYTES, MAX_DEPTH, Refusal, ToolCall, inspect,

@@ -121,6 +121,15 @@ pub enum Reason {
     UpstreamMalformed,
     /// The server did not answer within the gate's bound; HTTP 504.
     UpstreamTimeout,
+    /// The server's answer holds the value of a header the gate adds for
+    /// it (a credential it echoed), so it is not relayed; HTTP 502.
+    UpstreamEchoedSecret,
+    /// A request whose `Host` is missing, sent twice or malformed (HTTP
+    /// 400), or not loopback (HTTP 403): see [`crate::Gate`]'s DNS
+    /// rebinding rules.
+    HostRefused,
+    /// A request whose `Origin` is not a loopback origin; HTTP 403.
+    OriginRefused,
 }
 
 impl Reason {
@@ -137,15 +146,18 @@ impl Reason {
             | Reason::BatchRefused
             | Reason::GatedCallInBatch
             | Reason::DuplicateId
-            | Reason::CallAsNotification => INVALID_REQUEST,
+            | Reason::CallAsNotification
+            | Reason::HostRefused
+            | Reason::OriginRefused => INVALID_REQUEST,
             Reason::MethodNotAllowed => METHOD_NOT_FOUND,
             Reason::InvalidParams | Reason::ToolNotDeclared | Reason::ToolCaseVariant => {
                 INVALID_PARAMS
             }
             Reason::GateRefused | Reason::SpendRefused => GATE_REFUSED,
-            Reason::UpstreamUnreachable | Reason::UpstreamMalformed | Reason::UpstreamTimeout => {
-                INTERNAL_ERROR
-            }
+            Reason::UpstreamUnreachable
+            | Reason::UpstreamMalformed
+            | Reason::UpstreamTimeout
+            | Reason::UpstreamEchoedSecret => INTERNAL_ERROR,
         }
     }
 
@@ -172,6 +184,9 @@ impl Reason {
             Reason::UpstreamUnreachable => "mcp_upstream_unreachable",
             Reason::UpstreamMalformed => "mcp_upstream_malformed",
             Reason::UpstreamTimeout => "mcp_upstream_timeout",
+            Reason::UpstreamEchoedSecret => "mcp_upstream_echoed_secret",
+            Reason::HostRefused => "mcp_host_refused",
+            Reason::OriginRefused => "mcp_origin_refused",
         }
     }
 }

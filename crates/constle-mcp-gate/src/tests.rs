@@ -14,6 +14,7 @@ fn server(tools: &[&str]) -> McpServer {
         tools: tools.iter().map(|t| ToolName::new(t).unwrap()).collect(),
         pricing: Pricing::default(),
         allow_methods: Vec::new(),
+        headers: Vec::new(),
     }
 }
 

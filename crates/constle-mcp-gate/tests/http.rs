@@ -114,7 +114,13 @@ fn declared(url: &str) -> McpServer {
             .collect(),
         pricing: Pricing::default(),
         allow_methods: Vec::new(),
+        headers: Vec::new(),
     }
+}
+
+/// No host variable is set: the servers here declare no headers.
+fn no_env(_: &str) -> Option<String> {
+    None
 }
 
 fn policy(server: &McpServer) -> ServerPolicy {
@@ -137,7 +143,7 @@ async fn start_gate(gate: Gate) -> String {
 async fn setup() -> (String, Log) {
     let (url, log) = fake_server().await;
     let server = declared(&url);
-    let gate = Gate::new(&server, policy(&server)).unwrap();
+    let gate = Gate::new(&server, policy(&server), &no_env).unwrap();
     (start_gate(gate).await, log)
 }
 
@@ -336,7 +342,7 @@ impl Meter for Budget {
 async fn a_call_the_meter_refuses_never_reaches_the_server() {
     let (url, log) = fake_server().await;
     let server = declared(&url);
-    let gate = Gate::new(&server, policy(&server))
+    let gate = Gate::new(&server, policy(&server), &no_env)
         .unwrap()
         .with_meter(Budget(Mutex::new(2)));
     let gate = start_gate(gate).await;
@@ -396,7 +402,7 @@ async fn an_approver_can_let_a_gated_call_through_unchanged() {
     let (url, log) = fake_server().await;
     let server = declared(&url);
     let asked = Arc::new(Mutex::new(Vec::new()));
-    let gate = Gate::new(&server, policy(&server))
+    let gate = Gate::new(&server, policy(&server), &no_env)
         .unwrap()
         .with_approver(ApproveAll(asked.clone()));
     let gate = start_gate(gate).await;
@@ -531,7 +537,7 @@ async fn an_unreachable_server_is_a_json_rpc_error_with_502() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let server = declared(&format!("http://{addr}/mcp"));
-    let gate = start_gate(Gate::new(&server, policy(&server)).unwrap()).await;
+    let gate = start_gate(Gate::new(&server, policy(&server), &no_env).unwrap()).await;
     let (status, value) = post_json(&gate, r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#).await;
     assert_eq!(status, StatusCode::BAD_GATEWAY);
     assert_eq!(value["id"], 5);
@@ -550,7 +556,11 @@ async fn the_gate_serves_on_a_unix_socket() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gate.sock");
     let listener = tokio::net::UnixListener::bind(&path).unwrap();
-    tokio::spawn(Gate::new(&server, policy(&server)).unwrap().serve(listener));
+    tokio::spawn(
+        Gate::new(&server, policy(&server), &no_env)
+            .unwrap()
+            .serve(listener),
+    );
 
     let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#;
     let mut stream = tokio::net::UnixStream::connect(&path).await.unwrap();
@@ -566,6 +576,354 @@ async fn the_gate_serves_on_a_unix_socket() {
     let value: Value = serde_json::from_str(json).unwrap();
     assert_eq!(tool_names(&value), ["list_invoices"]);
     assert_eq!(posts(&log)[0].body, body.as_bytes());
+}
+
+// ------------------------------------------------ headers the gate adds
+
+const TOKEN: &str = "S3CRET-t0ken/+=";
+const KEY: &str = "K3Y-9f8e7d";
+
+/// A server declaring a bearer token and an API key, both from host
+/// variables.
+fn with_headers(url: &str) -> McpServer {
+    let src = format!(
+        "name: a\nsandbox:\n  command: [x]\nmcp:\n  servers:\n    - id: accounting\n      url: {url}\n      tools: [list_invoices, pay_invoice]\n      headers:\n        - {{name: Authorization, scheme: Bearer, value_secret_ref: T_TOKEN}}\n        - {{name: X-Api-Key, value_secret_ref: T_KEY}}\n"
+    );
+    let parsed = constle_manifest::parse_str(&src, std::path::Path::new("a.yaml"), &secrets);
+    parsed.unwrap().manifest.mcp.servers.remove(0)
+}
+
+fn secrets(name: &str) -> Option<String> {
+    match name {
+        "T_TOKEN" => Some(TOKEN.to_owned()),
+        "T_KEY" => Some(KEY.to_owned()),
+        _ => None,
+    }
+}
+
+async fn gate_with_headers(url: &str) -> String {
+    let server = with_headers(url);
+    start_gate(Gate::new(&server, policy(&server), &secrets).unwrap()).await
+}
+
+/// Everything of a response the agent can see, as text.
+async fn seen(response: reqwest::Response) -> String {
+    let head = format!("{} {:?}", response.status(), response.headers());
+    format!("{head}\n{}", response.text().await.unwrap())
+}
+
+#[track_caller]
+fn shows_no_secret(seen: &str) {
+    for secret in [TOKEN, KEY, "S3CRET", "K3Y"] {
+        assert!(!seen.contains(secret), "{secret} shown: {seen}");
+    }
+}
+
+#[tokio::test]
+async fn declared_headers_go_with_every_request_and_the_agents_own_never() {
+    let (url, log) = fake_server().await;
+    let gate = gate_with_headers(&url).await;
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"agent","version":"1"}}}"#;
+    let agents = [
+        ("authorization", "Bearer agent-token"),
+        ("x-api-key", "agent-key"),
+    ];
+    shows_no_secret(&seen(post(&gate, init, &agents).await).await);
+    // A tool list answered with SSE, holding a request the gate answers
+    // to the server itself.
+    let sse = r#"{"jsonrpc":"2.0","id":"l1","method":"tools/list","params":{"cursor":"sse"}}"#;
+    shows_no_secret(&seen(post(&gate, sse, &agents).await).await);
+    let stream = client()
+        .get(&gate)
+        .header("authorization", "Bearer agent-token");
+    shows_no_secret(&seen(stream.send().await.unwrap()).await);
+    shows_no_secret(&seen(client().delete(&gate).send().await.unwrap()).await);
+
+    // initialize, tools/list, GET, DELETE, and the gate's own answers to
+    // the server's sampling (in the SSE answer) and roots (on the GET
+    // stream) requests.
+    let expected = 6;
+    for _ in 0..100 {
+        if log.lock().unwrap().len() == expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), expected, "{log:?}");
+    for received in log.iter() {
+        let all = |name: &str| -> Vec<&[u8]> {
+            let values = received.headers.get_all(name).iter();
+            values.map(|v| v.as_bytes()).collect()
+        };
+        let bearer = format!("Bearer {TOKEN}");
+        assert_eq!(all("authorization"), [bearer.as_bytes()], "{received:?}");
+        assert_eq!(all("x-api-key"), [KEY.as_bytes()], "{received:?}");
+    }
+    let mut answered: Vec<String> = log
+        .iter()
+        .filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok())
+        .filter(|v| v.get("error").is_some())
+        .map(|v| v["id"].to_string())
+        .collect();
+    answered.sort();
+    assert_eq!(answered, [r#""r1""#, r#""s1""#], "the gate's own answers");
+}
+
+#[tokio::test]
+async fn a_header_without_a_usable_value_stops_the_gate_naming_only_the_variable() {
+    for (set, why) in [
+        (None, "T_TOKEN is not set"),
+        (Some(""), "T_TOKEN is empty"),
+        (
+            Some("S3CRET\r\nX-Injected: 1"),
+            "the value of T_TOKEN cannot be sent",
+        ),
+        (Some("S3CRET\n"), "the value of T_TOKEN cannot be sent"),
+    ] {
+        let server = with_headers("https://mcp.example.com/mcp");
+        let env = |name: &str| match name {
+            "T_TOKEN" => set.map(str::to_owned),
+            _ => secrets(name),
+        };
+        let err = Gate::new(&server, policy(&server), &env).unwrap_err();
+        let said = err.to_string();
+        assert!(
+            said.starts_with("header Authorization cannot be sent: "),
+            "{said}"
+        );
+        assert!(said.contains(why), "{said}");
+        assert!(!said.contains("S3CRET") && !format!("{err:?}").contains("S3CRET"));
+    }
+    // A gate that was built shows the headers' names, not their values.
+    let server = with_headers("https://mcp.example.com/mcp");
+    let gate = Gate::new(&server, policy(&server), &secrets).unwrap();
+    let shown = format!("{gate:?}");
+    assert!(
+        shown.contains("authorization") && shown.contains("x-api-key"),
+        "{shown}"
+    );
+    shows_no_secret(&shown);
+}
+
+/// A server that answers every request with `status` and a `Location`,
+/// recording the headers of each request.
+async fn redirecting_server(status: StatusCode, location: String) -> (String, Log) {
+    let log = Log::default();
+    let record = log.clone();
+    let app = Router::new().fallback(move |method: Method, headers: HeaderMap| {
+        let (record, location) = (record.clone(), location.clone());
+        async move {
+            record.lock().unwrap().push(Received {
+                method,
+                headers,
+                body: Vec::new(),
+            });
+            (status, [("location", location)]).into_response()
+        }
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/mcp"), log)
+}
+
+#[tokio::test]
+async fn a_redirect_is_never_followed_so_the_headers_stay_with_the_server() {
+    let (elsewhere, elsewhere_log) = fake_server().await;
+    for status in [
+        StatusCode::MOVED_PERMANENTLY,
+        StatusCode::FOUND,
+        StatusCode::SEE_OTHER,
+        StatusCode::TEMPORARY_REDIRECT,
+        StatusCode::PERMANENT_REDIRECT,
+    ] {
+        let (url, log) = redirecting_server(status, elsewhere.clone()).await;
+        let gate = gate_with_headers(&url).await;
+        let response = post(&gate, PING, &[]).await;
+        assert_eq!(response.status(), status);
+        assert!(response.headers().get("location").is_none());
+        shows_no_secret(&seen(response).await);
+        let stream = client().get(&gate).send().await.unwrap();
+        assert!(stream.headers().get("location").is_none());
+        // The declared server got the credential; nobody else did.
+        let log = log.lock().unwrap();
+        assert_eq!(log.len(), 2, "{status}");
+        assert!(log.iter().all(|r| r.headers.contains_key("authorization")));
+    }
+    assert!(
+        elsewhere_log.lock().unwrap().is_empty(),
+        "a redirect was followed"
+    );
+}
+
+#[tokio::test]
+async fn the_headers_appear_in_no_error_the_agent_gets() {
+    let refusing = |body: &str| {
+        vec![now(&format!(
+            "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer error=\"invalid_token\"\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ))]
+    };
+    let mut urls = vec![
+        raw_server(refusing(r#"{"error":"invalid_token"}"#), false)
+            .await
+            .0,
+        raw_server(
+            refusing(
+                r#"{"jsonrpc":"2.0","id":5,"error":{"code":-32001,"message":"unauthorized"}}"#,
+            ),
+            false,
+        )
+        .await
+        .0,
+        raw_server(Vec::new(), true).await.0,
+    ];
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    urls.push(format!("http://{}/mcp", closed.local_addr().unwrap()));
+    drop(closed);
+    for url in &urls {
+        let server = with_headers(url);
+        let gate = Gate::new(&server, policy(&server), &secrets)
+            .unwrap()
+            .with_response_timeout(Duration::from_secs(1));
+        let gate = start_gate(gate).await;
+        let response = post(&gate, PING, &[]).await;
+        assert!(response.status().is_client_error() || response.status().is_server_error());
+        shows_no_secret(&seen(response).await);
+    }
+}
+
+#[tokio::test]
+async fn an_answer_carrying_a_credential_back_is_not_relayed() {
+    let json = |status: &str, headers: &str, body: &str| {
+        vec![now(&format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\n\r\n{body}",
+            body.len()
+        ))]
+    };
+    let echoed = format!(
+        r#"{{"jsonrpc":"2.0","id":5,"error":{{"code":-32001,"message":"invalid token {TOKEN}"}}}}"#
+    );
+    let result = format!(r#"{{"jsonrpc":"2.0","id":5,"result":{{"key":"{KEY}"}}}}"#);
+    let session = format!("mcp-session-id: {KEY}\r\n");
+    for answer in [
+        json("401 Unauthorized", "", &echoed),
+        json("200 OK", "", &result),
+        json(
+            "200 OK",
+            &session,
+            r#"{"jsonrpc":"2.0","id":5,"result":{}}"#,
+        ),
+    ] {
+        let gate = gate_with_headers(&raw_server(answer, false).await.0).await;
+        let response = post(&gate, PING, &[]).await;
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+        let said = seen(response).await;
+        shows_no_secret(&said);
+        assert!(said.contains("mcp_upstream_echoed_secret"), "{said}");
+    }
+    // An SSE answer is cut before the event that carries one.
+    let stream = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n\
+         data: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{{\"level\":\"info\",\"data\":\"first\"}}}}\n\n\
+         data: {result}\n\n"
+    );
+    let gate = gate_with_headers(&raw_server(vec![now(&stream)], false).await.0).await;
+    let said = seen(post(&gate, PING, &[]).await).await;
+    shows_no_secret(&said);
+    assert!(said.contains("first"), "{said}");
+}
+
+// ------------------------------------------------ who may drive the gate
+
+/// What the conformance suite's `dns-rebinding-protection` scenario sends:
+/// an `initialize` with `Host` and `Origin` set to the same host.
+async fn initialize_as(gate: &str, host: &str, origin: Option<&str>) -> reqwest::Response {
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"conformance-dns-rebinding-test","version":"1.0.0"}}}"#;
+    let mut headers = vec![("host", host), ("mcp-protocol-version", "2025-11-25")];
+    headers.extend(origin.map(|o| ("origin", o)));
+    post(gate, init, &headers).await
+}
+
+#[tokio::test]
+async fn requests_a_web_page_could_send_are_refused_before_the_server() {
+    let (gate, log) = setup().await;
+    let authority = gate.trim_start_matches("http://").trim_end_matches("/mcp");
+    let (host, origin) = ("mcp_host_refused", "mcp_origin_refused");
+    let rows = [
+        ("evil.example.com", Some("http://evil.example.com"), host),
+        ("evil.example.com", None, host),
+        ("evil.example.com:4100", None, host),
+        (authority, Some("http://evil.example.com"), origin),
+        (authority, Some("http://evil.example.com:4100"), origin),
+        (authority, Some("null"), origin),
+        (authority, Some("http://localhost.evil.example.com"), origin),
+    ];
+    for (host_header, origin_header, reason) in rows {
+        let response = initialize_as(&gate, host_header, origin_header).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::FORBIDDEN,
+            "{host_header} {origin_header:?}"
+        );
+        let value: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+        assert_eq!(value["error"]["data"]["reason"], reason);
+        assert_eq!(value["error"]["code"], -32600);
+        assert_eq!(value["id"], Value::Null);
+        // The GET stream and DELETE too, and methods the gate would refuse
+        // anyway: nothing is answered but the refusal.
+        for method in [Method::GET, Method::DELETE, Method::PUT] {
+            let mut request = client()
+                .request(method.clone(), &gate)
+                .header("host", host_header);
+            if let Some(origin_header) = origin_header {
+                request = request.header("origin", origin_header);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::FORBIDDEN, "{method}");
+        }
+    }
+    // No Host at all (an HTTP/1.0 request may leave it out): 400.
+    let mut stream = TcpStream::connect(authority).await.unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{PING}",
+        PING.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.0 400"), "{response}");
+    assert!(response.contains("mcp_host_refused"), "{response}");
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "a refused request reached the server"
+    );
+
+    // What a legitimate client sends: the gate's own address (the in-sandbox
+    // relay's, 127.0.0.1:PORT), or another loopback spelling, with or
+    // without a loopback Origin.
+    let port = authority.rsplit(':').next().unwrap();
+    for (host_header, origin_header) in [
+        (authority.to_owned(), Some(format!("http://{authority}"))),
+        (authority.to_owned(), None),
+        (
+            format!("localhost:{port}"),
+            Some(format!("http://localhost:{port}")),
+        ),
+        (
+            format!("[::1]:{port}"),
+            Some("https://[::1]:8443".to_owned()),
+        ),
+    ] {
+        let response = initialize_as(&gate, &host_header, origin_header.as_deref()).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "{host_header} {origin_header:?}"
+        );
+    }
+    assert_eq!(posts(&log).len(), 4);
 }
 
 // ------------------------------------------------ revisions and batches
@@ -720,7 +1078,7 @@ fn now(bytes: &str) -> (Duration, Vec<u8>) {
 
 async fn gate_for(url: &str, timeout: Duration) -> String {
     let server = declared(url);
-    let gate = Gate::new(&server, policy(&server))
+    let gate = Gate::new(&server, policy(&server), &no_env)
         .unwrap()
         .with_response_timeout(timeout);
     start_gate(gate).await
@@ -916,6 +1274,6 @@ async fn error_messages_never_carry_the_server_url() {
     }
     // Building a gate does not show it either.
     let server = declared(&urls[0]);
-    let gate = Gate::new(&server, policy(&server)).unwrap();
+    let gate = Gate::new(&server, policy(&server), &no_env).unwrap();
     assert!(!format!("{gate:?}").contains("s3cret"));
 }

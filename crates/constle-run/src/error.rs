@@ -21,6 +21,17 @@ pub enum RunError {
     /// The egress proxy could not start.
     #[error("the egress proxy could not start: {0}")]
     Egress(#[from] constle_egress::EgressError),
+    /// An MCP gate could not be built: its server's URL, its HTTP client,
+    /// or a header declared for the server whose variable is unset, empty
+    /// or unusable. Found before anything of the run starts.
+    #[error("the MCP gate for server {server} cannot start: {source}; nothing was started")]
+    McpGate {
+        /// The server's id.
+        server: String,
+        /// Why (it names a header's variable, never its value).
+        #[source]
+        source: constle_mcp_gate::GateError,
+    },
     /// The sandbox could not be set up or started.
     #[error("the sandbox could not start: {0}")]
     Sandbox(String),

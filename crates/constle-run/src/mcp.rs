@@ -1,6 +1,12 @@
 //! The MCP gates of one run: one per declared server, each serving its own
 //! Unix socket, relayed into the sandbox on 127.0.0.1, and announced to the
-//! agent as `CONSTLE_MCP_<ID>_URL`. The servers' real URLs stay here.
+//! agent as `CONSTLE_MCP_<ID>_URL`. The servers' real URLs, and the values
+//! of the headers declared for them, stay here.
+//!
+//! The gates are built before anything of the run starts
+//! ([`PreparedGates`]), since building one reads its headers' values from
+//! constle's environment: a secret that is unset or unusable stops the run
+//! before the audit log, the proxy or the sandbox exist.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -8,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use constle_audit::AuditLog;
-use constle_manifest::Manifest;
+use constle_manifest::{Manifest, ServerId};
 use constle_mcp_gate::{Gate, ServerPolicy};
 use constle_sandbox::Relay;
 use tokio::net::UnixListener;
@@ -23,6 +29,27 @@ use crate::spend::SpendMeter;
 /// sandbox; server `n` (in Agentfile order) gets `MCP_BASE_PORT + n`.
 const MCP_BASE_PORT: u16 = 4100;
 
+/// One gate per declared server, in Agentfile order, not yet serving.
+pub(crate) struct PreparedGates(Vec<(ServerId, Gate)>);
+
+impl PreparedGates {
+    /// Builds the gate of every declared server; the first that cannot be
+    /// built (its URL, its HTTP client, a header without a usable value)
+    /// is the error.
+    pub(crate) fn new(manifest: &Manifest) -> Result<PreparedGates, RunError> {
+        let gates = manifest.mcp.servers.iter().map(|server| {
+            let policy = ServerPolicy::new(server, &manifest.human_gates);
+            let gate =
+                Gate::new(server, policy, &host_var).map_err(|source| RunError::McpGate {
+                    server: server.id.to_string(),
+                    source,
+                })?;
+            Ok((server.id.clone(), gate))
+        });
+        gates.collect::<Result<_, _>>().map(PreparedGates)
+    }
+}
+
 /// The running gates. Dropping them stops serving.
 pub(crate) struct McpGates {
     relays: Vec<Relay>,
@@ -32,11 +59,12 @@ pub(crate) struct McpGates {
 }
 
 impl McpGates {
-    /// Binds one socket per declared server under `sockets` and starts its
+    /// Binds one socket per prepared gate under `sockets` and starts the
     /// gate. Gated calls go to the human gates (with `terminal` as the host
     /// terminal, if there is one, holding the agent's output back with
     /// `hold` while it asks); priced calls to `meter`.
     pub(crate) fn start(
+        prepared: PreparedGates,
         manifest: &Manifest,
         sockets: &Path,
         log: &Arc<AuditLog>,
@@ -57,21 +85,14 @@ impl McpGates {
             tasks: Vec::new(),
             aborts,
         };
-        for (server, port) in manifest.mcp.servers.iter().zip(MCP_BASE_PORT..) {
-            let policy = ServerPolicy::new(server, &manifest.human_gates);
-            let mut gate = Gate::new(server, policy).map_err(|e| {
-                RunError::Sandbox(format!(
-                    "the MCP gate for server {} cannot start: {e}",
-                    server.id
-                ))
-            })?;
+        for ((id, mut gate), port) in prepared.0.into_iter().zip(MCP_BASE_PORT..) {
             if let Some(human) = &human {
                 gate = gate.with_approver(human.clone());
             }
             if let Some(meter) = &meter {
                 gate = gate.with_meter(meter.clone());
             }
-            let name = format!("mcp-{}", server.id);
+            let name = format!("mcp-{id}");
             let socket = sockets.join(format!("{name}.sock"));
             let listener = UnixListener::bind(&socket)
                 .map_err(io(format!("cannot bind {}", socket.display())))?;
@@ -79,7 +100,7 @@ impl McpGates {
             let listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
             gates
                 .env
-                .insert(server.env_var(), format!("http://{listen}/mcp"));
+                .insert(id.env_var(), format!("http://{listen}/mcp"));
             gates.relays.push(Relay {
                 name,
                 listen,
@@ -110,6 +131,13 @@ impl McpGates {
             None => std::future::pending().await,
         }
     }
+}
+
+/// A variable of constle's own environment. One that is not Unicode is
+/// read lossily, so the replacement character makes it an unusable header
+/// value, and the gate says so, rather than call it unset.
+fn host_var(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|value| value.to_string_lossy().into_owned())
 }
 
 impl Drop for McpGates {

@@ -1,7 +1,7 @@
 //! What a run will enforce and what it will not, worked out from the
 //! Agentfile before anything starts, so the run summary can say it.
 
-use constle_manifest::{Egress, Manifest, OnTimeout};
+use constle_manifest::{Egress, Manifest, McpServer, OnTimeout};
 use constle_sandbox::AGENT_ID;
 
 /// One line of the run summary.
@@ -142,16 +142,38 @@ fn mcp(manifest: &Manifest) -> Vec<Item> {
             enforced(
                 "mcp gate",
                 format!(
-                    "server {} at {}: only {} callable, tools/list filtered to them; other tools and methods refused",
+                    "server {} at {}: only {} callable, tools/list filtered to them; other tools and methods refused{}",
                     server.id,
                     server.env_var(),
-                    tools.join(", ")
+                    tools.join(", "),
+                    added_headers(server),
                 ),
             )
         })
         .collect();
     items.extend(human_gates(manifest));
     items
+}
+
+/// The headers the gate adds for `server`, by name and the variable their
+/// value comes from: this runs before the values are read, and never shows
+/// one.
+fn added_headers(server: &McpServer) -> String {
+    if server.headers.is_empty() {
+        return String::new();
+    }
+    let headers: Vec<String> = server
+        .headers
+        .iter()
+        .map(|h| match &h.scheme {
+            Some(scheme) => format!("{}: {scheme} ${}", h.name, h.value_secret_ref),
+            None => format!("{}: ${}", h.name, h.value_secret_ref),
+        })
+        .collect();
+    format!(
+        "; the gate sends {} with every request, read from the host, never in the sandbox",
+        headers.join(", ")
+    )
 }
 
 fn human_gates(manifest: &Manifest) -> Option<Item> {
@@ -254,6 +276,18 @@ mod tests {
         assert_eq!(millis_as_decimal(2000), "2");
         assert_eq!(millis_as_decimal(10), "0.01");
         assert_eq!(millis_as_decimal(1500), "1.5");
+    }
+
+    #[test]
+    fn headers_are_shown_by_name_and_variable() {
+        let server = "mcp:\n  servers:\n    - id: s\n      url: https://mcp.example.com/mcp\n      tools: [t]\n      headers:\n        - {name: Authorization, scheme: Bearer, value_secret_ref: S_TOKEN}\n        - {name: X-Api-Key, value_secret_ref: S_KEY}\n";
+        match &mcp(&manifest(server))[..] {
+            [Item::Enforced { detail, .. }] => assert!(
+                detail.ends_with("; the gate sends Authorization: Bearer $S_TOKEN, X-Api-Key: $S_KEY with every request, read from the host, never in the sandbox"),
+                "{detail}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

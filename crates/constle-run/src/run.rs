@@ -23,7 +23,7 @@ use crate::a2a::A2aLink;
 use crate::bridge;
 use crate::error::{RunError, io};
 use crate::limits::{RunLimits, limit_event};
-use crate::mcp::McpGates;
+use crate::mcp::{McpGates, PreparedGates};
 use crate::output::{AgentOutput, OutputHold};
 use crate::spend::SpendMeter;
 
@@ -60,6 +60,9 @@ pub struct RunReport {
 /// long as the run.
 pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport, RunError> {
     let started = Instant::now();
+    // First: it reads the secrets of the servers' headers, and one missing
+    // must leave nothing behind, not even a log entry.
+    let gates = PreparedGates::new(manifest)?;
     let mut stop = StopSignals::take_over()?;
     let signer = match &manifest.identity {
         Some(identity) => {
@@ -78,7 +81,7 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
         signer,
     )?));
     record(&log, run_started(manifest)).await?;
-    let outcome = supervise(manifest, options, &mut stop, &log).await;
+    let outcome = supervise(manifest, gates, options, &mut stop, &log).await;
     let exit_code = match &outcome {
         Ok((code, _)) => *code,
         Err(_) => 125,
@@ -135,6 +138,7 @@ fn run_started(manifest: &Manifest) -> Event {
 /// Starts the proxy and the sandbox, waits for the agent, and stops both.
 async fn supervise(
     manifest: &Manifest,
+    gates: PreparedGates,
     options: &RunOptions,
     stop: &mut StopSignals,
     log: &Arc<AuditLog>,
@@ -179,7 +183,7 @@ async fn supervise(
         .flatten();
     let hold = OutputHold::default();
     let meter = SpendMeter::open(manifest, &options.home, log).await;
-    let mut gates = McpGates::start(manifest, sockets.path(), log, terminal, &hold, meter)?;
+    let mut gates = McpGates::start(gates, manifest, sockets.path(), log, terminal, &hold, meter)?;
     let a2a = A2aLink::start(manifest, &options.home, sockets.path(), log).await?;
     spec.env = agent_env(manifest, proxy.is_some(), gates.env());
     spec.env.extend(a2a.as_ref().map(A2aLink::env));

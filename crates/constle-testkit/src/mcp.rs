@@ -49,6 +49,10 @@
 //! - `page_size: Some(n)`: `tools/list` gives `n` tools a page, with a
 //!   `nextCursor` on every page but the last (the cursor is the offset of the
 //!   next page, as a decimal string; any other cursor is a -32602 error).
+//! - `required_headers`: a request that does not carry each of them exactly
+//!   once with exactly its value is answered `401` with
+//!   `WWW-Authenticate: Bearer error="invalid_token"` and a JSON error, as a
+//!   server guarding itself with a bearer token would, before rmcp sees it.
 //!
 //! The server accepts any `Host` header (rmcp's DNS-rebinding check is off):
 //! it only ever listens on loopback, and a test may reach it by a name it
@@ -61,6 +65,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use axum::response::IntoResponse as _;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
     ContentBlock, Implementation, JsonObject, ListToolsResult, PaginatedRequestParams,
@@ -112,6 +117,9 @@ pub struct McpServerOptions {
     /// Paginate `tools/list`: this many tools a page, `nextCursor` on all but
     /// the last. `None`: one page, no cursor. Must not be `Some(0)`.
     pub page_size: Option<usize>,
+    /// Headers (name, value) every request must carry, once each, with
+    /// exactly that value; else `401`. Empty: none required.
+    pub required_headers: Vec<(String, String)>,
 }
 
 impl Default for McpServerOptions {
@@ -120,6 +128,7 @@ impl Default for McpServerOptions {
             json_response: false,
             stateful: true,
             page_size: None,
+            required_headers: Vec::new(),
         }
     }
 }
@@ -198,7 +207,10 @@ impl TestMcpServer {
             Arc::new(LocalSessionManager::default()),
             config,
         );
-        let router = axum::Router::new().route_service(MCP_PATH, service);
+        let required = Arc::new(options.required_headers);
+        let router = axum::Router::new()
+            .route_service(MCP_PATH, service)
+            .layer(axum::middleware::from_fn_with_state(required, authorize));
 
         let stop = shutdown.clone();
         let thread = std::thread::Builder::new()
@@ -262,6 +274,31 @@ impl Drop for TestMcpServer {
             let _ = thread.join();
         }
     }
+}
+
+/// Lets a request through only if it carries every required header once,
+/// with its value.
+async fn authorize(
+    axum::extract::State(required): axum::extract::State<Arc<Vec<(String, String)>>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let carries = |(name, value): &(String, String)| {
+        let mut values = request.headers().get_all(name.as_str()).iter();
+        values
+            .next()
+            .is_some_and(|v| v.as_bytes() == value.as_bytes())
+            && values.next().is_none()
+    };
+    if required.iter().all(carries) {
+        return next.run(request).await;
+    }
+    let refused = [
+        ("www-authenticate", r#"Bearer error="invalid_token""#),
+        ("content-type", "application/json"),
+    ];
+    let body = r#"{"error":"invalid_token","error_description":"missing or wrong credentials"}"#;
+    (axum::http::StatusCode::UNAUTHORIZED, refused, body).into_response()
 }
 
 /// What every session's handler shares.

@@ -73,6 +73,10 @@ fn main() {
             wire_pagination();
             Ok(())
         }),
+        Trial::test("wire_required_headers", || {
+            wire_required_headers();
+            Ok(())
+        }),
         Trial::test("invalid_options", || {
             invalid_options();
             Ok(())
@@ -158,6 +162,7 @@ fn modes() -> Vec<(&'static str, McpServerOptions)> {
                     json_response,
                     stateful,
                     page_size,
+                    ..McpServerOptions::default()
                 },
             ));
         }
@@ -505,6 +510,7 @@ fn wire_pagination() {
         stateful: false,
         json_response: true,
         page_size: Some(4),
+        ..McpServerOptions::default()
     })
     .unwrap();
     let version = [("MCP-Protocol-Version", "2025-11-25")];
@@ -547,6 +553,38 @@ fn wire_pagination() {
 
     let bad = list(json!({"cursor": "bogus"}));
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
+}
+
+fn wire_required_headers() {
+    let server = TestMcpServer::start(McpServerOptions {
+        stateful: false,
+        json_response: true,
+        required_headers: vec![("authorization".into(), "Bearer t0ken".into())],
+        ..McpServerOptions::default()
+    })
+    .unwrap();
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let version = ("MCP-Protocol-Version", "2025-11-25");
+    for refused in [
+        vec![version],
+        vec![version, ("Authorization", "Bearer wrong")],
+        vec![
+            version,
+            ("Authorization", "Bearer t0ken"),
+            ("Authorization", "Bearer t0ken"),
+        ],
+    ] {
+        let (status, headers, body) = post(&server, &refused, &ping);
+        assert_eq!(status, 401, "{refused:?}: {body}");
+        let challenge = header(&headers, "www-authenticate");
+        assert_eq!(challenge, Some(r#"Bearer error="invalid_token""#));
+    }
+    let (status, _, body) = post(
+        &server,
+        &[version, ("Authorization", "Bearer t0ken")],
+        &ping,
+    );
+    assert_eq!(status, 200, "{body}");
 }
 
 // ---------------------------------------------------------------------------

@@ -442,6 +442,43 @@ fn validate_never_shows_a_secret_written_in_a_url() {
 }
 
 #[test]
+fn validate_never_shows_a_header_secret() {
+    let case = Case::new();
+    let file = case.write(
+        "agent.yaml",
+        &format!(
+            "{VALID}mcp:\n  servers:\n    - id: s\n      url: https://mcp.example.com/mcp\n      tools: [t]\n      headers:\n        - {{name: Authorization, scheme: Bearer, value_secret_ref: S_TOKEN}}\n"
+        ),
+    );
+    let file = file.to_str().unwrap();
+    for (value, warning) in [
+        (format!("{MARKER}\n"), Some("header_secret_invalid")),
+        (
+            format!("{MARKER}\r\nX-Injected: 1"),
+            Some("header_secret_invalid"),
+        ),
+        (MARKER.to_owned(), None),
+    ] {
+        for args in [
+            vec!["validate", file],
+            vec!["validate", "--format", "json", file],
+        ] {
+            let out = case.command(&args).env("S_TOKEN", &value).output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+            let shown = format!("{}{}", stdout(&out), stderr(&out));
+            assert!(!shown.contains(MARKER), "shows the secret:\n{shown}");
+            match warning {
+                Some(code) => {
+                    assert!(shown.contains(code), "{args:?}: {shown}");
+                    assert!(shown.contains("S_TOKEN"), "{shown}");
+                }
+                None => assert!(!shown.contains("header_secret"), "{shown}"),
+            }
+        }
+    }
+}
+
+#[test]
 fn spend_show_never_shows_the_ledger_password() {
     if !constle_testkit::require_tools(
         "spend_show_never_shows_the_ledger_password",

@@ -49,6 +49,7 @@ fn main() {
                 json_response: true,
                 stateful: false,
                 page_size: Some(1),
+                ..McpServerOptions::default()
             })
         }),
         e2e(
@@ -60,6 +61,14 @@ fn main() {
         e2e(
             "an_unreachable_server_is_an_error_and_the_gate_keeps_serving",
             unreachable_server,
+        ),
+        e2e(
+            "a_declared_header_reaches_the_server_and_its_value_nothing_else",
+            header_reaches_the_server_only,
+        ),
+        e2e(
+            "a_header_without_a_usable_value_starts_nothing",
+            header_without_a_value,
         ),
         e2e(
             "on_timeout_abort_refuses_the_call_and_stops_the_run",
@@ -318,6 +327,137 @@ fn unreachable_server() {
         assert_ne!(status, 0, "{said}");
         assert!(!said.contains(&fx.server.url()), "{said}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Headers the gate adds
+
+const TOKEN_VAR: &str = "TEST_MCP_TOKEN";
+const TOKEN: &str = "S3CRET-e2e-t0ken";
+const BEARER: &str = "[{name: Authorization, scheme: Bearer, value_secret_ref: TEST_MCP_TOKEN}]";
+
+/// An MCP server that answers 401 unless `Authorization: Bearer TOKEN`.
+fn guarded() -> Fixture {
+    Fixture::new(McpServerOptions {
+        required_headers: vec![("authorization".into(), format!("Bearer {TOKEN}"))],
+        ..McpServerOptions::default()
+    })
+}
+
+/// `constle run` with `TEST_MCP_TOKEN` set to `value`, or unset.
+fn run_with_token(fx: &Fixture, file: &Path, value: Option<&str>) -> Output {
+    let mut command = fx.case.command(&["run", file.to_str().unwrap()]);
+    command.env_remove(WEBHOOK_VAR).env_remove(TOKEN_VAR);
+    if let Some(value) = value {
+        command.env(TOKEN_VAR, value);
+    }
+    command.stdin(Stdio::null()).output().unwrap()
+}
+
+/// Every file under `dir`, with its contents.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push((path.clone(), fs::read(&path).unwrap()));
+        }
+    }
+    files
+}
+
+/// `secret` is in none of the run's output, the agent's included, and in
+/// no file under `$CONSTLE_HOME` (the audit log, its anchors, the keys).
+#[track_caller]
+fn nowhere(fx: &Fixture, out: &Output, secret: &str) {
+    let shown = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!shown.contains(secret), "{secret} shown:\n{}", report(out));
+    for (path, bytes) in files_under(&fx.case.home()) {
+        let found = bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
+        assert!(!found, "{secret} in {}", path.display());
+    }
+}
+
+fn header_reaches_the_server_only() {
+    let fx = guarded();
+    let setup = Setup {
+        headers: BEARER,
+        ..Setup::default()
+    };
+    let steps = [
+        list("list"),
+        call("get", "get_invoice", INVOICE),
+        "env".to_owned(),
+    ];
+    let file = fx.agentfile(&setup, &steps);
+    let out = run_with_token(&fx, &file, Some(TOKEN));
+    assert!(out.status.success(), "{}", report(&out));
+    assert_eq!(outcome(&out, "get").1, 0, "{}", report(&out));
+    assert_eq!(fx.forwarded(), ["get_invoice"]);
+    let summary = text(&out.stderr);
+    assert!(
+        summary.contains("the gate sends Authorization: Bearer $TEST_MCP_TOKEN with every request"),
+        "{summary}"
+    );
+    assert!(
+        !text(&out.stdout).contains(TOKEN_VAR),
+        "the agent's environment"
+    );
+    nowhere(&fx, &out, TOKEN);
+    assert!(!events(&fx.case, "run_").is_empty());
+
+    // A value the server refuses: the agent's call fails, and neither
+    // value is shown or kept.
+    let wrong = "WR0NG-e2e-t0ken";
+    let out = run_with_token(&fx, &file, Some(wrong));
+    let (said, status) = outcome(&out, "get");
+    assert_ne!(status, 0, "{said}");
+    nowhere(&fx, &out, wrong);
+    nowhere(&fx, &out, TOKEN);
+    assert_eq!(
+        fx.forwarded(),
+        ["get_invoice"],
+        "the refused call got no further"
+    );
+}
+
+fn header_without_a_value() {
+    let fx = guarded();
+    let setup = Setup {
+        headers: BEARER,
+        ..Setup::default()
+    };
+    let file = fx.agentfile(&setup, &[list("list")]);
+    for (value, why) in [
+        (None, "TEST_MCP_TOKEN is not set"),
+        (Some(""), "TEST_MCP_TOKEN is empty"),
+        (
+            Some("S3CRET-e2e\n"),
+            "the value of TEST_MCP_TOKEN cannot be sent in a header",
+        ),
+    ] {
+        let out = run_with_token(&fx, &file, value);
+        assert_eq!(out.status.code(), Some(125), "{}", report(&out));
+        let said = text(&out.stderr);
+        assert!(
+            said.contains(&format!(
+                "constle run: the MCP gate for server accounting cannot start: header Authorization cannot be sent: {why}"
+            )),
+            "{said}"
+        );
+        assert!(said.contains("nothing was started"), "{said}");
+        // `constle validate`'s warning, printed before the run, says it too.
+        assert!(said.contains("header_secret_"), "{said}");
+        assert!(!said.contains("S3CRET"), "{said}");
+        assert!(text(&out.stdout).is_empty(), "the agent ran");
+        assert!(
+            !fx.case.home().join("logs").exists(),
+            "the audit log started"
+        );
+    }
+    assert!(fx.server.calls().is_empty());
 }
 
 // ---------------------------------------------------------------------------

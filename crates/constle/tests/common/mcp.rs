@@ -56,6 +56,7 @@ mcp:
       url: {url}
       tools: [{tools}]
       pricing: {pricing}
+      headers: {headers}
 human_gates:
   enabled: true
   require_approval_for: [pay_invoice]
@@ -72,6 +73,7 @@ spending:
             script = serde_json::to_string(&script).unwrap(),
             tools = setup.tools.join(", "),
             pricing = setup.pricing,
+            headers = setup.headers,
             approver = who.approver_did,
             webhook_var = who.webhook_var,
             timeout = setup.timeout_seconds,
@@ -104,6 +106,8 @@ pub struct Setup<'a> {
     pub on_timeout: &'a str,
     /// `mcp.servers[0].pricing`, as a YAML flow mapping.
     pub pricing: &'a str,
+    /// `mcp.servers[0].headers`, as a YAML flow sequence.
+    pub headers: &'a str,
     /// The `spending:` block's lines, indented.
     pub spending: String,
 }
@@ -116,6 +120,7 @@ impl Default for Setup<'_> {
             timeout_seconds: 30,
             on_timeout: "abort",
             pricing: "{}",
+            headers: "[]",
             spending: String::new(),
         }
     }
