@@ -23,6 +23,7 @@ fn policy() -> Option<ServerPolicy> {
         tools,
         pricing: Pricing::default(),
         allow_methods: Vec::new(),
+        headers: Vec::new(),
     };
     let gates = HumanGates {
         enabled: true,
