@@ -14,6 +14,11 @@
 //! - `GET` (the server-to-client SSE stream) and `DELETE` (session end) are
 //!   forwarded without a body.
 //! - Any other method: 405.
+//! - Once the run's [`Shutoff`] is thrown, every request is refused
+//!   (`mcp_gate_closed`: 200 with the request's id, else 503), checked
+//!   again right before asking a person, charging and sending, so that a
+//!   request held or metered when the switch is thrown is not sent either;
+//!   the gate's own answers to server requests stop too.
 //!
 //! Only these agent headers are forwarded: `Content-Type`, `Accept`,
 //! `Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`. The agent's
@@ -71,6 +76,7 @@ use crate::pending::{MAX_PENDING_TOOLS_LISTS, PendingLists};
 use crate::policy::ServerPolicy;
 use crate::revision::Revision;
 use crate::rpc::{Reason, RequestId, error_response, to_bytes};
+use crate::shutoff::Shutoff;
 use crate::sse;
 use crate::upstream::{self, Client};
 
@@ -230,6 +236,7 @@ pub struct Gate {
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
     response_timeout: Duration,
+    shutoff: Shutoff,
 }
 
 impl fmt::Debug for Gate {
@@ -256,6 +263,7 @@ impl Gate {
             approver: Arc::new(RefuseGated),
             meter: Arc::new(Unmetered),
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            shutoff: Shutoff::new(),
         })
     }
 
@@ -270,6 +278,17 @@ impl Gate {
     #[must_use]
     pub fn with_meter(mut self, meter: impl Meter) -> Gate {
         self.meter = Arc::new(meter);
+        self
+    }
+
+    /// Closes with `shutoff`, which the gate checks right before anything
+    /// it would send to the server: once it is thrown, every request is
+    /// refused (`mcp_gate_closed`), held and metered ones included, and
+    /// nothing more reaches the server. By default a gate has a switch of
+    /// its own that nothing throws.
+    #[must_use]
+    pub fn with_shutoff(mut self, shutoff: Shutoff) -> Gate {
+        self.shutoff = shutoff;
         self
     }
 
@@ -296,6 +315,7 @@ impl Gate {
             approver: self.approver,
             meter: self.meter,
             response_timeout: self.response_timeout,
+            shutoff: self.shutoff,
             tools_lists: Mutex::new(PendingLists::new(MAX_PENDING_TOOLS_LISTS)),
         });
         loop {
@@ -330,6 +350,7 @@ struct Inner {
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
     response_timeout: Duration,
+    shutoff: Shutoff,
     /// Ids of the `tools/list` requests forwarded and not yet answered:
     /// their responses must be tool lists, filtered wherever they arrive
     /// (POST body, SSE, a resumed GET stream).
@@ -358,8 +379,26 @@ impl Inner {
         }
     }
 
-    /// Answers server-to-client requests the agent never sees.
+    /// The refusal for a request to answer with `id`, once the gates are
+    /// closed ([`Gate::with_shutoff`]). Checked right before each step that
+    /// could reach the server or cost anything: asking a person, charging,
+    /// sending.
+    fn refuse_if_closed(&self, id: Option<&RequestId>) -> Option<Response> {
+        let why = self.shutoff.closed()?;
+        let status = match id {
+            Some(_) => StatusCode::OK,
+            None => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        let message = format!("the Constle gate forwards nothing more: {why}");
+        Some(rpc_error(status, id, Reason::GateClosed, &message))
+    }
+
+    /// Answers server-to-client requests the agent never sees; nothing,
+    /// once the gates are closed.
     fn answer_server(&self, body: Vec<u8>, agent_headers: &HeaderMap) {
+        if self.shutoff.closed().is_some() {
+            return;
+        }
         let mut headers = forwarded(agent_headers);
         headers.insert(
             header::CONTENT_TYPE,
@@ -512,7 +551,11 @@ async fn post(
         }
         Inspection::Forward(forward) => forward,
     };
+    let reply_id = reply_id(&forward);
     if let Some(call) = forward.gated() {
+        if let Some(closed) = inner.refuse_if_closed(reply_id.as_ref()) {
+            return closed;
+        }
         match inner.approver.decide(call).await {
             Approval::Approved => {}
             Approval::Refused { message } => {
@@ -533,21 +576,15 @@ async fn post(
             _ => None,
         })
         .collect();
+    if let Some(closed) = inner.refuse_if_closed(reply_id.as_ref()) {
+        return closed;
+    }
     if !calls.is_empty()
         && let Metered::Refused { message } = inner.meter.charge(calls).await
     {
         return refuse_all(&forward, Reason::SpendRefused, &message);
     }
     inner.remember_tools_lists(forward.tools_list_ids());
-    let reply_id = if forward.is_batch() {
-        None
-    } else {
-        forward.decisions().first().and_then(|d| match d {
-            Decision::Pass { id, .. } => id.clone(),
-            Decision::Call(call) | Decision::Gated(call) => Some(call.request_id.clone()),
-            _ => None,
-        })
-    };
     let mut upstream_headers = forwarded(&headers);
     mirror(&forward, &mut upstream_headers);
     let request = inner.request(
@@ -559,8 +596,21 @@ async fn post(
     exchange(inner, request, headers, reply_id, sse_idle).await
 }
 
-/// Sends `request` to the server and relays its answer, within the
-/// response timeout.
+/// The id to answer a single request's errors with; none for a batch or a
+/// body of notifications and responses.
+fn reply_id(forward: &Forward) -> Option<RequestId> {
+    if forward.is_batch() {
+        return None;
+    }
+    forward.decisions().first().and_then(|d| match d {
+        Decision::Pass { id, .. } => id.clone(),
+        Decision::Call(call) | Decision::Gated(call) => Some(call.request_id.clone()),
+        _ => None,
+    })
+}
+
+/// Sends `request` to the server, unless the gates are closed by now, and
+/// relays its answer, within the response timeout.
 async fn exchange(
     inner: Arc<Inner>,
     request: Request<Full<Bytes>>,
@@ -568,6 +618,9 @@ async fn exchange(
     reply_id: Option<RequestId>,
     sse_idle: Option<Duration>,
 ) -> Response {
+    if let Some(closed) = inner.refuse_if_closed(reply_id.as_ref()) {
+        return closed;
+    }
     let deadline = Instant::now() + inner.response_timeout;
     let upstream = match tokio::time::timeout_at(deadline, inner.client.request(request)).await {
         Ok(Ok(upstream)) => upstream,

@@ -2,7 +2,8 @@
 //! it may see back. The policy core ([`inspect`], [`filter_tools_list`],
 //! [`filter_server_message`]) is pure functions, no I/O; [`Gate`] is the
 //! HTTP side built on it (Streamable HTTP, sessions, SSE relay), with gated
-//! calls put to a pluggable [`Approver`] where the human gates plug in.
+//! calls put to a pluggable [`Approver`] where the human gates plug in, and
+//! a [`Shutoff`] that closes every gate of a run at once.
 //!
 //! The agent is assumed compromised. The gate is the only path from the
 //! sandbox to a declared server, so every rule below is checked on the
@@ -100,6 +101,7 @@ mod pending;
 mod policy;
 mod revision;
 mod rpc;
+mod shutoff;
 mod sse;
 mod upstream;
 
@@ -118,6 +120,7 @@ pub use rpc::{
     GATE_REFUSED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
     Reason, RequestId,
 };
+pub use shutoff::Shutoff;
 
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,8 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use constle_manifest::{HttpUrl, HumanGates, McpServer, Pricing, ServerId, ToolName};
 use constle_mcp_gate::{
-    Approval, ApprovalFuture, Approver, Gate, Meter, MeterFuture, Metered, ServerPolicy, ToolCall,
+    Approval, ApprovalFuture, Approver, Gate, Meter, MeterFuture, Metered, ServerPolicy, Shutoff,
+    ToolCall,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -408,6 +409,73 @@ async fn an_approver_can_let_a_gated_call_through_unchanged() {
     assert_eq!(asked.len(), 1);
     assert_eq!(asked[0].tool, "pay_invoice");
     assert_eq!(asked[0].server, "accounting");
+}
+
+/// Closes the gates while it holds a gated call, then approves it.
+struct CloseWhileHeld(Shutoff);
+
+impl Approver for CloseWhileHeld {
+    fn decide<'a>(&'a self, _call: &'a ToolCall) -> ApprovalFuture<'a> {
+        self.0.close("the test closed the gates");
+        Box::pin(async { Approval::Approved })
+    }
+}
+
+/// Charges nothing, counting the bodies it was asked to charge.
+struct Charges(Arc<Mutex<usize>>);
+
+impl Meter for Charges {
+    fn charge<'a>(&'a self, _calls: Vec<&'a ToolCall>) -> MeterFuture<'a> {
+        *self.0.lock().unwrap() += 1;
+        Box::pin(async { Metered::Charged })
+    }
+}
+
+#[tokio::test]
+async fn once_the_shutoff_is_thrown_no_gate_sends_anything() {
+    let shutoff = Shutoff::new();
+    let charges = Arc::new(Mutex::new(0));
+    let (url_a, log_a) = fake_server().await;
+    let (url_b, log_b) = fake_server().await;
+    let (a, b) = (declared(&url_a), declared(&url_b));
+    let gate_a = Gate::new(&a, policy(&a))
+        .unwrap()
+        .with_approver(CloseWhileHeld(shutoff.clone()))
+        .with_shutoff(shutoff.clone());
+    let gate_b = Gate::new(&b, policy(&b))
+        .unwrap()
+        .with_meter(Charges(charges.clone()))
+        .with_shutoff(shutoff.clone());
+    let (gate_a, gate_b) = (start_gate(gate_a).await, start_gate(gate_b).await);
+    let call =
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"list_invoices"}}"#;
+    let (_, value) = post_json(&gate_b, call).await;
+    assert_eq!(value["result"]["content"][0]["text"], "done");
+    assert_eq!(*charges.lock().unwrap(), 1);
+
+    // Approved, but the switch was thrown while it was held: not sent.
+    let gated = r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"pay_invoice","arguments":{}}}"#;
+    let (status, value) = post_json(&gate_a, gated).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(value["id"], 10);
+    assert_eq!(value["error"]["code"], constle_mcp_gate::GATE_REFUSED);
+    assert_eq!(value["error"]["data"]["reason"], "mcp_gate_closed");
+    let message = value["error"]["message"].as_str().unwrap();
+    assert!(message.contains("the test closed the gates"), "{message}");
+
+    // Every gate sharing the switch refuses everything from now on.
+    for gate in [&gate_a, &gate_b] {
+        let (status, value) = post_json(gate, call).await;
+        assert_eq!((status, value["id"].clone()), (StatusCode::OK, json!(3)));
+        assert_eq!(value["error"]["data"]["reason"], "mcp_gate_closed");
+        for method in [Method::GET, Method::DELETE] {
+            let response = client().request(method, gate).send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        }
+    }
+    assert_eq!(*charges.lock().unwrap(), 1, "nothing charged once closed");
+    assert!(log_a.lock().unwrap().is_empty());
+    assert_eq!(log_b.lock().unwrap().len(), 1);
 }
 
 fn data_lines(text: &str) -> Vec<Value> {
