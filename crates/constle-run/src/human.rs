@@ -4,7 +4,10 @@
 //!
 //! Every gated call writes `gate_triggered`, then exactly one of
 //! `gate_approved`, `gate_denied` or `gate_timeout`. A timeout under
-//! `on_timeout: abort` also ends the run, through [`GateAborts`].
+//! `on_timeout: abort` also ends the run: every MCP gate of the run is
+//! closed (their shared [`Shutoff`]) before the agent is told, so nothing
+//! it sends next reaches any server, and then the run hears of it through
+//! [`GateAborts`].
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -19,7 +22,7 @@ use constle_human_gate::{
 };
 use constle_identity::DidKey;
 use constle_manifest::{HumanGates, OnTimeout};
-use constle_mcp_gate::{Approval, ApprovalFuture, Approver, ToolCall};
+use constle_mcp_gate::{Approval, ApprovalFuture, Approver, Shutoff, ToolCall};
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{Mutex, mpsc};
@@ -57,6 +60,8 @@ struct Inner {
     hold: OutputHold,
     said_no_terminal: AtomicBool,
     log: Arc<AuditLog>,
+    /// Thrown on an abort, before the refusal is answered.
+    shutoff: Shutoff,
     aborts: mpsc::UnboundedSender<GateAbort>,
 }
 
@@ -75,12 +80,14 @@ enum GateFailure {
 impl HumanGate {
     /// The gates the Agentfile declares, or `None` when no call is gated.
     /// The webhook is the first `notify` entry whose variable holds a usable
-    /// URL; without one, only the terminal (and `on_timeout`) decide.
+    /// URL; without one, only the terminal (and `on_timeout`) decide. An
+    /// abort throws `shutoff`.
     pub(crate) fn new(
         agent: &str,
         gates: &HumanGates,
         log: &Arc<AuditLog>,
         terminal: Option<(HostTty, OutputHold)>,
+        shutoff: &Shutoff,
     ) -> Option<(HumanGate, GateAborts)> {
         let approver = gates
             .approver_pubkey
@@ -103,6 +110,7 @@ impl HumanGate {
             hold: hold.unwrap_or_default(),
             said_no_terminal: AtomicBool::new(false),
             log: Arc::clone(log),
+            shutoff: shutoff.clone(),
             aborts,
         };
         Some((HumanGate(Arc::new(inner)), aborted))
@@ -169,6 +177,14 @@ impl Inner {
             Action::Forward => Approval::Approved,
             Action::Refuse(why) => refused(call, why),
             Action::Abort => {
+                // Closed before the agent hears of the refusal: a call it
+                // sends the moment the answer arrives, to any server, must
+                // find every gate closed, not a run still being torn down.
+                self.shutoff.close(format!(
+                    "the run is stopping: tool {:?} of MCP server {:?} got no human \
+                     decision in time (on_timeout: abort)",
+                    call.tool, call.server
+                ));
                 let _ = self.aborts.send(GateAbort {
                     server: call.server.clone(),
                     tool: call.tool.clone(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use constle_audit::AuditLog;
 use constle_manifest::Manifest;
-use constle_mcp_gate::{Gate, ServerPolicy};
+use constle_mcp_gate::{Gate, ServerPolicy, Shutoff};
 use constle_sandbox::Relay;
 use tokio::net::UnixListener;
 use tokio::task::JoinHandle;
@@ -23,19 +23,22 @@ use crate::spend::SpendMeter;
 /// sandbox; server `n` (in Agentfile order) gets `MCP_BASE_PORT + n`.
 const MCP_BASE_PORT: u16 = 4100;
 
-/// The running gates. Dropping them stops serving.
+/// The running gates. Dropping them stops accepting connections; closing
+/// them ([`McpGates::close`]) stops every one of them forwarding.
 pub(crate) struct McpGates {
     relays: Vec<Relay>,
     env: BTreeMap<String, String>,
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
     aborts: Option<GateAborts>,
+    shutoff: Shutoff,
 }
 
 impl McpGates {
     /// Binds one socket per declared server under `sockets` and starts its
     /// gate. Gated calls go to the human gates (with `terminal` as the host
     /// terminal, if there is one, holding the agent's output back with
-    /// `hold` while it asks); priced calls to `meter`.
+    /// `hold` while it asks); priced calls to `meter`. All of them share one
+    /// [`Shutoff`], which a human gate throws when a timeout aborts the run.
     pub(crate) fn start(
         manifest: &Manifest,
         sockets: &Path,
@@ -44,11 +47,13 @@ impl McpGates {
         hold: &OutputHold,
         meter: Option<SpendMeter>,
     ) -> Result<McpGates, RunError> {
+        let shutoff = Shutoff::new();
         let human = HumanGate::new(
             manifest.name.as_str(),
             &manifest.human_gates,
             log,
             terminal.map(|tty| (tty, hold.clone())),
+            &shutoff,
         );
         let (human, aborts) = human.unzip();
         let mut gates = McpGates {
@@ -56,15 +61,18 @@ impl McpGates {
             env: BTreeMap::new(),
             tasks: Vec::new(),
             aborts,
+            shutoff: shutoff.clone(),
         };
         for (server, port) in manifest.mcp.servers.iter().zip(MCP_BASE_PORT..) {
             let policy = ServerPolicy::new(server, &manifest.human_gates);
-            let mut gate = Gate::new(server, policy).map_err(|e| {
-                RunError::Sandbox(format!(
-                    "the MCP gate for server {} cannot start: {e}",
-                    server.id
-                ))
-            })?;
+            let mut gate = Gate::new(server, policy)
+                .map_err(|e| {
+                    RunError::Sandbox(format!(
+                        "the MCP gate for server {} cannot start: {e}",
+                        server.id
+                    ))
+                })?
+                .with_shutoff(shutoff.clone());
             if let Some(human) = &human {
                 gate = gate.with_approver(human.clone());
             }
@@ -99,7 +107,15 @@ impl McpGates {
         &self.env
     }
 
-    /// Resolves when a gated call timed out under `on_timeout: abort`;
+    /// Closes every gate: from now on nothing is forwarded to any server,
+    /// whatever is still on its way from the sandbox. `why` is what the
+    /// agent is told; a reason given earlier stays.
+    pub(crate) fn close(&self, why: &str) {
+        self.shutoff.close(why);
+    }
+
+    /// Resolves when a gated call timed out under `on_timeout: abort`
+    /// (every gate is closed by then);
     /// never, when no call is gated.
     pub(crate) async fn aborted(&mut self) -> GateAbort {
         match self.aborts.as_mut() {

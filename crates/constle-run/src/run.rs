@@ -194,6 +194,12 @@ async fn supervise(
     let (mut agent, output, lifeline) = start_sandbox(&spec, &hold)?;
     let result = watch(&mut agent, proxy.as_mut(), &mut gates, &limits, stop, log).await;
     let sandbox = lap();
+    // Whatever ended the run, nothing more leaves the sandbox from here on,
+    // even what is still on its way while the sandbox is torn down.
+    gates.close("the run is ending");
+    if let Some(proxy) = &proxy {
+        proxy.close();
+    }
     // The agent goes first: Squid logs a tunnel when it closes, so every
     // tunnel must be closed before the proxy stops.
     let _ = agent.start_kill();
@@ -354,6 +360,12 @@ impl Proxy {
             recorder: Some(recorder),
             _dir: dir,
         })
+    }
+
+    /// Takes no new connection; those open end with the sandbox, and Squid
+    /// still logs them.
+    fn close(&self) {
+        self.bridge.abort();
     }
 
     /// Stops Squid and waits until every decision it logged is recorded.

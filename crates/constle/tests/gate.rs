@@ -66,6 +66,10 @@ fn main() {
             timeout_abort,
         ),
         e2e(
+            "after_an_abort_no_call_reaches_any_server",
+            abort_forwards_nothing,
+        ),
+        e2e(
             "on_timeout_proceed_forwards_after_the_deadline",
             timeout_proceed,
         ),
@@ -441,6 +445,44 @@ fn timeout_abort() {
             .unwrap()
             .contains("pay_invoice")
     );
+}
+
+/// Runs that race an aborted call: the failure this catches showed in
+/// about one run in four.
+const ABORT_RACES: usize = 20;
+
+/// The moment the gated call is refused under `on_timeout: abort`, the
+/// agent calls the same server and another one. Neither call may reach
+/// its server: the gates close before the refusal is answered.
+fn abort_forwards_nothing() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let other = TestMcpServer::start(McpServerOptions::default()).unwrap();
+    let setup = Setup {
+        timeout_seconds: 1,
+        other_server: Some(other.url()),
+        ..Setup::default()
+    };
+    let race = step(
+        "race",
+        &format!(
+            "race $URL pay_invoice '{INVOICE}' $URL get_invoice '{INVOICE}' $OTHER_URL list_invoices '{{}}'"
+        ),
+    );
+    let file = fx.agentfile(&setup, &[race, "sleep 30".into()]);
+    for run in 1..=ABORT_RACES {
+        let out = fx.run(&file, None);
+        assert_eq!(out.status.code(), Some(125), "run {run}\n{}", report(&out));
+        let reached: Vec<String> = fx
+            .forwarded()
+            .into_iter()
+            .chain(other.calls().into_iter().map(|c| c.tool))
+            .collect();
+        assert!(
+            reached.is_empty(),
+            "run {run}: {reached:?} reached a server after the abort\n{}",
+            report(&out)
+        );
+    }
 }
 
 fn timeout_proceed() {
