@@ -19,6 +19,11 @@
 //!   again right before asking a person, charging and sending, so that a
 //!   request held or metered when the switch is thrown is not sent either;
 //!   the gate's own answers to server requests stop too.
+//! - Every request the gate refuses itself (any refusal above, and a
+//!   gated call whose approver could not ask, [`Approval::Failed`]) goes to
+//!   the [`Recorder`] (by default [`Unrecorded`]) as a [`RefusedRequest`]
+//!   and is answered only once that resolves. A human decision and a spend
+//!   refusal are the [`Approver`]'s and the [`Meter`]'s to record.
 //!
 //! Only these agent headers are forwarded: `Content-Type`, `Accept`,
 //! `Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`. The agent's
@@ -71,9 +76,10 @@ use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
 use crate::filter::filter;
-use crate::inspect::{Decision, Forward, Inspection, MAX_BODY_BYTES, ToolCall, inspect};
+use crate::inspect::{Decision, Forward, Inspection, MAX_BODY_BYTES, Refusal, ToolCall, inspect};
 use crate::pending::{MAX_PENDING_TOOLS_LISTS, PendingLists};
 use crate::policy::ServerPolicy;
+use crate::refused::{Asked, Recorder, RefusedRequest, Unrecorded};
 use crate::revision::Revision;
 use crate::rpc::{Reason, RequestId, error_response, to_bytes};
 use crate::shutoff::Shutoff;
@@ -128,8 +134,17 @@ pub enum Approval {
     /// Forward the call.
     Approved,
     /// Do not forward; the agent gets a JSON-RPC error with this message
-    /// (reason `mcp_gate_refused`).
+    /// (reason `mcp_gate_refused`). The approver has recorded the decision.
     Refused {
+        /// What the agent is told.
+        message: String,
+    },
+    /// Do not forward: the approver could not put the call to anyone (its
+    /// arguments have no exact digest, the decision could not be
+    /// recorded, …) and recorded nothing. The agent gets the same error as
+    /// for [`Approval::Refused`], and the gate records the refusal itself
+    /// ([`Recorder`]).
+    Failed {
         /// What the agent is told.
         message: String,
     },
@@ -235,6 +250,7 @@ pub struct Gate {
     client: Client,
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
+    recorder: Arc<dyn Recorder>,
     response_timeout: Duration,
     shutoff: Shutoff,
 }
@@ -262,6 +278,7 @@ impl Gate {
             client,
             approver: Arc::new(RefuseGated),
             meter: Arc::new(Unmetered),
+            recorder: Arc::new(Unrecorded),
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             shutoff: Shutoff::new(),
         })
@@ -278,6 +295,14 @@ impl Gate {
     #[must_use]
     pub fn with_meter(mut self, meter: impl Meter) -> Gate {
         self.meter = Arc::new(meter);
+        self
+    }
+
+    /// Records every request the gate refuses itself with `recorder`,
+    /// before the refusal is answered (see [`RefusedRequest`] for which).
+    #[must_use]
+    pub fn with_recorder(mut self, recorder: impl Recorder) -> Gate {
+        self.recorder = Arc::new(recorder);
         self
     }
 
@@ -314,6 +339,7 @@ impl Gate {
             client: self.client,
             approver: self.approver,
             meter: self.meter,
+            recorder: self.recorder,
             response_timeout: self.response_timeout,
             shutoff: self.shutoff,
             tools_lists: Mutex::new(PendingLists::new(MAX_PENDING_TOOLS_LISTS)),
@@ -349,6 +375,7 @@ struct Inner {
     client: Client,
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
+    recorder: Arc<dyn Recorder>,
     response_timeout: Duration,
     shutoff: Shutoff,
     /// Ids of the `tools/list` requests forwarded and not yet answered:
@@ -379,18 +406,27 @@ impl Inner {
         }
     }
 
-    /// The refusal for a request to answer with `id`, once the gates are
-    /// closed ([`Gate::with_shutoff`]). Checked right before each step that
-    /// could reach the server or cost anything: asking a person, charging,
+    /// Answers `asked` with `response`, a refusal for `reason`, once the
+    /// recorder has it: on disk before the agent hears of it.
+    async fn refuse(&self, asked: Asked<'_>, reason: Reason, response: Response) -> Response {
+        let refused = RefusedRequest::new(self.policy.server().as_str(), asked, reason);
+        self.recorder.refused(&refused).await;
+        response
+    }
+
+    /// The refusal of `asked`, once the gates are closed
+    /// ([`Gate::with_shutoff`]). Checked right before each step that could
+    /// reach the server or cost anything: asking a person, charging,
     /// sending.
-    fn refuse_if_closed(&self, id: Option<&RequestId>) -> Option<Response> {
+    async fn refuse_if_closed(&self, asked: Asked<'_>) -> Option<Response> {
         let why = self.shutoff.closed()?;
-        let status = match id {
+        let status = match asked.id {
             Some(_) => StatusCode::OK,
             None => StatusCode::SERVICE_UNAVAILABLE,
         };
         let message = format!("the Constle gate forwards nothing more: {why}");
-        Some(rpc_error(status, id, Reason::GateClosed, &message))
+        let response = rpc_error(status, asked.id, Reason::GateClosed, &message);
+        Some(self.refuse(asked, Reason::GateClosed, response).await)
     }
 
     /// Answers server-to-client requests the agent never sees; nothing,
@@ -490,17 +526,15 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
         response
             .headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
-        return response;
+        let asked = Asked::http(&method);
+        return inner.refuse(asked, Reason::InvalidMessage, response).await;
     }
     let revision = match protocol_version(&headers) {
         Ok(revision) => revision,
         Err(message) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                Reason::UnsupportedProtocolVersion,
-                &message,
-            );
+            let reason = Reason::UnsupportedProtocolVersion;
+            let response = rpc_error(StatusCode::BAD_REQUEST, None, reason, &message);
+            return inner.refuse(Asked::http(&method), reason, response).await;
         }
     };
     if method == Method::POST {
@@ -534,37 +568,44 @@ async fn post(
     body: Incoming,
 ) -> Response {
     let Ok(body) = read_limited(body).await else {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            Reason::InvalidMessage,
-            "the Constle gate could not read the request body",
-        );
+        let reason = Reason::InvalidMessage;
+        let message = "the Constle gate could not read the request body";
+        let response = rpc_error(StatusCode::BAD_REQUEST, None, reason, message);
+        return inner
+            .refuse(Asked::http(&Method::POST), reason, response)
+            .await;
     };
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    let forward = match inspect(&inner.policy, &body, content_type, revision) {
-        Inspection::Refuse(refusal) => {
-            let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST);
-            return json_response(status, refusal.body().to_vec());
-        }
+    let inspection = inspect(&inner.policy, &body, content_type, revision);
+    // Not held while a refusal waits for the recorder: a flood of refused
+    // bodies may wait, but not with 4 MiB each.
+    drop(body);
+    let forward = match inspection {
+        Inspection::Refuse(refusal) => return refuse_inspected(&inner, &refusal).await,
         Inspection::Forward(forward) => forward,
     };
-    let reply_id = reply_id(&forward);
+    let asked = asked(&forward);
+    let reply_id = asked.id.cloned();
     if let Some(call) = forward.gated() {
-        if let Some(closed) = inner.refuse_if_closed(reply_id.as_ref()) {
+        if let Some(closed) = inner.refuse_if_closed(asked).await {
             return closed;
         }
+        let refused = |message: &str| {
+            rpc_error(
+                StatusCode::OK,
+                Some(&call.request_id),
+                Reason::GateRefused,
+                message,
+            )
+        };
         match inner.approver.decide(call).await {
             Approval::Approved => {}
-            Approval::Refused { message } => {
-                return rpc_error(
-                    StatusCode::OK,
-                    Some(&call.request_id),
-                    Reason::GateRefused,
-                    &message,
-                );
+            Approval::Refused { message } => return refused(&message),
+            Approval::Failed { message } => {
+                let response = refused(&message);
+                return inner.refuse(asked, Reason::GateRefused, response).await;
             }
         }
     }
@@ -576,7 +617,7 @@ async fn post(
             _ => None,
         })
         .collect();
-    if let Some(closed) = inner.refuse_if_closed(reply_id.as_ref()) {
+    if let Some(closed) = inner.refuse_if_closed(asked).await {
         return closed;
     }
     if !calls.is_empty()
@@ -596,17 +637,38 @@ async fn post(
     exchange(inner, request, headers, reply_id, sse_idle).await
 }
 
-/// The id to answer a single request's errors with; none for a batch or a
-/// body of notifications and responses.
-fn reply_id(forward: &Forward) -> Option<RequestId> {
-    if forward.is_batch() {
-        return None;
+/// Answers an inspected body the gate refused, once it is recorded.
+async fn refuse_inspected(inner: &Inner, refusal: &Refusal) -> Response {
+    let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let response = json_response(status, refusal.body().to_vec());
+    let asked = Asked {
+        http_method: &Method::POST,
+        method: refusal.method(),
+        tool: refusal.tool(),
+        id: refusal.request_id(),
+    };
+    inner.refuse(asked, refusal.reason(), response).await
+}
+
+/// What a body the gate would forward asks, for a refusal after all; its
+/// id is the one to answer a single request's errors with (none for a
+/// batch, a notification or a response).
+fn asked(forward: &Forward) -> Asked<'_> {
+    let mut asked = Asked::http(&Method::POST);
+    match forward.decisions() {
+        _ if forward.is_batch() => {}
+        [Decision::Pass { method, id }] => {
+            asked.method = Some(method);
+            asked.id = id.as_ref();
+        }
+        [Decision::Call(call) | Decision::Gated(call)] => {
+            asked.method = Some("tools/call");
+            asked.tool = Some(&call.tool);
+            asked.id = Some(&call.request_id);
+        }
+        _ => {}
     }
-    forward.decisions().first().and_then(|d| match d {
-        Decision::Pass { id, .. } => id.clone(),
-        Decision::Call(call) | Decision::Gated(call) => Some(call.request_id.clone()),
-        _ => None,
-    })
+    asked
 }
 
 /// Sends `request` to the server, unless the gates are closed by now, and
@@ -618,7 +680,11 @@ async fn exchange(
     reply_id: Option<RequestId>,
     sse_idle: Option<Duration>,
 ) -> Response {
-    if let Some(closed) = inner.refuse_if_closed(reply_id.as_ref()) {
+    let asked = Asked {
+        id: reply_id.as_ref(),
+        ..Asked::http(request.method())
+    };
+    if let Some(closed) = inner.refuse_if_closed(asked).await {
         return closed;
     }
     let deadline = Instant::now() + inner.response_timeout;

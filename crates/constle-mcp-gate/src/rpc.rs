@@ -187,12 +187,15 @@ impl fmt::Display for Reason {
     }
 }
 
-/// One refused message: why, and the id to answer (if it had a valid one).
+/// One refused message: why, the id to answer (if it had a valid one),
+/// and its method and tool as far as they were read, for the audit log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Refused {
     pub(crate) id: Option<RequestId>,
     pub(crate) reason: Reason,
     pub(crate) message: String,
+    pub(crate) method: Option<String>,
+    pub(crate) tool: Option<String>,
 }
 
 impl Refused {
@@ -201,7 +204,21 @@ impl Refused {
             id: id.cloned(),
             reason,
             message: message.into(),
+            method: None,
+            tool: None,
         }
+    }
+
+    /// The refused message names `method`, unless a method is known already.
+    pub(crate) fn in_method(mut self, method: &str) -> Self {
+        self.method.get_or_insert_with(|| method.to_owned());
+        self
+    }
+
+    /// The refused message calls `tool`.
+    pub(crate) fn of_tool(mut self, tool: &str) -> Self {
+        self.tool.get_or_insert_with(|| tool.to_owned());
+        self.in_method("tools/call")
     }
 
     /// The JSON-RPC error response object for this refusal.
