@@ -12,12 +12,15 @@ use constle_manifest::Manifest;
 use constle_mcp_gate::{Gate, ServerPolicy, Shutoff};
 use constle_sandbox::Relay;
 use tokio::net::UnixListener;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::error::{RunError, io};
-use crate::human::{GateAbort, GateAborts, HumanGate};
+use crate::human::HumanGate;
 use crate::output::OutputHold;
+use crate::refusals::RefusalLog;
 use crate::spend::SpendMeter;
+use crate::stop::{GateStop, GateStopped};
 
 /// The first port the relays of the MCP gates listen on inside the
 /// sandbox; server `n` (in Agentfile order) gets `MCP_BASE_PORT + n`.
@@ -29,7 +32,7 @@ pub(crate) struct McpGates {
     relays: Vec<Relay>,
     env: BTreeMap<String, String>,
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
-    aborts: Option<GateAborts>,
+    stopped: GateStopped,
     shutoff: Shutoff,
 }
 
@@ -37,8 +40,10 @@ impl McpGates {
     /// Binds one socket per declared server under `sockets` and starts its
     /// gate. Gated calls go to the human gates (with `terminal` as the host
     /// terminal, if there is one, holding the agent's output back with
-    /// `hold` while it asks); priced calls to `meter`. All of them share one
-    /// [`Shutoff`], which a human gate throws when a timeout aborts the run.
+    /// `hold` while it asks); priced calls to `meter`; every request a gate
+    /// refuses itself to the audit log (`mcp_refused`). All of them share
+    /// one [`Shutoff`], thrown when a timeout aborts the run or a refusal
+    /// cannot be recorded.
     pub(crate) fn start(
         manifest: &Manifest,
         sockets: &Path,
@@ -48,19 +53,21 @@ impl McpGates {
         meter: Option<SpendMeter>,
     ) -> Result<McpGates, RunError> {
         let shutoff = Shutoff::new();
+        let (stops, stopped) = mpsc::unbounded_channel();
         let human = HumanGate::new(
             manifest.name.as_str(),
             &manifest.human_gates,
             log,
             terminal.map(|tty| (tty, hold.clone())),
             &shutoff,
+            &stops,
         );
-        let (human, aborts) = human.unzip();
+        let refusals = RefusalLog::new(log, &shutoff, &stops);
         let mut gates = McpGates {
             relays: Vec::new(),
             env: BTreeMap::new(),
             tasks: Vec::new(),
-            aborts,
+            stopped,
             shutoff: shutoff.clone(),
         };
         for (server, port) in manifest.mcp.servers.iter().zip(MCP_BASE_PORT..) {
@@ -72,6 +79,7 @@ impl McpGates {
                         server.id
                     ))
                 })?
+                .with_recorder(refusals.clone())
                 .with_shutoff(shutoff.clone());
             if let Some(human) = &human {
                 gate = gate.with_approver(human.clone());
@@ -114,15 +122,13 @@ impl McpGates {
         self.shutoff.close(why);
     }
 
-    /// Resolves when a gated call timed out under `on_timeout: abort`
-    /// (every gate is closed by then);
-    /// never, when no call is gated.
-    pub(crate) async fn aborted(&mut self) -> GateAbort {
-        match self.aborts.as_mut() {
-            Some(aborts) => match aborts.recv().await {
-                Some(abort) => abort,
-                None => std::future::pending().await,
-            },
+    /// Resolves when the gates end the run: a gated call timed out under
+    /// `on_timeout: abort`, or a refusal could not be recorded (every gate
+    /// is closed by then).
+    pub(crate) async fn stopped(&mut self) -> GateStop {
+        match self.stopped.recv().await {
+            Some(stop) => stop,
+            // The gates are gone, and nothing can stop the run from here.
             None => std::future::pending().await,
         }
     }

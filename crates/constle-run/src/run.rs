@@ -26,6 +26,7 @@ use crate::limits::{RunLimits, limit_event};
 use crate::mcp::McpGates;
 use crate::output::{AgentOutput, OutputHold};
 use crate::spend::SpendMeter;
+use crate::stop::GateStop;
 
 /// Where the agent finds the proxy inside the sandbox.
 const PROXY_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
@@ -427,8 +428,8 @@ fn agent_env(
 }
 
 /// Waits for the agent to exit. A signal to constle, the proxy dying, the
-/// audit log failing or a gate timing out under `on_timeout: abort` ends the
-/// run early.
+/// audit log failing, a gate timing out under `on_timeout: abort` or a
+/// refusal that cannot be recorded ends the run early.
 async fn watch(
     agent: &mut tokio::process::Child,
     mut proxy: Option<&mut Proxy>,
@@ -482,9 +483,12 @@ async fn watch(
             }
             Err(RunError::EgressDied(reason))
         }
-        abort = gates.aborted() => {
+        stop = gates.stopped() => {
             let _ = agent.start_kill();
-            Err(RunError::GateTimeout { server: abort.server, tool: abort.tool })
+            Err(match stop {
+                GateStop::Timeout { server, tool } => RunError::GateTimeout { server, tool },
+                GateStop::Unrecorded { server, error } => RunError::RefusalUnrecorded { server, error },
+            })
         }
         (name, number) = stop.recv() => {
             if let Ok(stopped) = event("run_interrupted").with("signal", name) {
