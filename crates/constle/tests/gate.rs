@@ -60,6 +60,10 @@ fn main() {
             "a_flood_of_refused_calls_is_recorded_call_by_call",
             refused_flood,
         ),
+        e2e(
+            "a_gated_call_no_digest_can_hold_is_refused_on_record",
+            undigestible,
+        ),
         e2e("the_servers_url_stays_on_the_host", url_stays_on_host),
         e2e(
             "an_unreachable_server_is_an_error_and_the_gate_keeps_serving",
@@ -329,6 +333,24 @@ fn refused_flood() {
             .iter()
             .all(|e| e["reason"] == "mcp_tool_not_declared")
     );
+}
+
+/// The human gates cannot put this call to anyone: JCS would round the
+/// integer, so no digest pins it. Refused, and on record all the same.
+fn undigestible() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let arguments = r#"{"invoice_id":"INV-0042","amount":9007199254740993}"#;
+    let file = fx.agentfile(&Setup::default(), &[call("pay", "pay_invoice", arguments)]);
+    let out = fx.run(&file, None);
+    let (said, status) = outcome(&out, "pay");
+    assert_eq!(status, 3, "{said}");
+    assert!(said.contains("2^53"), "{said}");
+    assert!(fx.forwarded().is_empty());
+    assert!(events(&fx.case, "gate_").is_empty(), "nobody was asked");
+    let refused = events(&fx.case, "mcp_refused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["reason"], "mcp_gate_refused");
+    assert_eq!(refused[0]["tool"], "pay_invoice");
 }
 
 fn url_stays_on_host() {
