@@ -9,14 +9,16 @@
 # and the CPU time per call of client, relay, gate and server. One table
 # with keep-alive connections, one with a connection per request (the
 # client's, and a server that closes each, as Python's urllib against an
-# HTTP/1.0 server), each against its own direct path. Loopback only; the
+# HTTP/1.0 server), and on request one with the client's connection per
+# request only (a server that keeps its own alive, as urllib against an
+# HTTP/1.1 server), each against its own direct path. Loopback only; the
 # machine is small and shared, so read the ratios, not the absolute
 # numbers. A JSON line with the same numbers ends the output.
 # The source, and what is measured how: crates/constle-mcp-gate/benches/gate.rs.
 #
 # usage: bench/gate.sh [-r ROUNDS] [-d SECONDS] [-c CONCURRENCY] [-w SECONDS]
 #                      [--multi-thread] [--relays] [--server-delay-us US]
-#                      [--mode keep-alive|per-request|both]
+#                      [--mode keep-alive|per-request|client-per-request|both|all]
 #   -r ROUNDS        measured rounds of each path (default 5)
 #   -d SECONDS       length of one round of one path (default 3)
 #   -c CONCURRENCY   calls in flight, one per connection (default 8)
@@ -25,8 +27,10 @@
 #   --relays         also two policy-free relays (axum+reqwest, bare hyper):
 #                    what any HTTP hop costs, the floor under the gate
 #   --server-delay-us US  the server waits US µs before answering (no CPU)
-#   --mode MODE      keep-alive, per-request (a connection per call), or
-#                    both tables (default)
+#   --mode MODE      keep-alive, per-request (a connection per call, closed
+#                    by the server too), client-per-request (the server
+#                    keeps its connections alive), all (the three), or
+#                    both tables of the first two (default)
 #
 # The pure policy step alone (inspect, filter_server_message,
 # filter_tools_list) is a criterion bench:

@@ -37,17 +37,21 @@
 //!   the answer, and its answer checked (status 200, its own id, the text
 //!   `ok`).
 //!
-//! Two ways to connect, each a table of its own with its own direct path
-//! (`--mode`):
+//! Three ways to connect, each a table of its own with its own server and
+//! direct path (`--mode`):
 //!
 //! - keep-alive: each connection is opened before the round and carries
 //!   request after request, and so do the gate's connections to the
 //!   server;
 //! - connection per request, as Python's `urllib` against an HTTP/1.0
 //!   server: the client opens a connection for each request (timed from
-//!   before the connect) and says `Connection: close`, and the server (a
-//!   second one) closes every connection after its answer, so the gate,
-//!   too, connects anew for each call.
+//!   before the connect) and says `Connection: close`, and the server
+//!   closes every connection after its answer, so the gate, too, connects
+//!   anew for each call;
+//! - the client's connection per request only, as `urllib` against an
+//!   HTTP/1.1 server: the client as above, but the server keeps its
+//!   connections alive, so the gate's pooled connections to it serve call
+//!   after call whatever connection each came in on.
 //!
 //! For each way in turn, after a warm-up of each path, `-r` rounds: in each, every path runs for
 //! `-d` seconds on fresh client connections, direct first in even rounds
@@ -91,7 +95,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 const USAGE: &str = "\
 usage: gate [-r ROUNDS] [-d SECONDS] [-c CONCURRENCY] [-w SECONDS] [--multi-thread] [--relays]
-            [--server-delay-us US] [--mode keep-alive|per-request|both]
+            [--server-delay-us US]
+            [--mode keep-alive|per-request|client-per-request|both|all]
   -r ROUNDS        measured rounds of each path, alternating (default 5)
   -d SECONDS       length of one round of one path (default 3)
   -c CONCURRENCY   requests in flight, one on each connection (default 8)
@@ -102,8 +107,10 @@ usage: gate [-r ROUNDS] [-d SECONDS] [-c CONCURRENCY] [-w SECONDS] [--multi-thre
                    answering, like a server whose tools work elsewhere (default 0:
                    the gate's cost alone)
   --mode MODE      keep-alive connections, a connection per request (the client's, and the
-                   server closing each: as urllib against an HTTP/1.0 server), or both, each
-                   a table with its own direct path (default both)";
+                   server closing each: as urllib against an HTTP/1.0 server), the client's
+                   connection per request only (the server keeping its own alive: urllib
+                   against an HTTP/1.1 server), both of the first two (the default), or all
+                   three; each a table with its own server and direct path";
 
 /// The tool called: declared, not gated.
 const TOOL: &str = "list_invoices";
@@ -172,8 +179,14 @@ fn modes(value: Option<String>) -> Result<Vec<Mode>, String> {
     match value.as_deref() {
         Some("keep-alive") => Ok(vec![Mode::KeepAlive]),
         Some("per-request") => Ok(vec![Mode::PerRequest]),
+        Some("client-per-request") => Ok(vec![Mode::ClientPerRequest]),
         Some("both") => Ok(vec![Mode::KeepAlive, Mode::PerRequest]),
-        _ => Err("--mode needs keep-alive, per-request or both".into()),
+        Some("all") => Ok(vec![
+            Mode::KeepAlive,
+            Mode::PerRequest,
+            Mode::ClientPerRequest,
+        ]),
+        _ => Err("--mode needs keep-alive, per-request, client-per-request, both or all".into()),
     }
 }
 
@@ -184,6 +197,8 @@ enum Mode {
     KeepAlive,
     /// A connection per request: the client's, and the server closes each.
     PerRequest,
+    /// The client's connection per request; the server keeps its alive.
+    ClientPerRequest,
 }
 
 impl Mode {
@@ -191,6 +206,7 @@ impl Mode {
         match self {
             Mode::KeepAlive => "keep-alive connections",
             Mode::PerRequest => "a connection per request (client and server)",
+            Mode::ClientPerRequest => "the client's connection per request (server keep-alive)",
         }
     }
 
@@ -198,7 +214,18 @@ impl Mode {
         match self {
             Mode::KeepAlive => "keep_alive",
             Mode::PerRequest => "connection_per_request",
+            Mode::ClientPerRequest => "client_connection_per_request",
         }
+    }
+
+    /// Whether the client opens a connection for each request.
+    fn client_connects_per_request(self) -> bool {
+        self != Mode::KeepAlive
+    }
+
+    /// Whether the server keeps a connection open after its answer.
+    fn server_keeps_alive(self) -> bool {
+        self != Mode::PerRequest
     }
 }
 
@@ -222,8 +249,9 @@ fn seconds(name: &str, value: Option<String>) -> Result<Duration, String> {
 // ------------------------------------------------------------ the upstream
 
 /// Starts the upstream MCP server on its own thread, answering after
-/// `delay` and, in [`Mode::PerRequest`], closing each connection after its
-/// answer (as an HTTP/1.0 server does); returns its address.
+/// `delay` and, unless `mode` keeps server connections alive, closing each
+/// connection after its answer (as an HTTP/1.0 server does); returns its
+/// address.
 fn start_upstream(delay: Duration, mode: Mode) -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the upstream");
     listener.set_nonblocking(true).expect("nonblocking");
@@ -246,7 +274,7 @@ fn start_upstream(delay: Duration, mode: Mode) -> SocketAddr {
                     let _ = stream.set_nodelay(true);
                     tokio::spawn(async move {
                         let _ = hyper::server::conn::http1::Builder::new()
-                            .keep_alive(mode == Mode::KeepAlive)
+                            .keep_alive(mode.server_keeps_alive())
                             .serve_connection(
                                 TokioIo::new(stream),
                                 hyper::service::service_fn(move |request| answer(request, delay)),
@@ -776,9 +804,10 @@ struct Measured {
 async fn round(target: &Target, mode: Mode, concurrency: usize, length: Duration) -> Measured {
     let mut links = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
-        links.push(match mode {
-            Mode::KeepAlive => Link::Kept(connect(target).await.expect("a connection")),
-            Mode::PerRequest => Link::PerRequest(target.clone()),
+        links.push(if mode.client_connects_per_request() {
+            Link::PerRequest(target.clone())
+        } else {
+            Link::Kept(connect(target).await.expect("a connection"))
         });
     }
     let cpu_before = Cpu::now();
