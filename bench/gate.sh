@@ -17,7 +17,7 @@
 # The source, and what is measured how: crates/constle-mcp-gate/benches/gate.rs.
 #
 # usage: bench/gate.sh [-r ROUNDS] [-d SECONDS] [-c CONCURRENCY] [-w SECONDS]
-#                      [--multi-thread] [--relays] [--server-delay-us US]
+#                      [--multi-thread] [--relays] [--server-delay-us US] [--by-name]
 #                      [--mode keep-alive|per-request|client-per-request|both|all]
 #   -r ROUNDS        measured rounds of each path (default 5)
 #   -d SECONDS       length of one round of one path (default 3)
@@ -27,6 +27,7 @@
 #   --relays         also two policy-free relays (axum+reqwest, bare hyper):
 #                    what any HTTP hop costs, the floor under the gate
 #   --server-delay-us US  the server waits US µs before answering (no CPU)
+#   --by-name        the gate knows the server as localhost, not 127.0.0.1
 #   --mode MODE      keep-alive, per-request (a connection per call, closed
 #                    by the server too), client-per-request (the server
 #                    keeps its connections alive), all (the three), or

@@ -18,7 +18,9 @@
 //!   socket (as in production) and on 127.0.0.1 TCP (to tell the socket
 //!   type from the gate's own cost). With `--multi-thread`, also a gate on
 //!   a two-worker multi-thread runtime (TCP, threads `bench-gate-mt`), to
-//!   see what the single thread costs;
+//!   see what the single thread costs. With `--by-name`, the Agentfile
+//!   names the server `localhost` instead of 127.0.0.1, as Agentfiles
+//!   name their servers, so the gate has the name resolved to connect;
 //! - with `--relays`, two plain relays without any policy, each on one
 //!   current-thread runtime (TCP): one on a general-purpose stack (axum
 //!   server, reqwest client; threads `bench-gate-ax`) and one on bare hyper
@@ -95,7 +97,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 const USAGE: &str = "\
 usage: gate [-r ROUNDS] [-d SECONDS] [-c CONCURRENCY] [-w SECONDS] [--multi-thread] [--relays]
-            [--server-delay-us US]
+            [--server-delay-us US] [--by-name]
             [--mode keep-alive|per-request|client-per-request|both|all]
   -r ROUNDS        measured rounds of each path, alternating (default 5)
   -d SECONDS       length of one round of one path (default 3)
@@ -106,6 +108,7 @@ usage: gate [-r ROUNDS] [-d SECONDS] [-c CONCURRENCY] [-w SECONDS] [--multi-thre
   --server-delay-us US  the upstream waits US µs (a sleeping thread, not CPU) before
                    answering, like a server whose tools work elsewhere (default 0:
                    the gate's cost alone)
+  --by-name        the gate's Agentfile names the server localhost, not 127.0.0.1
   --mode MODE      keep-alive connections, a connection per request (the client's, and the
                    server closing each: as urllib against an HTTP/1.0 server), the client's
                    connection per request only (the server keeping its own alive: urllib
@@ -132,6 +135,7 @@ struct Config {
     multi_thread: bool,
     relays: bool,
     server_delay: Duration,
+    by_name: bool,
     modes: Vec<Mode>,
 }
 
@@ -144,6 +148,7 @@ fn config() -> Result<Config, String> {
         multi_thread: false,
         relays: false,
         server_delay: Duration::ZERO,
+        by_name: false,
         modes: vec![Mode::KeepAlive, Mode::PerRequest],
     };
     let mut args = std::env::args().skip(1);
@@ -158,6 +163,7 @@ fn config() -> Result<Config, String> {
             "--multi-thread" => config.multi_thread = true,
             "--mode" => config.modes = modes(args.next())?,
             "--relays" => config.relays = true,
+            "--by-name" => config.by_name = true,
             "--server-delay-us" => {
                 config.server_delay = Duration::from_micros(
                     count(&arg, args.next())?
@@ -334,8 +340,12 @@ struct Gates {
 
 /// Starts the gates in front of `upstream`: TCP and `socket` on one
 /// current-thread runtime, and the multi-thread one if asked.
-fn start_gates(upstream: SocketAddr, socket: &Path, multi_thread: bool) -> Gates {
-    let url = format!("http://{upstream}/mcp");
+fn start_gates(upstream: SocketAddr, socket: &Path, config: &Config) -> Gates {
+    let url = if config.by_name {
+        format!("http://localhost:{}/mcp", upstream.port())
+    } else {
+        format!("http://{upstream}/mcp")
+    };
     let manifest =
         constle_manifest::parse_str(&agentfile(&url), Path::new("/bench/agent.yaml"), &|_| None)
             .unwrap_or_else(|rejected| panic!("the bench Agentfile is refused:\n{rejected}"))
@@ -370,7 +380,7 @@ fn start_gates(upstream: SocketAddr, socket: &Path, multi_thread: bool) -> Gates
         })
         .expect("the gate's thread");
 
-    let multi_thread = multi_thread.then(|| {
+    let multi_thread = config.multi_thread.then(|| {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the gate (MT)");
         listener.set_nonblocking(true).expect("nonblocking");
         let addr = listener.local_addr().expect("the gate's address");
@@ -1024,7 +1034,7 @@ fn report(config: &Config, mode: Mode, summaries: &[Summary]) -> String {
         out,
         "\nMCP gate: an ungated tools/call, {} in flight over {}, \
          {} rounds x {:.1} s per path, alternating, after {:.1} s warm-up; {cpus} CPUs; \
-         upstream answers after {} µs. \
+         upstream answers after {} µs; the gate knows it as {}. \
          Medians over rounds; ratios and deltas are per round against the direct round \
          of the same round [range over rounds].\n",
         config.concurrency,
@@ -1033,6 +1043,11 @@ fn report(config: &Config, mode: Mode, summaries: &[Summary]) -> String {
         config.round.as_secs_f64(),
         config.warmup.as_secs_f64(),
         config.server_delay.as_micros(),
+        if config.by_name {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        },
     );
     let _ = writeln!(
         out,
@@ -1151,6 +1166,7 @@ fn json_line(config: &Config, tables: Vec<Value>) -> Value {
         "warmup_seconds": config.warmup.as_secs_f64(),
         "concurrency": config.concurrency,
         "server_delay_us": config.server_delay.as_micros(),
+        "server_by_name": config.by_name,
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
         "aims": {"p50_delta_ms": AIM_P50_MS, "p99_delta_ms": AIM_P99_MS, "throughput_ratio": AIM_THROUGHPUT},
         "tables": tables,
@@ -1162,7 +1178,7 @@ fn json_line(config: &Config, tables: Vec<Value>) -> Value {
 fn routes(config: &Config, mode: Mode, dir: &Path) -> Vec<(Route, Target)> {
     let upstream = start_upstream(config.server_delay, mode);
     let socket = dir.join(format!("mcp-accounting-{}.sock", mode.key()));
-    let gates = start_gates(upstream, &socket, config.multi_thread);
+    let gates = start_gates(upstream, &socket, config);
     let relay = start_sandbox_relay(socket.clone());
     let mut routes = vec![
         (Route::Direct, Target::Tcp(upstream)),
