@@ -257,6 +257,22 @@ async fn a_declared_call_is_forwarded_byte_for_byte() {
 }
 
 #[tokio::test]
+async fn a_server_named_by_its_host_name_is_reached() {
+    let (url, log) = fake_server().await;
+    let server = declared(&url.replace("127.0.0.1", "localhost"));
+    let gate = start_gate(Gate::new(&server, policy(&server)).unwrap()).await;
+    for id in 1..=2 {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"list_invoices"}}}}"#
+        );
+        let (status, value) = post_json(&gate, &body).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(value["result"]["content"][0]["text"], "done");
+    }
+    assert_eq!(posts(&log).len(), 2);
+}
+
+#[tokio::test]
 async fn mirrored_headers_are_rebuilt_from_the_body_never_taken_from_the_agent() {
     let (gate, log) = setup().await;
     let call =
