@@ -18,20 +18,44 @@
 //!   socket (as in production) and on 127.0.0.1 TCP (to tell the socket
 //!   type from the gate's own cost). With `--multi-thread`, also a gate on
 //!   a two-worker multi-thread runtime (TCP, threads `bench-gate-mt`), to
-//!   see what the single thread costs;
+//!   see what the single thread costs. With `--by-name`, the Agentfile
+//!   names the server `localhost` instead of 127.0.0.1, as Agentfiles
+//!   name their servers, so the gate has the name resolved to connect;
 //! - with `--relays`, two plain relays without any policy, each on one
 //!   current-thread runtime (TCP): one on a general-purpose stack (axum
 //!   server, reqwest client; threads `bench-gate-ax`) and one on bare hyper
 //!   (threads `bench-gate-hy`), the stack the gate itself is built on. They
 //!   read the body, post it upstream and relay the answer: what any HTTP
 //!   hop costs, the floor under the gate;
+//! - the relay: the sandbox's own (`constle_sandbox::splice_bidirectional`,
+//!   as `sandbox-init` runs it: accept on 127.0.0.1 TCP, connect to the
+//!   gate's Unix socket, splice both ways), on one current-thread runtime
+//!   (thread `bench-relay`), in front of the gate's Unix socket: the whole
+//!   path an agent's call takes, but the sandbox's namespaces and system
+//!   call filter;
 //! - the load: a hyper HTTP/1.1 client on its own current-thread runtime
-//!   (thread `bench-client`) with `-c` keep-alive connections, each with one
-//!   request in flight at a time, so `-c` requests are in flight. Each
-//!   request is timed from its send to the last byte of the answer, and
-//!   its answer checked (status 200, its own id, the text `ok`).
+//!   (thread `bench-client`) with `-c` requests in flight, one per
+//!   connection. Each request is timed from its send to the last byte of
+//!   the answer, and its answer checked (status 200, its own id, the text
+//!   `ok`).
 //!
-//! After a warm-up of each path, `-r` rounds: in each, every path runs for
+//! Three ways to connect, each a table of its own with its own server and
+//! direct path (`--mode`):
+//!
+//! - keep-alive: each connection is opened before the round and carries
+//!   request after request, and so do the gate's connections to the
+//!   server;
+//! - connection per request, as Python's `urllib` against an HTTP/1.0
+//!   server: the client opens a connection for each request (timed from
+//!   before the connect) and says `Connection: close`, and the server
+//!   closes every connection after its answer, so the gate, too, connects
+//!   anew for each call;
+//! - the client's connection per request only, as `urllib` against an
+//!   HTTP/1.1 server: the client as above, but the server keeps its
+//!   connections alive, so the gate's pooled connections to it serve call
+//!   after call whatever connection each came in on.
+//!
+//! For each way in turn, after a warm-up of each path, `-r` rounds: in each, every path runs for
 //! `-d` seconds on fresh client connections, direct first in even rounds
 //! and last in odd ones, so gate and direct rounds alternate and drift on
 //! the shared machine hits both. Per path, the table gives the median over
@@ -39,7 +63,8 @@
 //! rounds of each gate round's throughput ratio and latency deltas to the
 //! direct round of the same round (with the range over rounds). It also
 //! gives the CPU time per request of each thread group (client, gate or
-//! relay, server; from `/proc/self/task/*/schedstat`) and the CPU cores
+//! relay, server; from `/proc/self/task/*/schedstat`; the sandbox relay is
+//! a group of its own) and the CPU cores
 //! busy in all, which say where the time goes. The aims (from the issue): at most
 //! 0.2 ms added at p50 and 1 ms at p99, and 80% of direct throughput or
 //! better. A JSON line with the same numbers ends the output.
@@ -64,7 +89,7 @@ use bytes::Bytes;
 use constle_mcp_gate::{Gate, ServerPolicy};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderValue};
+use hyper::header::{ACCEPT, CONNECTION, CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
@@ -72,16 +97,23 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 const USAGE: &str = "\
 usage: gate [-r ROUNDS] [-d SECONDS] [-c CONCURRENCY] [-w SECONDS] [--multi-thread] [--relays]
-            [--server-delay-us US]
+            [--server-delay-us US] [--by-name]
+            [--mode keep-alive|per-request|client-per-request|both|all]
   -r ROUNDS        measured rounds of each path, alternating (default 5)
   -d SECONDS       length of one round of one path (default 3)
-  -c CONCURRENCY   keep-alive connections, one request in flight on each (default 8)
+  -c CONCURRENCY   requests in flight, one on each connection (default 8)
   -w SECONDS       warm-up of each path before the rounds (default 1)
   --multi-thread   also a gate on a two-worker multi-thread runtime (TCP)
   --relays         also two policy-free relays (axum+reqwest, bare hyper): the floor
   --server-delay-us US  the upstream waits US µs (a sleeping thread, not CPU) before
                    answering, like a server whose tools work elsewhere (default 0:
-                   the gate's cost alone)";
+                   the gate's cost alone)
+  --by-name        the gate's Agentfile names the server localhost, not 127.0.0.1
+  --mode MODE      keep-alive connections, a connection per request (the client's, and the
+                   server closing each: as urllib against an HTTP/1.0 server), the client's
+                   connection per request only (the server keeping its own alive: urllib
+                   against an HTTP/1.1 server), both of the first two (the default), or all
+                   three; each a table with its own server and direct path";
 
 /// The tool called: declared, not gated.
 const TOOL: &str = "list_invoices";
@@ -103,6 +135,8 @@ struct Config {
     multi_thread: bool,
     relays: bool,
     server_delay: Duration,
+    by_name: bool,
+    modes: Vec<Mode>,
 }
 
 fn config() -> Result<Config, String> {
@@ -114,6 +148,8 @@ fn config() -> Result<Config, String> {
         multi_thread: false,
         relays: false,
         server_delay: Duration::ZERO,
+        by_name: false,
+        modes: vec![Mode::KeepAlive, Mode::PerRequest],
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -125,7 +161,9 @@ fn config() -> Result<Config, String> {
             "-d" => config.round = seconds(&arg, args.next())?,
             "-w" => config.warmup = seconds(&arg, args.next())?,
             "--multi-thread" => config.multi_thread = true,
+            "--mode" => config.modes = modes(args.next())?,
             "--relays" => config.relays = true,
+            "--by-name" => config.by_name = true,
             "--server-delay-us" => {
                 config.server_delay = Duration::from_micros(
                     count(&arg, args.next())?
@@ -141,6 +179,60 @@ fn config() -> Result<Config, String> {
         }
     }
     Ok(config)
+}
+
+fn modes(value: Option<String>) -> Result<Vec<Mode>, String> {
+    match value.as_deref() {
+        Some("keep-alive") => Ok(vec![Mode::KeepAlive]),
+        Some("per-request") => Ok(vec![Mode::PerRequest]),
+        Some("client-per-request") => Ok(vec![Mode::ClientPerRequest]),
+        Some("both") => Ok(vec![Mode::KeepAlive, Mode::PerRequest]),
+        Some("all") => Ok(vec![
+            Mode::KeepAlive,
+            Mode::PerRequest,
+            Mode::ClientPerRequest,
+        ]),
+        _ => Err("--mode needs keep-alive, per-request, client-per-request, both or all".into()),
+    }
+}
+
+/// How the client, and the server, treat connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Connections carry request after request.
+    KeepAlive,
+    /// A connection per request: the client's, and the server closes each.
+    PerRequest,
+    /// The client's connection per request; the server keeps its alive.
+    ClientPerRequest,
+}
+
+impl Mode {
+    fn label(self) -> &'static str {
+        match self {
+            Mode::KeepAlive => "keep-alive connections",
+            Mode::PerRequest => "a connection per request (client and server)",
+            Mode::ClientPerRequest => "the client's connection per request (server keep-alive)",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Mode::KeepAlive => "keep_alive",
+            Mode::PerRequest => "connection_per_request",
+            Mode::ClientPerRequest => "client_connection_per_request",
+        }
+    }
+
+    /// Whether the client opens a connection for each request.
+    fn client_connects_per_request(self) -> bool {
+        self != Mode::KeepAlive
+    }
+
+    /// Whether the server keeps a connection open after its answer.
+    fn server_keeps_alive(self) -> bool {
+        self != Mode::PerRequest
+    }
 }
 
 fn count(name: &str, value: Option<String>) -> Result<usize, String> {
@@ -163,8 +255,10 @@ fn seconds(name: &str, value: Option<String>) -> Result<Duration, String> {
 // ------------------------------------------------------------ the upstream
 
 /// Starts the upstream MCP server on its own thread, answering after
-/// `delay`; returns its address.
-fn start_upstream(delay: Duration) -> SocketAddr {
+/// `delay` and, unless `mode` keeps server connections alive, closing each
+/// connection after its answer (as an HTTP/1.0 server does); returns its
+/// address.
+fn start_upstream(delay: Duration, mode: Mode) -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the upstream");
     listener.set_nonblocking(true).expect("nonblocking");
     let addr = listener.local_addr().expect("upstream address");
@@ -186,6 +280,7 @@ fn start_upstream(delay: Duration) -> SocketAddr {
                     let _ = stream.set_nodelay(true);
                     tokio::spawn(async move {
                         let _ = hyper::server::conn::http1::Builder::new()
+                            .keep_alive(mode.server_keeps_alive())
                             .serve_connection(
                                 TokioIo::new(stream),
                                 hyper::service::service_fn(move |request| answer(request, delay)),
@@ -245,8 +340,12 @@ struct Gates {
 
 /// Starts the gates in front of `upstream`: TCP and `socket` on one
 /// current-thread runtime, and the multi-thread one if asked.
-fn start_gates(upstream: SocketAddr, socket: &Path, multi_thread: bool) -> Gates {
-    let url = format!("http://{upstream}/mcp");
+fn start_gates(upstream: SocketAddr, socket: &Path, config: &Config) -> Gates {
+    let url = if config.by_name {
+        format!("http://localhost:{}/mcp", upstream.port())
+    } else {
+        format!("http://{upstream}/mcp")
+    };
     let manifest =
         constle_manifest::parse_str(&agentfile(&url), Path::new("/bench/agent.yaml"), &|_| None)
             .unwrap_or_else(|rejected| panic!("the bench Agentfile is refused:\n{rejected}"))
@@ -281,7 +380,7 @@ fn start_gates(upstream: SocketAddr, socket: &Path, multi_thread: bool) -> Gates
         })
         .expect("the gate's thread");
 
-    let multi_thread = multi_thread.then(|| {
+    let multi_thread = config.multi_thread.then(|| {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the gate (MT)");
         listener.set_nonblocking(true).expect("nonblocking");
         let addr = listener.local_addr().expect("the gate's address");
@@ -443,6 +542,28 @@ async fn hyper_relay(
     response
 }
 
+// ------------------------------------------------------- the sandbox relay
+
+/// The sandbox's relay in front of the gate's Unix `socket`, as
+/// `sandbox-init` runs it: each TCP connection to the returned address is
+/// spliced to a new connection to the socket, both ways.
+fn start_sandbox_relay(socket: PathBuf) -> SocketAddr {
+    spawn_server("bench-relay", move |listener| async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                let _ = tcp.set_nodelay(true);
+                if let Ok(unix) = tokio::net::UnixStream::connect(&socket).await {
+                    let _ = constle_sandbox::splice_bidirectional(&tcp, &unix).await;
+                }
+            });
+        }
+    })
+}
+
 // ---------------------------------------------------------------- the load
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -450,6 +571,7 @@ enum Route {
     Direct,
     GateTcp,
     GateUnix,
+    SandboxRelayGateUnix,
     GateTcpMultiThread,
     RelayAxumReqwest,
     RelayHyper,
@@ -461,6 +583,7 @@ impl Route {
             Route::Direct => "direct TCP",
             Route::GateTcp => "gate TCP",
             Route::GateUnix => "gate Unix socket",
+            Route::SandboxRelayGateUnix => "sandbox relay + gate Unix",
             Route::GateTcpMultiThread => "gate TCP, multi-thread rt",
             Route::RelayAxumReqwest => "relay axum+reqwest TCP",
             Route::RelayHyper => "relay bare hyper TCP",
@@ -471,7 +594,10 @@ impl Route {
     fn is_gate(self) -> bool {
         matches!(
             self,
-            Route::GateTcp | Route::GateUnix | Route::GateTcpMultiThread
+            Route::GateTcp
+                | Route::GateUnix
+                | Route::SandboxRelayGateUnix
+                | Route::GateTcpMultiThread
         )
     }
 
@@ -480,6 +606,7 @@ impl Route {
             Route::Direct => "direct_tcp",
             Route::GateTcp => "gate_tcp",
             Route::GateUnix => "gate_unix",
+            Route::SandboxRelayGateUnix => "sandbox_relay_gate_unix",
             Route::GateTcpMultiThread => "gate_tcp_multi_thread",
             Route::RelayAxumReqwest => "relay_axum_reqwest_tcp",
             Route::RelayHyper => "relay_hyper_tcp",
@@ -495,35 +622,41 @@ enum Target {
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
-async fn connect(target: &Target) -> Sender {
+async fn connect(target: &Target) -> Result<Sender, String> {
     match target {
         Target::Tcp(addr) => {
             let stream = tokio::net::TcpStream::connect(addr)
                 .await
-                .expect("connect (TCP)");
+                .map_err(|err| format!("connect (TCP): {err}"))?;
             stream.set_nodelay(true).expect("nodelay");
             handshake(stream).await
         }
         Target::Unix(path) => {
-            handshake(
-                tokio::net::UnixStream::connect(path)
-                    .await
-                    .expect("connect (Unix)"),
-            )
-            .await
+            let stream = tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(|err| format!("connect (Unix): {err}"))?;
+            handshake(stream).await
         }
     }
 }
 
-async fn handshake<T>(io: T) -> Sender
+async fn handshake<T>(io: T) -> Result<Sender, String>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
-        .expect("HTTP/1.1 handshake");
+        .map_err(|err| format!("HTTP/1.1 handshake: {err}"))?;
     tokio::spawn(connection);
-    sender
+    Ok(sender)
+}
+
+/// Where one load task sends its requests.
+enum Link {
+    /// One connection, opened before the round, for every request.
+    Kept(Sender),
+    /// A connection of its own for each request, to this target.
+    PerRequest(Target),
 }
 
 /// What one connection saw in one round.
@@ -541,8 +674,9 @@ impl Sample {
     }
 }
 
-/// Sends calls on one connection, one at a time, until `until`.
-async fn load(mut sender: Sender, connection: u64, until: Instant) -> Sample {
+/// Sends calls over `link`, one at a time, until `until`. A connection per
+/// request is timed from before its connect.
+async fn load(mut link: Link, connection: u64, until: Instant) -> Sample {
     let mut sample = Sample::default();
     let mut n = 0u64;
     while Instant::now() < until {
@@ -551,18 +685,36 @@ async fn load(mut sender: Sender, connection: u64, until: Instant) -> Sample {
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{TOOL}","arguments":{{"month":"2025-01"}}}}}}"#
         );
-        let request = Request::post("/mcp")
+        let mut request = Request::post("/mcp")
             .header(HOST, "127.0.0.1")
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-06-18")
+            .header("mcp-protocol-version", "2025-06-18");
+        if matches!(link, Link::PerRequest(_)) {
+            request = request.header(CONNECTION, "close");
+        }
+        let request = request
             .body(Full::new(Bytes::from(body)))
             .expect("a request");
+        let start = Instant::now();
+        let mut fresh;
+        let sender = match &mut link {
+            Link::Kept(sender) => sender,
+            Link::PerRequest(target) => match connect(target).await {
+                Ok(sender) => {
+                    fresh = sender;
+                    &mut fresh
+                }
+                Err(err) => {
+                    sample.fail(err);
+                    continue;
+                }
+            },
+        };
         if let Err(err) = sender.ready().await {
             sample.fail(format!("connection closed: {err}"));
             break;
         }
-        let start = Instant::now();
         let response = match sender.send_request(request).await {
             Ok(response) => response,
             Err(err) => {
@@ -598,6 +750,7 @@ async fn load(mut sender: Sender, connection: u64, until: Instant) -> Sample {
 #[derive(Clone, Copy, Debug, Default)]
 struct Cpu {
     client: u64,
+    relay: u64,
     gate: u64,
     server: u64,
 }
@@ -622,6 +775,8 @@ impl Cpu {
             let name = name.trim();
             if name.starts_with("bench-client") {
                 cpu.client += ns;
+            } else if name.starts_with("bench-relay") {
+                cpu.relay += ns;
             } else if name.starts_with("bench-gate") {
                 cpu.gate += ns;
             } else if name.starts_with("bench-server") {
@@ -634,6 +789,7 @@ impl Cpu {
     fn since(self, earlier: Cpu) -> Cpu {
         Cpu {
             client: self.client.saturating_sub(earlier.client),
+            relay: self.relay.saturating_sub(earlier.relay),
             gate: self.gate.saturating_sub(earlier.gate),
             server: self.server.saturating_sub(earlier.server),
         }
@@ -648,25 +804,29 @@ struct Measured {
     rps: f64,
     p50_ms: f64,
     p99_ms: f64,
-    /// CPU µs per request: client, gate, server.
-    cpu_us: [f64; 3],
-    /// CPU cores busy on average, all three groups.
+    /// CPU µs per request: client, sandbox relay, gate, server.
+    cpu_us: [f64; 4],
+    /// CPU cores busy on average, all four groups.
     cores: f64,
     first_error: Option<String>,
 }
 
-async fn round(target: &Target, concurrency: usize, length: Duration) -> Measured {
-    let mut senders = Vec::with_capacity(concurrency);
+async fn round(target: &Target, mode: Mode, concurrency: usize, length: Duration) -> Measured {
+    let mut links = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
-        senders.push(connect(target).await);
+        links.push(if mode.client_connects_per_request() {
+            Link::PerRequest(target.clone())
+        } else {
+            Link::Kept(connect(target).await.expect("a connection"))
+        });
     }
     let cpu_before = Cpu::now();
     let start = Instant::now();
     let until = start + length;
-    let tasks: Vec<_> = senders
+    let tasks: Vec<_> = links
         .into_iter()
         .zip(1u64..)
-        .map(|(sender, connection)| tokio::spawn(load(sender, connection, until)))
+        .map(|(link, connection)| tokio::spawn(load(link, connection, until)))
         .collect();
     let mut latencies = Vec::new();
     let mut errors = 0;
@@ -690,10 +850,11 @@ async fn round(target: &Target, concurrency: usize, length: Duration) -> Measure
         p99_ms: percentile(&latencies, 0.99),
         cpu_us: [
             per_request(cpu.client),
+            per_request(cpu.relay),
             per_request(cpu.gate),
             per_request(cpu.server),
         ],
-        cores: (cpu.client + cpu.gate + cpu.server) as f64 / 1e9 / wall,
+        cores: (cpu.client + cpu.relay + cpu.gate + cpu.server) as f64 / 1e9 / wall,
         first_error,
     }
 }
@@ -726,9 +887,9 @@ fn range(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
 }
 
 /// Every round of every path; `rounds[i][p]` is path `p` in round `i`.
-async fn measure(config: &Config, routes: &[(Route, Target)]) -> Vec<Vec<Measured>> {
+async fn measure(config: &Config, mode: Mode, routes: &[(Route, Target)]) -> Vec<Vec<Measured>> {
     for (route, target) in routes {
-        let warm = round(target, config.concurrency, config.warmup).await;
+        let warm = round(target, mode, config.concurrency, config.warmup).await;
         eprintln!(
             "warm-up {:<26} {:>8.0} req/s, {} errors",
             route.label(),
@@ -752,18 +913,16 @@ async fn measure(config: &Config, routes: &[(Route, Target)]) -> Vec<Vec<Measure
         let mut measured = vec![None; routes.len()];
         for p in order {
             let (route, target) = &routes[p];
-            let m = round(target, config.concurrency, config.round).await;
+            let m = round(target, mode, config.concurrency, config.round).await;
             eprintln!(
-                "round {}/{} {:<26} {:>8.0} req/s  p50 {:.3} ms  p99 {:.3} ms  CPU µs/req {:.1}/{:.1}/{:.1}  {:.2} cores  {} errors",
+                "round {}/{} {:<26} {:>8.0} req/s  p50 {:.3} ms  p99 {:.3} ms  CPU µs/req {}  {:.2} cores  {} errors",
                 i + 1,
                 config.rounds,
                 route.label(),
                 m.rps,
                 m.p50_ms,
                 m.p99_ms,
-                m.cpu_us[0],
-                m.cpu_us[1],
-                m.cpu_us[2],
+                cpu_columns(m.cpu_us),
                 m.cores,
                 m.errors
             );
@@ -781,7 +940,7 @@ struct Summary {
     rps: f64,
     p50_ms: f64,
     p99_ms: f64,
-    cpu_us: [f64; 3],
+    cpu_us: [f64; 4],
     cores: f64,
     errors: u64,
     /// Against direct (None for direct itself): median and range over
@@ -853,7 +1012,7 @@ fn summarize(routes: &[(Route, Target)], rounds: &[Vec<Measured>]) -> Vec<Summar
                 rps: of(&|m| m.rps),
                 p50_ms: of(&|m| m.p50_ms),
                 p99_ms: of(&|m| m.p99_ms),
-                cpu_us: [0, 1, 2].map(|i| of(&|m| m.cpu_us[i])),
+                cpu_us: [0, 1, 2, 3].map(|i| of(&|m| m.cpu_us[i])),
                 cores: of(&|m| m.cores),
                 errors: rounds.iter().map(|r| r[p].errors).sum(),
                 versus,
@@ -862,22 +1021,33 @@ fn summarize(routes: &[(Route, Target)], rounds: &[Vec<Measured>]) -> Vec<Summar
         .collect()
 }
 
-fn report(config: &Config, summaries: &[Summary]) -> String {
+/// CPU µs per request of client, sandbox relay, gate and server.
+fn cpu_columns(cpu_us: [f64; 4]) -> String {
+    let [client, relay, gate, server] = cpu_us;
+    format!("{client:.1}/{relay:.1}/{gate:.1}/{server:.1}")
+}
+
+fn report(config: &Config, mode: Mode, summaries: &[Summary]) -> String {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\nMCP gate: an ungated tools/call, {} in flight ({} keep-alive connections), \
+        "\nMCP gate: an ungated tools/call, {} in flight over {}, \
          {} rounds x {:.1} s per path, alternating, after {:.1} s warm-up; {cpus} CPUs; \
-         upstream answers after {} µs. \
+         upstream answers after {} µs; the gate knows it as {}. \
          Medians over rounds; ratios and deltas are per round against the direct round \
          of the same round [range over rounds].\n",
         config.concurrency,
-        config.concurrency,
+        mode.label(),
         config.rounds,
         config.round.as_secs_f64(),
         config.warmup.as_secs_f64(),
         config.server_delay.as_micros(),
+        if config.by_name {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        },
     );
     let _ = writeln!(
         out,
@@ -889,7 +1059,7 @@ fn report(config: &Config, summaries: &[Summary]) -> String {
         "throughput",
         "+p50 ms",
         "+p99 ms",
-        "CPU µs/req cli/gate/srv",
+        "CPU µs/req cli/relay/gate/srv",
         "cores"
     );
     for s in summaries {
@@ -912,7 +1082,7 @@ fn report(config: &Config, summaries: &[Summary]) -> String {
                 ),
             ),
         };
-        let cpu = format!("{:.1}/{:.1}/{:.1}", s.cpu_us[0], s.cpu_us[1], s.cpu_us[2]);
+        let cpu = cpu_columns(s.cpu_us);
         let _ = writeln!(
             out,
             "{:<26} {:>9.0} {:>8.3} {:>8.3}  {:>18}  {:>22}  {:>22}  {:>24} {:>6.2}",
@@ -948,7 +1118,8 @@ fn report(config: &Config, summaries: &[Summary]) -> String {
     out
 }
 
-fn json_line(config: &Config, summaries: &[Summary]) -> Value {
+/// One table of the JSON line: a mode and its paths.
+fn json_table(mode: Mode, summaries: &[Summary]) -> Value {
     let paths: Vec<Value> = summaries
         .iter()
         .map(|s| {
@@ -957,7 +1128,12 @@ fn json_line(config: &Config, summaries: &[Summary]) -> Value {
                 "rps": s.rps,
                 "p50_ms": s.p50_ms,
                 "p99_ms": s.p99_ms,
-                "cpu_us_per_request": {"client": s.cpu_us[0], "gate": s.cpu_us[1], "server": s.cpu_us[2]},
+                "cpu_us_per_request": {
+                    "client": s.cpu_us[0],
+                    "sandbox_relay": s.cpu_us[1],
+                    "gate": s.cpu_us[2],
+                    "server": s.cpu_us[3],
+                },
                 "cores": s.cores,
                 "errors": s.errors,
             });
@@ -979,6 +1155,10 @@ fn json_line(config: &Config, summaries: &[Summary]) -> Value {
             path
         })
         .collect();
+    json!({"mode": mode.key(), "paths": paths})
+}
+
+fn json_line(config: &Config, tables: Vec<Value>) -> Value {
     json!({
         "bench": "constle-mcp-gate/gate",
         "rounds": config.rounds,
@@ -986,28 +1166,25 @@ fn json_line(config: &Config, summaries: &[Summary]) -> Value {
         "warmup_seconds": config.warmup.as_secs_f64(),
         "concurrency": config.concurrency,
         "server_delay_us": config.server_delay.as_micros(),
+        "server_by_name": config.by_name,
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
         "aims": {"p50_delta_ms": AIM_P50_MS, "p99_delta_ms": AIM_P99_MS, "throughput_ratio": AIM_THROUGHPUT},
-        "paths": paths,
+        "tables": tables,
     })
 }
 
-fn main() {
-    let config = match config() {
-        Ok(config) => config,
-        Err(err) => {
-            eprintln!("gate bench: {err}\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let socket = dir.path().join("mcp-accounting.sock");
-    let upstream = start_upstream(config.server_delay);
-    let gates = start_gates(upstream, &socket, config.multi_thread);
+/// The paths of one mode: its own server, and gates and relays in front
+/// of it.
+fn routes(config: &Config, mode: Mode, dir: &Path) -> Vec<(Route, Target)> {
+    let upstream = start_upstream(config.server_delay, mode);
+    let socket = dir.join(format!("mcp-accounting-{}.sock", mode.key()));
+    let gates = start_gates(upstream, &socket, config);
+    let relay = start_sandbox_relay(socket.clone());
     let mut routes = vec![
         (Route::Direct, Target::Tcp(upstream)),
         (Route::GateTcp, Target::Tcp(gates.tcp)),
         (Route::GateUnix, Target::Unix(socket)),
+        (Route::SandboxRelayGateUnix, Target::Tcp(relay)),
     ];
     if let Some(addr) = gates.multi_thread {
         routes.push((Route::GateTcpMultiThread, Target::Tcp(addr)));
@@ -1019,6 +1196,23 @@ fn main() {
         ));
         routes.push((Route::RelayHyper, Target::Tcp(start_hyper_relay(upstream))));
     }
+    routes
+}
+
+fn main() {
+    let config = match config() {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("gate bench: {err}\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let tables: Vec<(Mode, Vec<(Route, Target)>)> = config
+        .modes
+        .iter()
+        .map(|&mode| (mode, routes(&config, mode, dir.path())))
+        .collect();
     let client = std::thread::Builder::new()
         .name("bench-client".to_string())
         .spawn(move || {
@@ -1027,10 +1221,14 @@ fn main() {
                 .thread_name("bench-client")
                 .build()
                 .expect("the client's runtime");
-            let rounds = runtime.block_on(measure(&config, &routes));
-            let summaries = summarize(&routes, &rounds);
-            print!("{}", report(&config, &summaries));
-            println!("{}", json_line(&config, &summaries));
+            let mut json = Vec::new();
+            for (mode, routes) in &tables {
+                let rounds = runtime.block_on(measure(&config, *mode, routes));
+                let summaries = summarize(routes, &rounds);
+                print!("{}", report(&config, *mode, &summaries));
+                json.push(json_table(*mode, &summaries));
+            }
+            println!("{}", json_line(&config, json));
         })
         .expect("the client's thread");
     if client.join().is_err() {

@@ -17,6 +17,16 @@
 //! - `GET` (the server-to-client SSE stream) and `DELETE` (session end) are
 //!   forwarded without a body.
 //! - Any other method: 405.
+//! - Once the run's [`Shutoff`] is thrown, every request is refused
+//!   (`mcp_gate_closed`: 200 with the request's id, else 503), checked
+//!   again right before asking a person, charging and sending, so that a
+//!   request held or metered when the switch is thrown is not sent either;
+//!   the gate's own answers to server requests stop too.
+//! - Every request the gate refuses itself (any refusal above, and a
+//!   gated call whose approver could not ask, [`Approval::Failed`]) goes to
+//!   the [`Recorder`] (by default [`Unrecorded`]) as a [`RefusedRequest`]
+//!   and is answered only once that resolves. A human decision and a spend
+//!   refusal are the [`Approver`]'s and the [`Meter`]'s to record.
 //!
 //! Only these agent headers are forwarded: `Content-Type`, `Accept`,
 //! `Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`. The agent's
@@ -76,12 +86,14 @@ use tokio::time::Instant;
 use crate::credentials::Credentials;
 use crate::error::GateError;
 use crate::filter::{FilterError, filter};
-use crate::inspect::{Decision, Forward, Inspection, MAX_BODY_BYTES, ToolCall, inspect};
+use crate::inspect::{Decision, Forward, Inspection, MAX_BODY_BYTES, Refusal, ToolCall, inspect};
 use crate::pending::{MAX_PENDING_TOOLS_LISTS, PendingLists};
 use crate::policy::ServerPolicy;
 use crate::rebinding;
+use crate::refused::{Asked, Recorder, RefusedRequest, Unrecorded};
 use crate::revision::Revision;
 use crate::rpc::{Reason, RequestId, error_response, to_bytes};
+use crate::shutoff::Shutoff;
 use crate::sse;
 use crate::upstream::{self, Client};
 
@@ -133,8 +145,17 @@ pub enum Approval {
     /// Forward the call.
     Approved,
     /// Do not forward; the agent gets a JSON-RPC error with this message
-    /// (reason `mcp_gate_refused`).
+    /// (reason `mcp_gate_refused`). The approver has recorded the decision.
     Refused {
+        /// What the agent is told.
+        message: String,
+    },
+    /// Do not forward: the approver could not put the call to anyone (its
+    /// arguments have no exact digest, the decision could not be
+    /// recorded, …) and recorded nothing. The agent gets the same error as
+    /// for [`Approval::Refused`], and the gate records the refusal itself
+    /// ([`Recorder`]).
+    Failed {
         /// What the agent is told.
         message: String,
     },
@@ -221,7 +242,9 @@ pub struct Gate {
     client: Client,
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
+    recorder: Arc<dyn Recorder>,
     response_timeout: Duration,
+    shutoff: Shutoff,
 }
 
 impl fmt::Debug for Gate {
@@ -259,7 +282,9 @@ impl Gate {
             client,
             approver: Arc::new(RefuseGated),
             meter: Arc::new(Unmetered),
+            recorder: Arc::new(Unrecorded),
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            shutoff: Shutoff::new(),
         })
     }
 
@@ -274,6 +299,25 @@ impl Gate {
     #[must_use]
     pub fn with_meter(mut self, meter: impl Meter) -> Gate {
         self.meter = Arc::new(meter);
+        self
+    }
+
+    /// Records every request the gate refuses itself with `recorder`,
+    /// before the refusal is answered (see [`RefusedRequest`] for which).
+    #[must_use]
+    pub fn with_recorder(mut self, recorder: impl Recorder) -> Gate {
+        self.recorder = Arc::new(recorder);
+        self
+    }
+
+    /// Closes with `shutoff`, which the gate checks right before anything
+    /// it would send to the server: once it is thrown, every request is
+    /// refused (`mcp_gate_closed`), held and metered ones included, and
+    /// nothing more reaches the server. By default a gate has a switch of
+    /// its own that nothing throws.
+    #[must_use]
+    pub fn with_shutoff(mut self, shutoff: Shutoff) -> Gate {
+        self.shutoff = shutoff;
         self
     }
 
@@ -300,7 +344,9 @@ impl Gate {
             client: self.client,
             approver: self.approver,
             meter: self.meter,
+            recorder: self.recorder,
             response_timeout: self.response_timeout,
+            shutoff: self.shutoff,
             tools_lists: Mutex::new(PendingLists::new(MAX_PENDING_TOOLS_LISTS)),
         });
         loop {
@@ -335,7 +381,9 @@ struct Inner {
     client: Client,
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
+    recorder: Arc<dyn Recorder>,
     response_timeout: Duration,
+    shutoff: Shutoff,
     /// Ids of the `tools/list` requests forwarded and not yet answered:
     /// their responses must be tool lists, filtered wherever they arrive
     /// (POST body, SSE, a resumed GET stream).
@@ -364,8 +412,35 @@ impl Inner {
         }
     }
 
-    /// Answers server-to-client requests the agent never sees.
+    /// Answers `asked` with `response`, a refusal for `reason`, once the
+    /// recorder has it: on disk before the agent hears of it.
+    async fn refuse(&self, asked: Asked<'_>, reason: Reason, response: Response) -> Response {
+        let refused = RefusedRequest::new(self.policy.server().as_str(), asked, reason);
+        self.recorder.refused(&refused).await;
+        response
+    }
+
+    /// The refusal of `asked`, once the gates are closed
+    /// ([`Gate::with_shutoff`]). Checked right before each step that could
+    /// reach the server or cost anything: asking a person, charging,
+    /// sending.
+    async fn refuse_if_closed(&self, asked: Asked<'_>) -> Option<Response> {
+        let why = self.shutoff.closed()?;
+        let status = match asked.id {
+            Some(_) => StatusCode::OK,
+            None => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        let message = format!("the Constle gate forwards nothing more: {why}");
+        let response = rpc_error(status, asked.id, Reason::GateClosed, &message);
+        Some(self.refuse(asked, Reason::GateClosed, response).await)
+    }
+
+    /// Answers server-to-client requests the agent never sees; nothing,
+    /// once the gates are closed.
     fn answer_server(&self, body: Vec<u8>, agent_headers: &HeaderMap) {
+        if self.shutoff.closed().is_some() {
+            return;
+        }
         let mut headers = forwarded(agent_headers);
         headers.insert(
             header::CONTENT_TYPE,
@@ -456,7 +531,9 @@ struct Exchange {
 async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
     let (parts, body) = request.into_parts();
     if let Err(refused) = rebinding::check(&parts.headers, &parts.uri) {
-        return rpc_error(refused.status(), None, refused.reason(), refused.message());
+        let response = rpc_error(refused.status(), None, refused.reason(), refused.message());
+        let asked = Asked::http(&parts.method);
+        return inner.refuse(asked, refused.reason(), response).await;
     }
     let headers = parts.headers;
     let method = parts.method;
@@ -470,17 +547,15 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
         response
             .headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
-        return response;
+        let asked = Asked::http(&method);
+        return inner.refuse(asked, Reason::InvalidMessage, response).await;
     }
     let revision = match protocol_version(&headers) {
         Ok(revision) => revision,
         Err(message) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                Reason::UnsupportedProtocolVersion,
-                &message,
-            );
+            let reason = Reason::UnsupportedProtocolVersion;
+            let response = rpc_error(StatusCode::BAD_REQUEST, None, reason, &message);
+            return inner.refuse(Asked::http(&method), reason, response).await;
         }
     };
     if method == Method::POST {
@@ -514,33 +589,44 @@ async fn post(
     body: Incoming,
 ) -> Response {
     let Ok(body) = read_limited(body).await else {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            Reason::InvalidMessage,
-            "the Constle gate could not read the request body",
-        );
+        let reason = Reason::InvalidMessage;
+        let message = "the Constle gate could not read the request body";
+        let response = rpc_error(StatusCode::BAD_REQUEST, None, reason, message);
+        return inner
+            .refuse(Asked::http(&Method::POST), reason, response)
+            .await;
     };
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    let forward = match inspect(&inner.policy, &body, content_type, revision) {
-        Inspection::Refuse(refusal) => {
-            let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST);
-            return json_response(status, refusal.body().to_vec());
-        }
+    let inspection = inspect(&inner.policy, &body, content_type, revision);
+    // Not held while a refusal waits for the recorder: a flood of refused
+    // bodies may wait, but not with 4 MiB each.
+    drop(body);
+    let forward = match inspection {
+        Inspection::Refuse(refusal) => return refuse_inspected(&inner, &refusal).await,
         Inspection::Forward(forward) => forward,
     };
+    let asked = asked(&forward);
+    let reply_id = asked.id.cloned();
     if let Some(call) = forward.gated() {
+        if let Some(closed) = inner.refuse_if_closed(asked).await {
+            return closed;
+        }
+        let refused = |message: &str| {
+            rpc_error(
+                StatusCode::OK,
+                Some(&call.request_id),
+                Reason::GateRefused,
+                message,
+            )
+        };
         match inner.approver.decide(call).await {
             Approval::Approved => {}
-            Approval::Refused { message } => {
-                return rpc_error(
-                    StatusCode::OK,
-                    Some(&call.request_id),
-                    Reason::GateRefused,
-                    &message,
-                );
+            Approval::Refused { message } => return refused(&message),
+            Approval::Failed { message } => {
+                let response = refused(&message);
+                return inner.refuse(asked, Reason::GateRefused, response).await;
             }
         }
     }
@@ -552,21 +638,15 @@ async fn post(
             _ => None,
         })
         .collect();
+    if let Some(closed) = inner.refuse_if_closed(asked).await {
+        return closed;
+    }
     if !calls.is_empty()
         && let Metered::Refused { message } = inner.meter.charge(calls).await
     {
         return refuse_all(&forward, Reason::SpendRefused, &message);
     }
     inner.remember_tools_lists(forward.tools_list_ids());
-    let reply_id = if forward.is_batch() {
-        None
-    } else {
-        forward.decisions().first().and_then(|d| match d {
-            Decision::Pass { id, .. } => id.clone(),
-            Decision::Call(call) | Decision::Gated(call) => Some(call.request_id.clone()),
-            _ => None,
-        })
-    };
     let mut upstream_headers = forwarded(&headers);
     mirror(&forward, &mut upstream_headers);
     let request = inner.request(
@@ -578,8 +658,42 @@ async fn post(
     exchange(inner, request, headers, reply_id, sse_idle).await
 }
 
-/// Sends `request` to the server and relays its answer, within the
-/// response timeout.
+/// Answers an inspected body the gate refused, once it is recorded.
+async fn refuse_inspected(inner: &Inner, refusal: &Refusal) -> Response {
+    let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let response = json_response(status, refusal.body().to_vec());
+    let asked = Asked {
+        http_method: &Method::POST,
+        method: refusal.method(),
+        tool: refusal.tool(),
+        id: refusal.request_id(),
+    };
+    inner.refuse(asked, refusal.reason(), response).await
+}
+
+/// What a body the gate would forward asks, for a refusal after all; its
+/// id is the one to answer a single request's errors with (none for a
+/// batch, a notification or a response).
+fn asked(forward: &Forward) -> Asked<'_> {
+    let mut asked = Asked::http(&Method::POST);
+    match forward.decisions() {
+        _ if forward.is_batch() => {}
+        [Decision::Pass { method, id }] => {
+            asked.method = Some(method);
+            asked.id = id.as_ref();
+        }
+        [Decision::Call(call) | Decision::Gated(call)] => {
+            asked.method = Some("tools/call");
+            asked.tool = Some(&call.tool);
+            asked.id = Some(&call.request_id);
+        }
+        _ => {}
+    }
+    asked
+}
+
+/// Sends `request` to the server, unless the gates are closed by now, and
+/// relays its answer, within the response timeout.
 async fn exchange(
     inner: Arc<Inner>,
     request: Request<Full<Bytes>>,
@@ -587,6 +701,13 @@ async fn exchange(
     reply_id: Option<RequestId>,
     sse_idle: Option<Duration>,
 ) -> Response {
+    let asked = Asked {
+        id: reply_id.as_ref(),
+        ..Asked::http(request.method())
+    };
+    if let Some(closed) = inner.refuse_if_closed(asked).await {
+        return closed;
+    }
     let deadline = Instant::now() + inner.response_timeout;
     let upstream = match tokio::time::timeout_at(deadline, inner.client.request(request)).await {
         Ok(Ok(upstream)) => upstream,

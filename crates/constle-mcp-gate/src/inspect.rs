@@ -138,13 +138,13 @@ pub struct ToolCall {
 }
 
 /// A refused body: the HTTP status and JSON-RPC error body to answer the
-/// agent with.
+/// agent with, and what the audit log records of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
     status: u16,
     body: Vec<u8>,
-    reason: Reason,
-    message: String,
+    /// The refused message (for a batch, the first refused element).
+    refused: Refused,
 }
 
 impl Refusal {
@@ -161,12 +161,29 @@ impl Refusal {
 
     /// Why: for a batch, the reason of the first refused element.
     pub fn reason(&self) -> Reason {
-        self.reason
+        self.refused.reason
     }
 
     /// The human-readable message of that reason.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.refused.message
+    }
+
+    /// The refused message's JSON-RPC method, if it was read that far (for
+    /// a batch, the first refused element's), as the agent sent it.
+    pub fn method(&self) -> Option<&str> {
+        self.refused.method.as_deref()
+    }
+
+    /// The tool a refused `tools/call` names, if it was read that far, as
+    /// the agent sent it.
+    pub fn tool(&self) -> Option<&str> {
+        self.refused.tool.as_deref()
+    }
+
+    /// The refused message's id, if it has a valid one.
+    pub fn request_id(&self) -> Option<&RequestId> {
+        self.refused.id.as_ref()
     }
 
     fn single(status: u16, refused: Refused) -> Refusal {
@@ -174,8 +191,7 @@ impl Refusal {
         Refusal {
             status,
             body: to_bytes(&refused.to_json()),
-            reason: refused.reason,
-            message: refused.message,
+            refused,
         }
     }
 }
@@ -272,11 +288,16 @@ fn inspect_batch(policy: &ServerPolicy, body: &[u8], items: &[Value]) -> Inspect
             _ => continue,
         };
         if !seen.insert(id.clone()) {
-            *result = Err(Refused::new(
+            let refused = Refused::new(
                 Some(&id),
                 Reason::DuplicateId,
                 format!("request id {id} is used twice in this batch"),
-            ));
+            );
+            *result = Err(match &*result {
+                Ok(Decision::Call(call)) => refused.of_tool(&call.tool),
+                Ok(Decision::Pass { method, .. }) => refused.in_method(method),
+                _ => refused,
+            });
         }
     }
     let first = results.iter().enumerate().find_map(|(i, r)| match r {
@@ -311,16 +332,17 @@ fn inspect_batch(policy: &ServerPolicy, body: &[u8], items: &[Value]) -> Inspect
             }),
         })
         .collect();
-    let message = format!("batch element {index} refused: {}", first.message);
+    let refused = Refused {
+        message: format!("batch element {index} refused: {}", first.message),
+        ..first
+    };
     if answers.is_empty() {
-        let refused = Refused::new(None, first.reason, message);
         return Inspection::Refuse(Refusal::single(400, refused));
     }
     Inspection::Refuse(Refusal {
         status: 200,
         body: to_bytes(&Value::Array(answers)),
-        reason: first.reason,
-        message,
+        refused,
     })
 }
 
@@ -336,9 +358,6 @@ fn check_message(
     value: &Value,
     in_batch: bool,
 ) -> Result<Decision, Refused> {
-    let invalid = |id: Option<&RequestId>, message: String| {
-        Err(Refused::new(id, Reason::InvalidMessage, message))
-    };
     let Some(object) = value.as_object() else {
         return invalid(None, "a JSON-RPC message must be an object".into());
     };
@@ -364,6 +383,21 @@ fn check_message(
     let Some(method) = method.as_str() else {
         return invalid(id, "method must be a string".into());
     };
+    check_request(policy, object, id, method, in_batch).map_err(|r| r.in_method(method))
+}
+
+fn invalid(id: Option<&RequestId>, message: String) -> Result<Decision, Refused> {
+    Err(Refused::new(id, Reason::InvalidMessage, message))
+}
+
+/// Checks a message with a method: a request or a notification.
+fn check_request(
+    policy: &ServerPolicy,
+    object: &Map<String, Value>,
+    id: Option<&RequestId>,
+    method: &str,
+    in_batch: bool,
+) -> Result<Decision, Refused> {
     if object.contains_key("result") || object.contains_key("error") {
         return invalid(id, "a request cannot carry result or error".into());
     }
@@ -428,6 +462,18 @@ fn check_tool_call(
     let Some(tool) = params.get("name").and_then(Value::as_str) else {
         return bad("tools/call params.name must be a string");
     };
+    check_call(policy, id, tool, params, in_batch).map_err(|r| r.of_tool(tool))
+}
+
+/// Checks a `tools/call` of `tool`.
+fn check_call(
+    policy: &ServerPolicy,
+    id: &RequestId,
+    tool: &str,
+    params: &Map<String, Value>,
+    in_batch: bool,
+) -> Result<Decision, Refused> {
+    let bad = |message: &str| Err(Refused::new(Some(id), Reason::InvalidParams, message));
     let arguments = match params.get("arguments") {
         None => None,
         Some(Value::Object(arguments)) => Some(arguments.clone()),

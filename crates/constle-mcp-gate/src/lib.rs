@@ -2,7 +2,9 @@
 //! it may see back. The policy core ([`inspect`], [`filter_tools_list`],
 //! [`filter_server_message`]) is pure functions, no I/O; [`Gate`] is the
 //! HTTP side built on it (Streamable HTTP, sessions, SSE relay), with gated
-//! calls put to a pluggable [`Approver`] where the human gates plug in.
+//! calls put to a pluggable [`Approver`] where the human gates plug in,
+//! every refusal put to a [`Recorder`] where the audit log plugs in, and a
+//! [`Shutoff`] that closes every gate of a run at once.
 //!
 //! The agent is assumed compromised. The gate is the only path from the
 //! sandbox to a declared server, so every rule below is checked on the
@@ -101,8 +103,10 @@ mod inspect;
 mod pending;
 mod policy;
 mod rebinding;
+mod refused;
 mod revision;
 mod rpc;
+mod shutoff;
 mod sse;
 mod upstream;
 
@@ -117,11 +121,13 @@ pub use inspect::{
 };
 pub use pending::MAX_PENDING_TOOLS_LISTS;
 pub use policy::{BASE_NOTIFICATIONS, BASE_REQUESTS, BASE_SERVER_REQUESTS, ServerPolicy};
+pub use refused::{MAX_RECORDED_BYTES, RecordFuture, Recorder, RefusedRequest, Unrecorded};
 pub use revision::{Revision, SUPPORTED_REVISIONS, UnsupportedRevision};
 pub use rpc::{
     GATE_REFUSED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
     Reason, RequestId,
 };
+pub use shutoff::Shutoff;
 
 #[cfg(test)]
 mod tests;

@@ -68,7 +68,8 @@ pub const INVALID_PARAMS: i64 = -32602;
 /// cannot relay.
 pub const INTERNAL_ERROR: i64 = -32603;
 /// The gate's own code (in JSON-RPC's implementation-defined range): a
-/// gated `tools/call` was not approved.
+/// gated `tools/call` was not approved, a priced one not charged, or the
+/// gates are closed.
 pub const GATE_REFUSED: i64 = -32001;
 
 /// Why the gate refused a message. [`Reason::as_str`] is a stable code,
@@ -114,6 +115,9 @@ pub enum Reason {
     /// A `tools/call` the [`crate::Meter`] refused: a spend cap, or a ledger
     /// that cannot be read or written.
     SpendRefused,
+    /// Any request once the gates are closed ([`crate::Shutoff`]): the run
+    /// is ending, and nothing more is forwarded; HTTP 503 without an id.
+    GateClosed,
     /// The server could not be reached; HTTP 502.
     UpstreamUnreachable,
     /// The server answered with something the gate cannot check, so it is
@@ -153,7 +157,7 @@ impl Reason {
             Reason::InvalidParams | Reason::ToolNotDeclared | Reason::ToolCaseVariant => {
                 INVALID_PARAMS
             }
-            Reason::GateRefused | Reason::SpendRefused => GATE_REFUSED,
+            Reason::GateRefused | Reason::SpendRefused | Reason::GateClosed => GATE_REFUSED,
             Reason::UpstreamUnreachable
             | Reason::UpstreamMalformed
             | Reason::UpstreamTimeout
@@ -181,6 +185,7 @@ impl Reason {
             Reason::ToolCaseVariant => "mcp_tool_case_variant",
             Reason::GateRefused => "mcp_gate_refused",
             Reason::SpendRefused => "mcp_spend_refused",
+            Reason::GateClosed => "mcp_gate_closed",
             Reason::UpstreamUnreachable => "mcp_upstream_unreachable",
             Reason::UpstreamMalformed => "mcp_upstream_malformed",
             Reason::UpstreamTimeout => "mcp_upstream_timeout",
@@ -197,12 +202,15 @@ impl fmt::Display for Reason {
     }
 }
 
-/// One refused message: why, and the id to answer (if it had a valid one).
+/// One refused message: why, the id to answer (if it had a valid one),
+/// and its method and tool as far as they were read, for the audit log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Refused {
     pub(crate) id: Option<RequestId>,
     pub(crate) reason: Reason,
     pub(crate) message: String,
+    pub(crate) method: Option<String>,
+    pub(crate) tool: Option<String>,
 }
 
 impl Refused {
@@ -211,7 +219,21 @@ impl Refused {
             id: id.cloned(),
             reason,
             message: message.into(),
+            method: None,
+            tool: None,
         }
+    }
+
+    /// The refused message names `method`, unless a method is known already.
+    pub(crate) fn in_method(mut self, method: &str) -> Self {
+        self.method.get_or_insert_with(|| method.to_owned());
+        self
+    }
+
+    /// The refused message calls `tool`.
+    pub(crate) fn of_tool(mut self, tool: &str) -> Self {
+        self.tool.get_or_insert_with(|| tool.to_owned());
+        self.in_method("tools/call")
     }
 
     /// The JSON-RPC error response object for this refusal.

@@ -13,7 +13,8 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use constle_manifest::{HttpUrl, HumanGates, McpServer, Pricing, ServerId, ToolName};
 use constle_mcp_gate::{
-    Approval, ApprovalFuture, Approver, Gate, Meter, MeterFuture, Metered, ServerPolicy, ToolCall,
+    Approval, ApprovalFuture, Approver, Gate, MAX_RECORDED_BYTES, Meter, MeterFuture, Metered,
+    RecordFuture, Recorder, RefusedRequest, RequestId, ServerPolicy, Shutoff, ToolCall,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -262,6 +263,22 @@ async fn a_declared_call_is_forwarded_byte_for_byte() {
 }
 
 #[tokio::test]
+async fn a_server_named_by_its_host_name_is_reached() {
+    let (url, log) = fake_server().await;
+    let server = declared(&url.replace("127.0.0.1", "localhost"));
+    let gate = start_gate(Gate::new(&server, policy(&server), &no_env).unwrap()).await;
+    for id in 1..=2 {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"list_invoices"}}}}"#
+        );
+        let (status, value) = post_json(&gate, &body).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(value["result"]["content"][0]["text"], "done");
+    }
+    assert_eq!(posts(&log).len(), 2);
+}
+
+#[tokio::test]
 async fn mirrored_headers_are_rebuilt_from_the_body_never_taken_from_the_agent() {
     let (gate, log) = setup().await;
     let call =
@@ -414,6 +431,448 @@ async fn an_approver_can_let_a_gated_call_through_unchanged() {
     assert_eq!(asked.len(), 1);
     assert_eq!(asked[0].tool, "pay_invoice");
     assert_eq!(asked[0].server, "accounting");
+}
+
+type Records = Arc<Mutex<Vec<RefusedRequest>>>;
+
+/// Keeps every refusal the gate records.
+struct Keep(Records);
+
+impl Recorder for Keep {
+    fn refused<'a>(&'a self, refused: &'a RefusedRequest) -> RecordFuture<'a> {
+        self.0.lock().unwrap().push(refused.clone());
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// Closes the gates while it holds a gated call, then approves it.
+struct CloseWhileHeld(Shutoff);
+
+impl Approver for CloseWhileHeld {
+    fn decide<'a>(&'a self, _call: &'a ToolCall) -> ApprovalFuture<'a> {
+        self.0.close("the test closed the gates");
+        Box::pin(async { Approval::Approved })
+    }
+}
+
+/// Charges nothing, counting the bodies it was asked to charge.
+struct Charges(Arc<Mutex<usize>>);
+
+impl Meter for Charges {
+    fn charge<'a>(&'a self, _calls: Vec<&'a ToolCall>) -> MeterFuture<'a> {
+        *self.0.lock().unwrap() += 1;
+        Box::pin(async { Metered::Charged })
+    }
+}
+
+#[tokio::test]
+async fn once_the_shutoff_is_thrown_no_gate_sends_anything() {
+    let shutoff = Shutoff::new();
+    let charges = Arc::new(Mutex::new(0));
+    let records = Records::default();
+    let (url_a, log_a) = fake_server().await;
+    let (url_b, log_b) = fake_server().await;
+    let (a, b) = (declared(&url_a), declared(&url_b));
+    let gate_a = Gate::new(&a, policy(&a), &no_env)
+        .unwrap()
+        .with_approver(CloseWhileHeld(shutoff.clone()))
+        .with_recorder(Keep(records.clone()))
+        .with_shutoff(shutoff.clone());
+    let gate_b = Gate::new(&b, policy(&b), &no_env)
+        .unwrap()
+        .with_meter(Charges(charges.clone()))
+        .with_recorder(Keep(records.clone()))
+        .with_shutoff(shutoff.clone());
+    let (gate_a, gate_b) = (start_gate(gate_a).await, start_gate(gate_b).await);
+    let call =
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"list_invoices"}}"#;
+    let (_, value) = post_json(&gate_b, call).await;
+    assert_eq!(value["result"]["content"][0]["text"], "done");
+    assert_eq!(*charges.lock().unwrap(), 1);
+
+    // Approved, but the switch was thrown while it was held: not sent.
+    let gated = r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"pay_invoice","arguments":{}}}"#;
+    let (status, value) = post_json(&gate_a, gated).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(value["id"], 10);
+    assert_eq!(value["error"]["code"], constle_mcp_gate::GATE_REFUSED);
+    assert_eq!(value["error"]["data"]["reason"], "mcp_gate_closed");
+    let message = value["error"]["message"].as_str().unwrap();
+    assert!(message.contains("the test closed the gates"), "{message}");
+
+    // Every gate sharing the switch refuses everything from now on.
+    for gate in [&gate_a, &gate_b] {
+        let (status, value) = post_json(gate, call).await;
+        assert_eq!((status, value["id"].clone()), (StatusCode::OK, json!(3)));
+        assert_eq!(value["error"]["data"]["reason"], "mcp_gate_closed");
+        for method in [Method::GET, Method::DELETE] {
+            let response = client().request(method, gate).send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        }
+    }
+    assert_eq!(*charges.lock().unwrap(), 1, "nothing charged once closed");
+    // Each refusal on record: the held call, then a POST, a GET and a
+    // DELETE to each gate.
+    let records = records.lock().unwrap();
+    let recorded: Vec<(&str, &str, Option<&str>)> = records
+        .iter()
+        .map(|r| (r.reason.as_str(), r.http_method.as_str(), r.tool.as_deref()))
+        .collect();
+    let each_gate = [
+        ("mcp_gate_closed", "POST", Some("list_invoices")),
+        ("mcp_gate_closed", "GET", None),
+        ("mcp_gate_closed", "DELETE", None),
+    ];
+    let mut expected = vec![("mcp_gate_closed", "POST", Some("pay_invoice"))];
+    expected.extend(each_gate.iter().chain(&each_gate));
+    assert_eq!(recorded, expected);
+    assert!(log_a.lock().unwrap().is_empty());
+    assert_eq!(log_b.lock().unwrap().len(), 1);
+}
+
+// ------------------------------------------------------- refusals recorded
+
+/// Fails to ask when the arguments say `{"fail": true}`, else refuses
+/// (as a human would, on record).
+struct FailOrRefuse;
+
+impl Approver for FailOrRefuse {
+    fn decide<'a>(&'a self, call: &'a ToolCall) -> ApprovalFuture<'a> {
+        let fail = call
+            .arguments
+            .as_ref()
+            .is_some_and(|a| a.contains_key("fail"));
+        let message = "refused in a test".to_string();
+        Box::pin(async move {
+            if fail {
+                Approval::Failed { message }
+            } else {
+                Approval::Refused { message }
+            }
+        })
+    }
+}
+
+/// Refuses (on record) the calls whose arguments say `{"over": true}`.
+struct OverCap;
+
+impl Meter for OverCap {
+    fn charge<'a>(&'a self, calls: Vec<&'a ToolCall>) -> MeterFuture<'a> {
+        let over = calls
+            .iter()
+            .any(|c| c.arguments.as_ref().is_some_and(|a| a.contains_key("over")));
+        Box::pin(async move {
+            if over {
+                Metered::Refused {
+                    message: "over the cap in a test".into(),
+                }
+            } else {
+                Metered::Charged
+            }
+        })
+    }
+}
+
+/// One request to the gate, and what it must record: `None` for a request
+/// forwarded, or refused on another hook's record.
+struct Row {
+    what: &'static str,
+    http_method: &'static str,
+    headers: &'static [(&'static str, &'static str)],
+    body: String,
+    recorded: Option<Expected>,
+}
+
+/// A recorded refusal: reason, JSON-RPC method, tool, id.
+type Expected = (
+    &'static str,
+    Option<&'static str>,
+    Option<String>,
+    Option<RequestId>,
+);
+
+fn row(what: &'static str, body: impl Into<String>, recorded: Option<Expected>) -> Row {
+    Row {
+        what,
+        http_method: "POST",
+        headers: &[],
+        body: body.into(),
+        recorded,
+    }
+}
+
+fn tool_call(id: i128, name: &str, arguments: Value) -> String {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":arguments}})
+        .to_string()
+}
+
+fn refusal_rows() -> Vec<Row> {
+    let int = |n| Some(RequestId::Int(n));
+    let call = Some("tools/call");
+    let long = "x".repeat(MAX_RECORDED_BYTES + 10);
+    let ping = |id: u8| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+    vec![
+        row(
+            "a declared call",
+            tool_call(1, "list_invoices", json!({})),
+            None,
+        ),
+        row(
+            "an undeclared tool",
+            tool_call(2, "delete_everything", json!({"all": true})),
+            Some((
+                "mcp_tool_not_declared",
+                call,
+                Some("delete_everything".into()),
+                int(2),
+            )),
+        ),
+        row(
+            "a case variant of a gated name",
+            tool_call(3, "Pay_Invoice", json!({})),
+            Some((
+                "mcp_tool_case_variant",
+                call,
+                Some("Pay_Invoice".into()),
+                int(3),
+            )),
+        ),
+        row(
+            "a method not allowed",
+            r#"{"jsonrpc":"2.0","id":"r","method":"resources/read","params":{"uri":"file:///etc/passwd"}}"#,
+            Some((
+                "mcp_method_not_allowed",
+                Some("resources/read"),
+                None,
+                Some(RequestId::String("r".into())),
+            )),
+        ),
+        Row {
+            headers: &[("mcp-protocol-version", "1900-01-01")],
+            ..row(
+                "an unsupported protocol version",
+                ping(4),
+                Some(("mcp_unsupported_protocol_version", None, None, None)),
+            )
+        },
+        Row {
+            headers: &[
+                ("mcp-protocol-version", "2025-03-26"),
+                ("mcp-protocol-version", "2025-06-18"),
+            ],
+            ..row(
+                "a protocol version sent twice",
+                ping(5),
+                Some(("mcp_unsupported_protocol_version", None, None, None)),
+            )
+        },
+        Row {
+            headers: &[("content-type", "text/plain")],
+            ..row(
+                "another content type",
+                ping(6),
+                Some(("mcp_content_type", None, None, None)),
+            )
+        },
+        Row {
+            headers: &[("host", "evil.example.com")],
+            ..row(
+                "a Host that is not loopback",
+                ping(17),
+                Some(("mcp_host_refused", None, None, None)),
+            )
+        },
+        Row {
+            headers: &[("origin", "http://evil.example.com")],
+            ..row(
+                "an Origin that is not loopback",
+                ping(18),
+                Some(("mcp_origin_refused", None, None, None)),
+            )
+        },
+        Row {
+            http_method: "PUT",
+            ..row(
+                "an HTTP method not served",
+                ping(7),
+                Some(("mcp_invalid_message", None, None, None)),
+            )
+        },
+        row(
+            "not JSON",
+            r#"{"jsonrpc":"#,
+            Some(("mcp_not_json", None, None, None)),
+        ),
+        row(
+            "a body too large",
+            format!("[{}]", "1,".repeat(3 * 1024 * 1024)),
+            Some(("mcp_body_too_large", None, None, None)),
+        ),
+        Row {
+            headers: &[("mcp-protocol-version", "2025-06-18")],
+            ..row(
+                "a batch from 2025-06-18 on",
+                format!("[{}]", ping(8)),
+                Some(("mcp_batch_not_allowed", None, None, None)),
+            )
+        },
+        row(
+            "an empty batch",
+            "[]",
+            Some(("mcp_empty_batch", None, None, None)),
+        ),
+        row(
+            "a gated call in a batch",
+            format!("[{},{}]", ping(9), tool_call(10, "pay_invoice", json!({}))),
+            Some((
+                "mcp_gated_call_in_batch",
+                call,
+                Some("pay_invoice".into()),
+                int(10),
+            )),
+        ),
+        row(
+            "two requests with one id",
+            format!("[{},{}]", ping(11), ping(11)),
+            Some(("mcp_duplicate_id", Some("ping"), None, int(11))),
+        ),
+        row(
+            "a malformed message",
+            r#"{"jsonrpc":"1.0","id":12,"method":"ping"}"#,
+            Some(("mcp_invalid_message", None, None, int(12))),
+        ),
+        row(
+            "a call as a notification",
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"list_invoices"}}"#,
+            Some(("mcp_call_as_notification", call, None, None)),
+        ),
+        row(
+            "a tool name that is no string",
+            r#"{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":7}}"#,
+            Some(("mcp_invalid_params", call, None, int(13))),
+        ),
+        row(
+            "a long undeclared name, cut",
+            tool_call(14, &long, json!({})),
+            Some((
+                "mcp_tool_not_declared",
+                call,
+                Some(format!("{}…", &long[..MAX_RECORDED_BYTES])),
+                int(14),
+            )),
+        ),
+        row(
+            "a gated call the approver could not ask about",
+            tool_call(15, "pay_invoice", json!({"fail": true})),
+            Some((
+                "mcp_gate_refused",
+                call,
+                Some("pay_invoice".into()),
+                int(15),
+            )),
+        ),
+        row(
+            "a gated call refused on the approver's record",
+            tool_call(16, "pay_invoice", json!({})),
+            None,
+        ),
+        row(
+            "a call refused on the meter's record",
+            tool_call(17, "list_invoices", json!({"over": true})),
+            None,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_refusal_is_recorded_once_before_it_is_answered() {
+    let (url, _log) = fake_server().await;
+    let server = declared(&url);
+    let records = Records::default();
+    let gate = Gate::new(&server, policy(&server), &no_env)
+        .unwrap()
+        .with_approver(FailOrRefuse)
+        .with_meter(OverCap)
+        .with_recorder(Keep(records.clone()));
+    let gate = start_gate(gate).await;
+    for row in refusal_rows() {
+        let mut request = client()
+            .request(
+                Method::from_bytes(row.http_method.as_bytes()).unwrap(),
+                &gate,
+            )
+            .header("accept", "application/json, text/event-stream");
+        if !row.headers.iter().any(|(name, _)| *name == "content-type") {
+            request = request.header("content-type", "application/json");
+        }
+        for (name, value) in row.headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.body(row.body.clone()).send().await.unwrap();
+        let answered: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+        let recorded = std::mem::take(&mut *records.lock().unwrap());
+        let Some((reason, method, tool, request_id)) = row.recorded else {
+            assert!(recorded.is_empty(), "{}: {recorded:?}", row.what);
+            continue;
+        };
+        assert_eq!(recorded.len(), 1, "{}: {recorded:?}", row.what);
+        let refused = &recorded[0];
+        let answers = match &answered {
+            Value::Array(answers) => answers.clone(),
+            single => vec![single.clone()],
+        };
+        let told = answers
+            .iter()
+            .any(|a| a["error"]["data"]["reason"] == reason);
+        assert!(told, "{}: the agent is told the recorded reason", row.what);
+        assert_eq!(
+            (
+                refused.server.as_str(),
+                refused.http_method.as_str(),
+                refused.reason.as_str(),
+                refused.method.as_deref(),
+                refused.tool.as_deref(),
+                refused.request_id.as_ref(),
+            ),
+            (
+                "accounting",
+                row.http_method,
+                reason,
+                method,
+                tool.as_deref(),
+                request_id.as_ref()
+            ),
+            "{}",
+            row.what
+        );
+    }
+}
+
+/// Records once `release` lets it.
+struct Held(Arc<tokio::sync::Notify>);
+
+impl Recorder for Held {
+    fn refused<'a>(&'a self, _refused: &'a RefusedRequest) -> RecordFuture<'a> {
+        Box::pin(self.0.notified())
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_waits_for_its_record() {
+    let (url, _log) = fake_server().await;
+    let server = declared(&url);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = Gate::new(&server, policy(&server), &no_env)
+        .unwrap()
+        .with_recorder(Held(release.clone()));
+    let gate = start_gate(gate).await;
+    let body = tool_call(1, "delete_everything", json!({}));
+    let answer = tokio::spawn(async move { post_json(&gate, &body).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!answer.is_finished(), "answered before it was recorded");
+    release.notify_one();
+    let (_, value) = answer.await.unwrap();
+    assert_eq!(value["error"]["data"]["reason"], "mcp_tool_not_declared");
 }
 
 fn data_lines(text: &str) -> Vec<Value> {

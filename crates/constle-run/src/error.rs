@@ -50,6 +50,17 @@ pub enum RunError {
         /// The gated tool.
         tool: String,
     },
+    /// A request an MCP gate refused could not be recorded; the gates were
+    /// closed and the run stopped.
+    #[error(
+        "the MCP gate of server {server:?} refused a request and could not record it ({error}); every gate was closed and the run stopped"
+    )]
+    RefusalUnrecorded {
+        /// The server's id.
+        server: String,
+        /// What the audit log said.
+        error: String,
+    },
     /// A declared limit cannot be enforced on this machine.
     #[error(transparent)]
     Limits(constle_limits::LimitsError),

@@ -4,7 +4,10 @@
 //!
 //! Every gated call writes `gate_triggered`, then exactly one of
 //! `gate_approved`, `gate_denied` or `gate_timeout`. A timeout under
-//! `on_timeout: abort` also ends the run, through [`GateAborts`].
+//! `on_timeout: abort` also ends the run: every MCP gate of the run is
+//! closed (their shared [`Shutoff`]) before the agent is told, so nothing
+//! it sends next reaches any server, and then the run hears of it
+//! ([`GateStop::Timeout`]).
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -19,26 +22,17 @@ use constle_human_gate::{
 };
 use constle_identity::DidKey;
 use constle_manifest::{HumanGates, OnTimeout};
-use constle_mcp_gate::{Approval, ApprovalFuture, Approver, ToolCall};
+use constle_mcp_gate::{Approval, ApprovalFuture, Approver, Shutoff, ToolCall};
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt as _;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::output::OutputHold;
+use crate::stop::{GateStop, GateStops};
 
 /// How often the webhook is polled for a decision.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
-
-/// A gated call that timed out under `on_timeout: abort`: the run ends.
-#[derive(Debug)]
-pub(crate) struct GateAbort {
-    pub(crate) server: String,
-    pub(crate) tool: String,
-}
-
-/// Where the run learns that a gate ended it.
-pub(crate) type GateAborts = mpsc::UnboundedReceiver<GateAbort>;
 
 /// The human gates of one run, shared by the MCP gates of all its servers
 /// (one terminal, one prompt at a time).
@@ -57,11 +51,14 @@ struct Inner {
     hold: OutputHold,
     said_no_terminal: AtomicBool,
     log: Arc<AuditLog>,
-    aborts: mpsc::UnboundedSender<GateAbort>,
+    /// Thrown on an abort, before the refusal is answered.
+    shutoff: Shutoff,
+    stops: GateStops,
 }
 
 /// Why a gated call could not even be put to a person. The call is
-/// refused: a gate that cannot ask, or cannot record, never forwards.
+/// refused: a gate that cannot ask, or cannot record, never forwards; the
+/// MCP gate records the refusal ([`Approval::Failed`]).
 #[derive(Debug, thiserror::Error)]
 enum GateFailure {
     #[error("the request could not be built: {0}")]
@@ -75,13 +72,16 @@ enum GateFailure {
 impl HumanGate {
     /// The gates the Agentfile declares, or `None` when no call is gated.
     /// The webhook is the first `notify` entry whose variable holds a usable
-    /// URL; without one, only the terminal (and `on_timeout`) decide.
+    /// URL; without one, only the terminal (and `on_timeout`) decide. An
+    /// abort throws `shutoff`, then says so on `stops`.
     pub(crate) fn new(
         agent: &str,
         gates: &HumanGates,
         log: &Arc<AuditLog>,
         terminal: Option<(HostTty, OutputHold)>,
-    ) -> Option<(HumanGate, GateAborts)> {
+        shutoff: &Shutoff,
+        stops: &GateStops,
+    ) -> Option<HumanGate> {
         let approver = gates
             .approver_pubkey
             .clone()
@@ -91,7 +91,6 @@ impl HumanGate {
             .iter()
             .find_map(|notify| WebhookUrl::from_env(notify.url_secret_ref.as_str()).ok())
             .and_then(|url| Some((WebhookClient::new().ok()?, url)));
-        let (aborts, aborted) = mpsc::unbounded_channel();
         let (terminal, hold) = terminal.unzip();
         let inner = Inner {
             agent: agent.to_owned(),
@@ -103,9 +102,10 @@ impl HumanGate {
             hold: hold.unwrap_or_default(),
             said_no_terminal: AtomicBool::new(false),
             log: Arc::clone(log),
-            aborts,
+            shutoff: shutoff.clone(),
+            stops: stops.clone(),
         };
-        Some((HumanGate(Arc::new(inner)), aborted))
+        Some(HumanGate(Arc::new(inner)))
     }
 }
 
@@ -115,7 +115,7 @@ impl Approver for HumanGate {
             self.0
                 .decide(call)
                 .await
-                .unwrap_or_else(|failure| Approval::Refused {
+                .unwrap_or_else(|failure| Approval::Failed {
                     message: format!(
                         "tool {:?} of MCP server {:?} needs a human decision and {failure}, \
                          so the Constle gate did not forward the call",
@@ -169,7 +169,15 @@ impl Inner {
             Action::Forward => Approval::Approved,
             Action::Refuse(why) => refused(call, why),
             Action::Abort => {
-                let _ = self.aborts.send(GateAbort {
+                // Closed before the agent hears of the refusal: a call it
+                // sends the moment the answer arrives, to any server, must
+                // find every gate closed, not a run still being torn down.
+                self.shutoff.close(format!(
+                    "the run is stopping: tool {:?} of MCP server {:?} got no human \
+                     decision in time (on_timeout: abort)",
+                    call.tool, call.server
+                ));
+                let _ = self.stops.send(GateStop::Timeout {
                     server: call.server.clone(),
                     tool: call.tool.clone(),
                 });

@@ -13,8 +13,10 @@ mod limits;
 mod mcp;
 mod output;
 mod plan;
+mod refusals;
 mod run;
 mod spend;
+mod stop;
 
 pub use a2a::{listener as a2a_listener, listener_event as a2a_event};
 pub use error::RunError;

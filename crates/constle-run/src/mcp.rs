@@ -15,15 +15,18 @@ use std::sync::Arc;
 
 use constle_audit::AuditLog;
 use constle_manifest::{Manifest, ServerId};
-use constle_mcp_gate::{Gate, ServerPolicy};
+use constle_mcp_gate::{Gate, ServerPolicy, Shutoff};
 use constle_sandbox::Relay;
 use tokio::net::UnixListener;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::error::{RunError, io};
-use crate::human::{GateAbort, GateAborts, HumanGate};
+use crate::human::HumanGate;
 use crate::output::OutputHold;
+use crate::refusals::RefusalLog;
 use crate::spend::SpendMeter;
+use crate::stop::{GateStop, GateStopped};
 
 /// The first port the relays of the MCP gates listen on inside the
 /// sandbox; server `n` (in Agentfile order) gets `MCP_BASE_PORT + n`.
@@ -50,19 +53,24 @@ impl PreparedGates {
     }
 }
 
-/// The running gates. Dropping them stops serving.
+/// The running gates. Dropping them stops accepting connections; closing
+/// them ([`McpGates::close`]) stops every one of them forwarding.
 pub(crate) struct McpGates {
     relays: Vec<Relay>,
     env: BTreeMap<String, String>,
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
-    aborts: Option<GateAborts>,
+    stopped: GateStopped,
+    shutoff: Shutoff,
 }
 
 impl McpGates {
     /// Binds one socket per prepared gate under `sockets` and starts the
     /// gate. Gated calls go to the human gates (with `terminal` as the host
     /// terminal, if there is one, holding the agent's output back with
-    /// `hold` while it asks); priced calls to `meter`.
+    /// `hold` while it asks); priced calls to `meter`; every request a gate
+    /// refuses itself to the audit log (`mcp_refused`). All of them share
+    /// one [`Shutoff`], thrown when a timeout aborts the run or a refusal
+    /// cannot be recorded.
     pub(crate) fn start(
         prepared: PreparedGates,
         manifest: &Manifest,
@@ -72,20 +80,28 @@ impl McpGates {
         hold: &OutputHold,
         meter: Option<SpendMeter>,
     ) -> Result<McpGates, RunError> {
+        let shutoff = Shutoff::new();
+        let (stops, stopped) = mpsc::unbounded_channel();
         let human = HumanGate::new(
             manifest.name.as_str(),
             &manifest.human_gates,
             log,
             terminal.map(|tty| (tty, hold.clone())),
+            &shutoff,
+            &stops,
         );
-        let (human, aborts) = human.unzip();
+        let refusals = RefusalLog::new(log, &shutoff, &stops);
         let mut gates = McpGates {
             relays: Vec::new(),
             env: BTreeMap::new(),
             tasks: Vec::new(),
-            aborts,
+            stopped,
+            shutoff: shutoff.clone(),
         };
-        for ((id, mut gate), port) in prepared.0.into_iter().zip(MCP_BASE_PORT..) {
+        for ((id, gate), port) in prepared.0.into_iter().zip(MCP_BASE_PORT..) {
+            let mut gate = gate
+                .with_recorder(refusals.clone())
+                .with_shutoff(shutoff.clone());
             if let Some(human) = &human {
                 gate = gate.with_approver(human.clone());
             }
@@ -120,14 +136,20 @@ impl McpGates {
         &self.env
     }
 
-    /// Resolves when a gated call timed out under `on_timeout: abort`;
-    /// never, when no call is gated.
-    pub(crate) async fn aborted(&mut self) -> GateAbort {
-        match self.aborts.as_mut() {
-            Some(aborts) => match aborts.recv().await {
-                Some(abort) => abort,
-                None => std::future::pending().await,
-            },
+    /// Closes every gate: from now on nothing is forwarded to any server,
+    /// whatever is still on its way from the sandbox. `why` is what the
+    /// agent is told; a reason given earlier stays.
+    pub(crate) fn close(&self, why: &str) {
+        self.shutoff.close(why);
+    }
+
+    /// Resolves when the gates end the run: a gated call timed out under
+    /// `on_timeout: abort`, or a refusal could not be recorded (every gate
+    /// is closed by then).
+    pub(crate) async fn stopped(&mut self) -> GateStop {
+        match self.stopped.recv().await {
+            Some(stop) => stop,
+            // The gates are gone, and nothing can stop the run from here.
             None => std::future::pending().await,
         }
     }

@@ -26,6 +26,7 @@ use crate::limits::{RunLimits, limit_event};
 use crate::mcp::{McpGates, PreparedGates};
 use crate::output::{AgentOutput, OutputHold};
 use crate::spend::SpendMeter;
+use crate::stop::GateStop;
 
 /// Where the agent finds the proxy inside the sandbox.
 const PROXY_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
@@ -198,6 +199,12 @@ async fn supervise(
     let (mut agent, output, lifeline) = start_sandbox(&spec, &hold)?;
     let result = watch(&mut agent, proxy.as_mut(), &mut gates, &limits, stop, log).await;
     let sandbox = lap();
+    // Whatever ended the run, nothing more leaves the sandbox from here on,
+    // even what is still on its way while the sandbox is torn down.
+    gates.close("the run is ending");
+    if let Some(proxy) = &proxy {
+        proxy.close();
+    }
     // The agent goes first: Squid logs a tunnel when it closes, so every
     // tunnel must be closed before the proxy stops.
     let _ = agent.start_kill();
@@ -360,6 +367,12 @@ impl Proxy {
         })
     }
 
+    /// Takes no new connection; those open end with the sandbox, and Squid
+    /// still logs them.
+    fn close(&self) {
+        self.bridge.abort();
+    }
+
     /// Stops Squid and waits until every decision it logged is recorded.
     async fn stop(self) -> Result<(), RunError> {
         self.bridge.abort();
@@ -432,8 +445,8 @@ fn agent_env(
 }
 
 /// Waits for the agent to exit. A signal to constle, the proxy dying, the
-/// audit log failing or a gate timing out under `on_timeout: abort` ends the
-/// run early.
+/// audit log failing, a gate timing out under `on_timeout: abort` or a
+/// refusal that cannot be recorded ends the run early.
 async fn watch(
     agent: &mut tokio::process::Child,
     mut proxy: Option<&mut Proxy>,
@@ -487,9 +500,12 @@ async fn watch(
             }
             Err(RunError::EgressDied(reason))
         }
-        abort = gates.aborted() => {
+        stop = gates.stopped() => {
             let _ = agent.start_kill();
-            Err(RunError::GateTimeout { server: abort.server, tool: abort.tool })
+            Err(match stop {
+                GateStop::Timeout { server, tool } => RunError::GateTimeout { server, tool },
+                GateStop::Unrecorded { server, error } => RunError::RefusalUnrecorded { server, error },
+            })
         }
         (name, number) = stop.recv() => {
             if let Ok(stopped) = event("run_interrupted").with("signal", name) {

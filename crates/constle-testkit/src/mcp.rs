@@ -7,8 +7,9 @@
 //!   records every `tools/call` that reaches it ([`TestMcpServer::calls`]),
 //!   so a test can prove that a call the gate refused never got there.
 //! - [`client_main`]: a command-line MCP client (initialize,
-//!   `notifications/initialized`, then `tools/list` or `tools/call`), for a
-//!   test binary to run as a subcommand inside the sandbox. The binary needs
+//!   `notifications/initialized`, then `tools/list` or `tools/call`, or a
+//!   call followed at once by others), for a test binary to run as a
+//!   subcommand inside the sandbox. The binary needs
 //!   nothing but the C library, so it can be hard-linked into a sandbox
 //!   directory and run from there.
 //!
@@ -470,37 +471,60 @@ pub const EXIT_RPC_ERROR: i32 = 3;
 /// (`tool_error: <text>`).
 pub const EXIT_TOOL_ERROR: i32 = 4;
 
-const USAGE: &str = "usage: mcp-client list URL\n       mcp-client call URL TOOL JSON_ARGS";
+const USAGE: &str = "usage: mcp-client list URL\n       mcp-client call URL TOOL JSON_ARGS\n       \
+                     mcp-client race URL TOOL JSON_ARGS [URL TOOL JSON_ARGS]...";
 
 /// A command for [`client_main`].
 enum Command {
     List {
         url: String,
     },
-    Call {
-        url: String,
-        tool: String,
-        arguments: JsonObject,
+    Call(Call),
+    /// The first call; the moment its answer arrives, all the others.
+    Race {
+        first: Call,
+        then: Vec<Call>,
     },
+}
+
+/// One `tools/call`: where, which tool, with what.
+struct Call {
+    url: String,
+    tool: String,
+    arguments: JsonObject,
 }
 
 fn parse(args: &[String]) -> Result<Command, String> {
     match args {
         [command, url] if command == "list" => Ok(Command::List { url: url.clone() }),
-        [command, url, tool, json] if command == "call" => {
-            let arguments = match serde_json::from_str::<Value>(json) {
-                Ok(Value::Object(arguments)) => arguments,
-                Ok(_) => return Err("JSON_ARGS must be a JSON object".into()),
-                Err(error) => return Err(format!("JSON_ARGS is not JSON: {error}")),
-            };
-            Ok(Command::Call {
-                url: url.clone(),
-                tool: tool.clone(),
-                arguments,
-            })
+        [command, call @ ..] if command == "call" && call.len() == 3 => {
+            Ok(Command::Call(parse_call(call)?))
+        }
+        [command, calls @ ..] if command == "race" && !calls.is_empty() && calls.len() % 3 == 0 => {
+            let mut calls = calls.chunks(3).map(parse_call);
+            let first = calls.next().unwrap_or_else(|| Err(USAGE.into()))?;
+            let then = calls.collect::<Result<_, _>>()?;
+            Ok(Command::Race { first, then })
         }
         _ => Err(USAGE.into()),
     }
+}
+
+/// `URL TOOL JSON_ARGS`.
+fn parse_call(args: &[String]) -> Result<Call, String> {
+    let [url, tool, json] = args else {
+        return Err(USAGE.into());
+    };
+    let arguments = match serde_json::from_str::<Value>(json) {
+        Ok(Value::Object(arguments)) => arguments,
+        Ok(_) => return Err("JSON_ARGS must be a JSON object".into()),
+        Err(error) => return Err(format!("JSON_ARGS is not JSON: {error}")),
+    };
+    Ok(Call {
+        url: url.clone(),
+        tool: tool.clone(),
+        arguments,
+    })
 }
 
 /// What a command ended with, short of a failure.
@@ -524,6 +548,12 @@ enum Outcome {
 ///   [`EXIT_OK`]); on a JSON-RPC error `error: <code> <message>` (exit
 ///   [`EXIT_RPC_ERROR`]); on a result with `isError: true`
 ///   `tool_error: <text>` (exit [`EXIT_TOOL_ERROR`]).
+/// - `race URL TOOL JSON_ARGS [URL TOOL JSON_ARGS]...`: initializes a
+///   session for every call first, makes the first call, and the moment its
+///   answer arrives sends all the others at once, each on its own session
+///   (and connection). Prints one line per call, in command-line order,
+///   `<n>: ` and what `call` would print (`failed: …` included, on stdout);
+///   exits as the first call would.
 ///
 /// Anything else that goes wrong (connecting, HTTP, initialize, more than
 /// [`CLIENT_TIMEOUT`]) prints `failed: <message>` to stderr, exit
@@ -554,34 +584,41 @@ pub fn client_main(args: &[String]) -> i32 {
             return EXIT_FAILED;
         }
     };
-    let outcome = runtime.block_on(async {
+    let numbered = matches!(command, Command::Race { .. });
+    let outcomes = runtime.block_on(async {
         tokio::time::timeout(CLIENT_TIMEOUT, run(command))
             .await
-            .unwrap_or_else(|_| Err(format!("timed out after {CLIENT_TIMEOUT:?}")))
+            .unwrap_or_else(|_| vec![Err(format!("timed out after {CLIENT_TIMEOUT:?}"))])
     });
     let mut stdout = io::stdout().lock();
-    let code = match outcome {
-        Ok(Outcome::Done(lines)) => {
-            for line in lines {
+    let mut codes = Vec::new();
+    for (n, outcome) in outcomes.into_iter().enumerate() {
+        let (lines, code) = shown(outcome);
+        for line in lines {
+            if numbered {
+                let _ = writeln!(stdout, "{n}: {line}");
+            } else if code == EXIT_FAILED {
+                eprintln!("{line}");
+            } else {
                 let _ = writeln!(stdout, "{line}");
             }
-            EXIT_OK
         }
-        Ok(Outcome::RpcError(code, message)) => {
-            let _ = writeln!(stdout, "error: {code} {message}");
-            EXIT_RPC_ERROR
-        }
-        Ok(Outcome::ToolError(text)) => {
-            let _ = writeln!(stdout, "tool_error: {text}");
-            EXIT_TOOL_ERROR
-        }
-        Err(message) => {
-            eprintln!("failed: {message}");
-            EXIT_FAILED
-        }
-    };
+        codes.push(code);
+    }
     let _ = stdout.flush();
-    code
+    codes.first().copied().unwrap_or(EXIT_FAILED)
+}
+
+/// The lines an outcome prints and the exit code it stands for.
+fn shown(outcome: Result<Outcome, String>) -> (Vec<String>, i32) {
+    match outcome {
+        Ok(Outcome::Done(lines)) => (lines, EXIT_OK),
+        Ok(Outcome::RpcError(code, message)) => {
+            (vec![format!("error: {code} {message}")], EXIT_RPC_ERROR)
+        }
+        Ok(Outcome::ToolError(text)) => (vec![format!("tool_error: {text}")], EXIT_TOOL_ERROR),
+        Err(message) => (vec![format!("failed: {message}")], EXIT_FAILED),
+    }
 }
 
 /// A JSON-RPC error as an outcome; any other service error as a failure.
@@ -592,70 +629,120 @@ fn classify(error: ServiceError) -> Result<Outcome, String> {
     }
 }
 
-async fn run(command: Command) -> Result<Outcome, String> {
-    let url = match &command {
-        Command::List { url } | Command::Call { url, .. } => url.clone(),
-    };
+/// What each call ended with, in command-line order (a list is one call).
+async fn run(command: Command) -> Vec<Result<Outcome, String>> {
+    match command {
+        Command::List { url } => vec![with_client(&url, async |client| list(client).await).await],
+        Command::Call(call) => {
+            let outcome = with_client(&call.url, async |client| {
+                call_tool(client, call.tool, call.arguments).await
+            });
+            vec![outcome.await]
+        }
+        Command::Race { first, then } => race(first, then)
+            .await
+            .unwrap_or_else(|failure| vec![Err(failure)]),
+    }
+}
+
+/// Connects to `url`, runs `what`, and ends the session.
+async fn with_client(
+    url: &str,
+    what: impl AsyncFnOnce(&Client) -> Result<Outcome, String>,
+) -> Result<Outcome, String> {
+    let client = connect(url).await?;
+    let outcome = what(&client).await;
+    close(client).await;
+    outcome
+}
+
+type Client = rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>;
+
+/// A client that has been through `initialize` with the server at `url`.
+async fn connect(url: &str) -> Result<Client, String> {
     let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(url).reinit_on_expired_session(false),
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned())
+            .reinit_on_expired_session(false),
     );
     let mut config = ClientConfig::new(
         ClientCapabilities::default(),
         Implementation::new("constle-testkit-mcp-client", env!("CARGO_PKG_VERSION")),
     );
     config.protocol_version = ProtocolVersion::V_2025_11_25;
-    let client = config
+    config
         .serve(transport)
         .await
-        .map_err(|error| format!("initialize: {error}"))?;
+        .map_err(|error| format!("initialize: {error}"))
+}
 
-    let outcome = match command {
-        Command::List { .. } => {
-            let mut names = Vec::new();
-            let mut cursor = None;
-            let mut pages = 0;
-            loop {
-                pages += 1;
-                if pages > CLIENT_MAX_PAGES {
-                    break Err(format!("more than {CLIENT_MAX_PAGES} tools/list pages"));
-                }
-                let params = cursor
-                    .map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
-                match client.list_tools(params).await {
-                    Ok(page) => {
-                        names.extend(page.tools.into_iter().map(|tool| tool.name.into_owned()));
-                        match page.next_cursor {
-                            Some(next) => cursor = Some(next),
-                            None => break Ok(Outcome::Done(names)),
-                        }
-                    }
-                    Err(error) => break classify(error),
-                }
-            }
-        }
-        Command::Call {
-            tool, arguments, ..
-        } => {
-            let params = CallToolRequestParams::new(tool).with_arguments(arguments);
-            match client.call_tool(params).await {
-                Ok(result) => {
-                    let text = result
-                        .content
-                        .iter()
-                        .find_map(|content| content.as_text())
-                        .map(|text| text.text.clone())
-                        .unwrap_or_default();
-                    if result.is_error == Some(true) {
-                        Ok(Outcome::ToolError(text))
-                    } else {
-                        Ok(Outcome::Done(vec![format!("result: {text}")]))
-                    }
-                }
-                Err(error) => classify(error),
-            }
-        }
-    };
-    // Closing ends the session (DELETE); its failure changes nothing above.
+/// Ends the session (DELETE); its failure changes no outcome.
+async fn close(client: Client) {
     let _ = client.cancel().await;
-    outcome
+}
+
+async fn list(client: &Client) -> Result<Outcome, String> {
+    let mut names = Vec::new();
+    let mut cursor = None;
+    for _ in 0..CLIENT_MAX_PAGES {
+        let params =
+            cursor.map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
+        let page = match client.list_tools(params).await {
+            Ok(page) => page,
+            Err(error) => return classify(error),
+        };
+        names.extend(page.tools.into_iter().map(|tool| tool.name.into_owned()));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(Outcome::Done(names)),
+        }
+    }
+    Err(format!("more than {CLIENT_MAX_PAGES} tools/list pages"))
+}
+
+async fn call_tool(
+    peer: &rmcp::Peer<rmcp::RoleClient>,
+    tool: String,
+    arguments: JsonObject,
+) -> Result<Outcome, String> {
+    let params = CallToolRequestParams::new(tool).with_arguments(arguments);
+    let result = match peer.call_tool(params).await {
+        Ok(result) => result,
+        Err(error) => return classify(error),
+    };
+    let text = result
+        .content
+        .iter()
+        .find_map(|content| content.as_text())
+        .map(|text| text.text.clone())
+        .unwrap_or_default();
+    if result.is_error == Some(true) {
+        Ok(Outcome::ToolError(text))
+    } else {
+        Ok(Outcome::Done(vec![format!("result: {text}")]))
+    }
+}
+
+/// Every session is set up before the first call, so that nothing but the
+/// calls themselves stands between the first answer and the others.
+async fn race(first: Call, then: Vec<Call>) -> Result<Vec<Result<Outcome, String>>, String> {
+    let mut clients = Vec::with_capacity(then.len() + 1);
+    for call in std::iter::once(&first).chain(&then) {
+        clients.push(connect(&call.url).await?);
+    }
+    let mut outcomes = vec![call_tool(&clients[0], first.tool, first.arguments).await];
+    let racing: Vec<_> = then
+        .into_iter()
+        .zip(&clients[1..])
+        .map(|(call, client)| {
+            let peer = client.peer().clone();
+            tokio::spawn(async move { call_tool(&peer, call.tool, call.arguments).await })
+        })
+        .collect();
+    for call in racing {
+        outcomes.push(call.await.map_err(|error| error.to_string())?);
+    }
+    for client in clients {
+        close(client).await;
+    }
+    Ok(outcomes)
 }

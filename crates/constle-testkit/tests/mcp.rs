@@ -57,6 +57,10 @@ fn main() {
             list_records_no_call();
             Ok(())
         }),
+        Trial::test("race_calls_the_rest_once_the_first_is_answered", || {
+            race_calls_the_rest_once_the_first_is_answered();
+            Ok(())
+        }),
         Trial::test("transport_failure", || {
             transport_failure();
             Ok(())
@@ -303,6 +307,34 @@ fn list_records_no_call() {
     assert_eq!(server.calls(), vec![]);
 }
 
+fn race_calls_the_rest_once_the_first_is_answered() {
+    let one = TestMcpServer::start(McpServerOptions::default()).unwrap();
+    let two = TestMcpServer::start(McpServerOptions::default()).unwrap();
+    let (url_one, url_two) = (one.url(), two.url());
+    let run = client(&[
+        "race",
+        &url_one,
+        "nope",
+        "{}",
+        &url_one,
+        "echo",
+        r#"{"text":"a"}"#,
+        &url_two,
+        "echo",
+        r#"{"text":"b"}"#,
+    ]);
+    assert_eq!(run.code, EXIT_RPC_ERROR, "{}", run.stderr);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", run.stdout);
+    assert!(lines[0].starts_with("0: error: -32602 "), "{}", run.stdout);
+    assert_eq!(lines[1..], ["1: result: a", "2: result: b"]);
+    let tools = |server: &TestMcpServer| -> Vec<String> {
+        server.calls().into_iter().map(|c| c.tool).collect()
+    };
+    assert_eq!(tools(&one), ["nope", "echo"]);
+    assert_eq!(tools(&two), ["echo"]);
+}
+
 fn transport_failure() {
     let url = format!("http://127.0.0.1:{}/mcp", closed_port());
     for args in [
@@ -329,6 +361,8 @@ fn usage_errors() {
         vec!["call", "http://127.0.0.1:1/mcp", "echo"],
         vec!["call", "http://127.0.0.1:1/mcp", "echo", "[1]"],
         vec!["call", "http://127.0.0.1:1/mcp", "echo", "{"],
+        vec!["race"],
+        vec!["race", "http://127.0.0.1:1/mcp", "echo", "{}", "x"],
     ] {
         let run = client(&args);
         assert_eq!(

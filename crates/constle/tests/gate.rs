@@ -57,6 +57,14 @@ fn main() {
             undeclared_tool,
         ),
         e2e("a_case_variant_of_a_gated_name_is_refused", case_variant),
+        e2e(
+            "a_flood_of_refused_calls_is_recorded_call_by_call",
+            refused_flood,
+        ),
+        e2e(
+            "a_gated_call_no_digest_can_hold_is_refused_on_record",
+            undigestible,
+        ),
         e2e("the_servers_url_stays_on_the_host", url_stays_on_host),
         e2e(
             "an_unreachable_server_is_an_error_and_the_gate_keeps_serving",
@@ -73,6 +81,10 @@ fn main() {
         e2e(
             "on_timeout_abort_refuses_the_call_and_stops_the_run",
             timeout_abort,
+        ),
+        e2e(
+            "after_an_abort_no_call_reaches_any_server",
+            abort_forwards_nothing,
         ),
         e2e(
             "on_timeout_proceed_forwards_after_the_deadline",
@@ -280,6 +292,20 @@ fn undeclared_tool() {
     assert!(said.contains("not declared"), "{said}");
     assert_eq!(outcome(&out, "after").1, 0);
     assert_eq!(fx.forwarded(), ["get_invoice"]);
+    let refused = events(&fx.case, "mcp_refused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    let fields = ["server", "http_method", "method", "tool", "reason"];
+    assert_eq!(
+        fields.map(|f| refused[0][f].as_str().unwrap_or_default()),
+        [
+            "accounting",
+            "POST",
+            "tools/call",
+            "delete_everything",
+            "mcp_tool_not_declared"
+        ]
+    );
+    assert!(refused[0]["rpc_id"].is_number(), "{}", refused[0]);
 }
 
 fn case_variant() {
@@ -294,6 +320,50 @@ fn case_variant() {
     assert_eq!(status, 3, "{said}");
     assert!(fx.forwarded().is_empty());
     assert!(events(&fx.case, "gate_").is_empty(), "refused, not gated");
+    let refused = events(&fx.case, "mcp_refused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["reason"], "mcp_tool_case_variant");
+    assert_eq!(refused[0]["tool"], "Pay_Invoice");
+}
+
+/// Refused calls at once: more than the log takes before refusals wait
+/// their turn (100).
+const FLOOD: usize = 120;
+
+fn refused_flood() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let file = fx.agentfile(
+        &Setup::default(),
+        &[concurrent_calls(FLOOD, "delete_everything")],
+    );
+    let out = fx.run(&file, None);
+    assert!(out.status.success(), "{}", report(&out));
+    assert!(fx.forwarded().is_empty());
+    let refused = events(&fx.case, "mcp_refused");
+    assert_eq!(refused.len(), FLOOD, "every refusal, none dropped");
+    assert!(
+        refused
+            .iter()
+            .all(|e| e["reason"] == "mcp_tool_not_declared")
+    );
+}
+
+/// The human gates cannot put this call to anyone: JCS would round the
+/// integer, so no digest pins it. Refused, and on record all the same.
+fn undigestible() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let arguments = r#"{"invoice_id":"INV-0042","amount":9007199254740993}"#;
+    let file = fx.agentfile(&Setup::default(), &[call("pay", "pay_invoice", arguments)]);
+    let out = fx.run(&file, None);
+    let (said, status) = outcome(&out, "pay");
+    assert_eq!(status, 3, "{said}");
+    assert!(said.contains("2^53"), "{said}");
+    assert!(fx.forwarded().is_empty());
+    assert!(events(&fx.case, "gate_").is_empty(), "nobody was asked");
+    let refused = events(&fx.case, "mcp_refused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["reason"], "mcp_gate_refused");
+    assert_eq!(refused[0]["tool"], "pay_invoice");
 }
 
 fn url_stays_on_host() {
@@ -587,6 +657,56 @@ fn timeout_abort() {
     );
 }
 
+/// Runs that race an aborted call: the failure this catches showed in
+/// about one run in four.
+const ABORT_RACES: usize = 20;
+
+/// The moment the gated call is refused under `on_timeout: abort`, the
+/// agent calls the same server and another one. Neither call may reach
+/// its server: the gates close before the refusal is answered.
+fn abort_forwards_nothing() {
+    let fx = Fixture::new(McpServerOptions::default());
+    let other = TestMcpServer::start(McpServerOptions::default()).unwrap();
+    let setup = Setup {
+        timeout_seconds: 1,
+        other_server: Some(other.url()),
+        ..Setup::default()
+    };
+    let race = step(
+        "race",
+        &format!(
+            "race $URL pay_invoice '{INVOICE}' $URL get_invoice '{INVOICE}' $OTHER_URL list_invoices '{{}}'"
+        ),
+    );
+    let file = fx.agentfile(&setup, &[race, "sleep 30".into()]);
+    // Runs in which a call got to a gate after the abort (and was refused
+    // there), and the refusals recorded so far.
+    let (mut raced, mut recorded) = (0, 0);
+    for run in 1..=ABORT_RACES {
+        let out = fx.run(&file, None);
+        assert_eq!(out.status.code(), Some(125), "run {run}\n{}", report(&out));
+        let reached: Vec<String> = fx
+            .forwarded()
+            .into_iter()
+            .chain(other.calls().into_iter().map(|c| c.tool))
+            .collect();
+        assert!(
+            reached.is_empty(),
+            "run {run}: {reached:?} reached a server after the abort\n{}",
+            report(&out)
+        );
+        let refused = events(&fx.case, "mcp_refused");
+        assert!(refused.iter().all(|e| e["reason"] == "mcp_gate_closed"));
+        raced += usize::from(refused.len() > recorded);
+        recorded = refused.len();
+    }
+    // Else the sandbox always went first, and the race was never run.
+    assert!(
+        raced > 0,
+        "in no run did a call get to a gate after the abort"
+    );
+}
+
 fn timeout_proceed() {
     let fx = Fixture::new(McpServerOptions::default());
     let webhook = fx.webhook(Answer::Never);
@@ -821,10 +941,10 @@ fn terminal_holds_the_agents_output() {
 // ---------------------------------------------------------------------------
 // Spend caps
 
-/// `n` concurrent calls of `get_invoice`; prints `charged N` and `refused N`.
-fn concurrent_calls(n: usize) -> String {
+/// `n` concurrent calls of `tool`; prints `charged N` and `refused N`.
+fn concurrent_calls(n: usize, tool: &str) -> String {
     format!(
-        r#"for i in $(seq {n}); do ( ./mcp-client {CLIENT_SUBCOMMAND} call "$CONSTLE_MCP_ACCOUNTING_URL" get_invoice '{INVOICE}' > /tmp/out.$i 2>&1 ) & done; wait
+        r#"for i in $(seq {n}); do ( ./mcp-client {CLIENT_SUBCOMMAND} call "$CONSTLE_MCP_ACCOUNTING_URL" {tool} '{INVOICE}' > /tmp/out.$i 2>&1 ) & done; wait
 echo "charged $(cat /tmp/out.* | grep -c '^result: invoice')"
 echo "refused $(cat /tmp/out.* | grep -c 'spend cap')""#
     )
@@ -851,7 +971,7 @@ fn hundred_against_ten() {
     let fx = Fixture::new(McpServerOptions::default());
     let file = fx.agentfile(
         &priced("max_per_run_usd: \"1.00\""),
-        &[concurrent_calls(100)],
+        &[concurrent_calls(100, "get_invoice")],
     );
     let out = fx.run(&file, None);
     assert!(out.status.success(), "{}", report(&out));
@@ -959,7 +1079,7 @@ fn redis_shared() {
     copy_dir(&one.case.home().join("keys"), &two.case.home().join("keys"));
     let setup = priced(&format!("max_per_day_usd: 1\n  ledger: {}", redis.url()));
     let spawn = |fx: &Fixture| {
-        let mut fx_file = fx.agentfile(&setup, &[concurrent_calls(20)]);
+        let mut fx_file = fx.agentfile(&setup, &[concurrent_calls(20, "get_invoice")]);
         let text = fs::read_to_string(&fx_file)
             .unwrap()
             .replace(&fx.agent_did, &one.agent_did);

@@ -12,6 +12,10 @@ use super::Case;
 
 pub const CLIENT_SUBCOMMAND: &str = "mcp-client";
 
+/// The id of [`Setup::other_server`]: the agent finds it at
+/// `$CONSTLE_MCP_CRM_URL`.
+pub const OTHER_SERVER: &str = "crm";
+
 /// Started as `<exe> mcp-client …`, the test binary is the MCP client: it
 /// runs the client and exits. Otherwise it returns, to run the tests.
 pub fn be_the_client_if_asked() {
@@ -57,7 +61,7 @@ mcp:
       tools: [{tools}]
       pricing: {pricing}
       headers: {headers}
-human_gates:
+{other}human_gates:
   enabled: true
   require_approval_for: [pay_invoice]
   approver_pubkey: {approver}
@@ -74,6 +78,9 @@ spending:
             tools = setup.tools.join(", "),
             pricing = setup.pricing,
             headers = setup.headers,
+            other = setup.other_server.as_deref().map_or(String::new(), |url| format!(
+                "    - id: {OTHER_SERVER}\n      url: {url}\n      tools: [list_invoices, get_invoice]\n"
+            )),
             approver = who.approver_did,
             webhook_var = who.webhook_var,
             timeout = setup.timeout_seconds,
@@ -102,6 +109,9 @@ pub struct Setup<'a> {
     pub tools: &'a [&'a str],
     /// Another URL for the server than the test server's.
     pub server_url: Option<String>,
+    /// A second server, [`OTHER_SERVER`], at this URL, with
+    /// `list_invoices` and `get_invoice`.
+    pub other_server: Option<String>,
     pub timeout_seconds: u32,
     pub on_timeout: &'a str,
     /// `mcp.servers[0].pricing`, as a YAML flow mapping.
@@ -117,6 +127,7 @@ impl Default for Setup<'_> {
         Setup {
             tools: &["list_invoices", "get_invoice", "pay_invoice"],
             server_url: None,
+            other_server: None,
             timeout_seconds: 30,
             on_timeout: "abort",
             pricing: "{}",
@@ -127,10 +138,12 @@ impl Default for Setup<'_> {
 }
 
 /// A shell step for the agent: runs the MCP client with `args` (after
-/// `$URL`, the gate's URL, is put in) and prints `== NAME`, the client's
+/// `$URL`, the gate's URL, and `$OTHER_URL`, the other server's, are put in) and prints `== NAME`, the client's
 /// output, and `== NAME exit N`.
 pub fn step(name: &str, args: &str) -> String {
-    let args = args.replace("$URL", "\"$CONSTLE_MCP_ACCOUNTING_URL\"");
+    let args = args
+        .replace("$URL", "\"$CONSTLE_MCP_ACCOUNTING_URL\"")
+        .replace("$OTHER_URL", "\"$CONSTLE_MCP_CRM_URL\"");
     format!(
         "echo '== {name}'; ./mcp-client {CLIENT_SUBCOMMAND} {args} 2>&1; echo \"== {name} exit $?\""
     )

@@ -1,0 +1,171 @@
+//! Refusals at the MCP gates in a run: each request a gate refuses itself
+//! is an `mcp_refused` entry, on disk before the agent gets the refusal.
+//!
+//! A flood of refused requests cannot grow the log faster than [`RATE`]
+//! entries a second (after a burst of [`BURST`]): beyond that, refusals
+//! wait their turn. None is dropped, so each refusal stays on record, and
+//! each entry is bounded ([`constle_mcp_gate::MAX_RECORDED_BYTES`] per
+//! string the agent chose), so neither the number nor the size of the
+//! entries is the agent's to choose.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use constle_audit::{AuditLog, Event, EventError};
+use constle_mcp_gate::{RecordFuture, Recorder, RefusedRequest, RequestId, Shutoff};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::stop::{GateStop, GateStops};
+
+/// Refusals recorded at once before any waits: more than an agent that is
+/// not flooding ever gets.
+const BURST: u32 = 100;
+
+/// Refusals recorded a second, at most, past the burst.
+const RATE: u32 = 20;
+
+/// Records the refusals of every MCP gate of one run.
+#[derive(Clone)]
+pub(crate) struct RefusalLog(Arc<Inner>);
+
+struct Inner {
+    log: Arc<AuditLog>,
+    pace: Pace,
+    shutoff: Shutoff,
+    stops: GateStops,
+}
+
+impl RefusalLog {
+    /// Records into `log`; a refusal that cannot be recorded closes the
+    /// gates (`shutoff`) and ends the run (`stops`).
+    pub(crate) fn new(log: &Arc<AuditLog>, shutoff: &Shutoff, stops: &GateStops) -> RefusalLog {
+        RefusalLog(Arc::new(Inner {
+            log: Arc::clone(log),
+            pace: Pace::new(BURST, RATE),
+            shutoff: shutoff.clone(),
+            stops: stops.clone(),
+        }))
+    }
+}
+
+impl Recorder for RefusalLog {
+    fn refused<'a>(&'a self, refused: &'a RefusedRequest) -> RecordFuture<'a> {
+        Box::pin(self.0.record(refused))
+    }
+}
+
+impl Inner {
+    async fn record(&self, refused: &RefusedRequest) {
+        tokio::time::sleep_until(self.pace.turn()).await;
+        let written = match refused_event(refused) {
+            Ok(event) => (self.log.submit(event).written().await)
+                .map(drop)
+                .map_err(|err| err.to_string()),
+            Err(err) => Err(err.to_string()),
+        };
+        if let Err(error) = written {
+            // The refusal stands; what must not go on is a run whose gate
+            // decisions leave no trace.
+            self.shutoff
+                .close(format!("a refusal could not be recorded ({error})"));
+            let _ = self.stops.send(GateStop::Unrecorded {
+                server: refused.server.clone(),
+                error,
+            });
+        }
+    }
+}
+
+/// `mcp_refused`, with what the gate read of the request.
+pub(crate) fn refused_event(refused: &RefusedRequest) -> Result<Event, EventError> {
+    Event::new("mcp_refused")?
+        .with("server", refused.server.as_str())?
+        .with("http_method", refused.http_method.as_str())?
+        .with("method", refused.method.as_deref())?
+        .with("tool", refused.tool.as_deref())?
+        .with("reason", refused.reason.as_str())?
+        .with("rpc_id", refused.request_id.as_ref().map(rpc_id))
+}
+
+/// The id as the agent sent it: a string, or an integer; one that JSON
+/// cannot carry exactly as a number (beyond ±(2^53 − 1)) in a string of
+/// its digits.
+fn rpc_id(id: &RequestId) -> Value {
+    const EXACT: i128 = (1 << 53) - 1;
+    match id {
+        RequestId::Int(n) if (-EXACT..=EXACT).contains(n) => id.to_json(),
+        RequestId::Int(n) => Value::String(n.to_string()),
+        RequestId::String(s) => Value::String(s.clone()),
+    }
+}
+
+/// When each refusal may be recorded: a generic cell rate algorithm, so
+/// `burst` go at once and then one each `1 / rate` s, each in the order
+/// it asked.
+struct Pace {
+    interval: Duration,
+    /// How far ahead of the clock a turn may be and still go now.
+    tolerance: Duration,
+    /// The turn the next refusal would have at the steady rate.
+    next: Mutex<Option<Instant>>,
+}
+
+impl Pace {
+    fn new(burst: u32, rate: u32) -> Pace {
+        let interval = Duration::from_secs(1) / rate.max(1);
+        Pace {
+            interval,
+            tolerance: interval * burst.saturating_sub(1),
+            next: Mutex::new(None),
+        }
+    }
+
+    /// When the caller's turn comes.
+    fn turn(&self) -> Instant {
+        let now = Instant::now();
+        let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
+        let due = next.map_or(now, |next| next.max(now));
+        *next = Some(due + self.interval);
+        due.checked_sub(self.tolerance)
+            .map_or(now, |turn| turn.max(now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_goes_at_once_then_one_each_interval() {
+        let pace = Pace::new(3, 10);
+        let start = Instant::now();
+        let turns: Vec<Duration> = (0..6).map(|_| pace.turn() - start).collect();
+        let ms = |n| Duration::from_millis(n);
+        // Turns are computed from a clock read each time: allow for it.
+        for (turn, expected) in turns.iter().zip([0, 0, 0, 100, 200, 300]) {
+            assert!(
+                *turn >= ms(expected) && *turn < ms(expected + 50),
+                "{turns:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn ids_keep_their_type_unless_json_would_round_them() {
+        for (id, expected) in [
+            (RequestId::Int(7), serde_json::json!(7)),
+            (
+                RequestId::Int(-(1 << 53) + 1),
+                serde_json::json!(-(1_i64 << 53) + 1),
+            ),
+            (
+                RequestId::Int(1 << 53),
+                serde_json::json!("9007199254740992"),
+            ),
+            (RequestId::String("7".into()), serde_json::json!("7")),
+        ] {
+            assert_eq!(rpc_id(&id), expected, "{id:?}");
+        }
+    }
+}
