@@ -2087,7 +2087,7 @@ fn launcher_plan_and_stage(who: Who) {
     expect_rows(
         &run,
         &[
-            ("environment", "PATH,PWD"),
+            ("environment", "HOME,PATH,PWD"),
             ("environment of pid 1", "EACCES"),
             ("environment of its parent", "EACCES"),
             ("stage directories in /tmp", "none"),
