@@ -16,7 +16,7 @@ use constle_egress::{EgressPolicy, NetworkEvent, Squid};
 use constle_identity::{KeyKind, KeyStore};
 use constle_limits::LimitHit;
 use constle_manifest::{Egress, Manifest};
-use constle_sandbox::{Private, Relay, SandboxSpec};
+use constle_sandbox::{CommandIo, Private, Relay, SandboxSpec};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::a2a::A2aLink;
@@ -160,6 +160,7 @@ async fn supervise(
         env: BTreeMap::new(),
         rootfs: manifest.sandbox.rootfs.clone(),
         relays: Vec::new(),
+        stdio: CommandIo::Inherit,
         constle_exe: options.constle_exe.clone(),
         private: private_paths(options),
         stage: stage.path().to_path_buf(),
