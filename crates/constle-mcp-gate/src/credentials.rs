@@ -50,7 +50,7 @@ impl Credentials {
         server: &McpServer,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Credentials, GateError> {
-        let headers = server.headers.iter().map(|declared| {
+        let headers = server.headers().iter().map(|declared| {
             let refused = |why: String| GateError::Header {
                 name: declared.name.to_string(),
                 why,

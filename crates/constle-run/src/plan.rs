@@ -159,11 +159,11 @@ fn mcp(manifest: &Manifest) -> Vec<Item> {
 /// value comes from: this runs before the values are read, and never shows
 /// one.
 fn added_headers(server: &McpServer) -> String {
-    if server.headers.is_empty() {
+    if server.headers().is_empty() {
         return String::new();
     }
     let headers: Vec<String> = server
-        .headers
+        .headers()
         .iter()
         .map(|h| match &h.scheme {
             Some(scheme) => format!("{}: {scheme} ${}", h.name, h.value_secret_ref),
