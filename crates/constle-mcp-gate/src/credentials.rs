@@ -43,6 +43,11 @@ impl Declared {
 }
 
 impl Credentials {
+    /// No headers: a transport that is no URL server's gets none.
+    pub(crate) fn none() -> Credentials {
+        Credentials(Vec::new())
+    }
+
     /// `server`'s declared headers, each value read through `env` (host
     /// variable look-ups; `None`: unset) by the Agentfile's rule
     /// ([`constle_manifest::SecretHeader::value`]).
