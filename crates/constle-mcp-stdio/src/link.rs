@@ -305,12 +305,12 @@ impl Watch {
         // No more writes; a server that is being stopped sees its stdin end.
         self.link.input.lock().await.take();
         let status = match cause {
-            ExitCause::Exited => self.drain(&mut lines).await,
+            ExitCause::Exited => {
+                self.drain(&mut lines).await;
+                self.wait_or_kill().await
+            }
             ExitCause::Unresponsive(_) => self.kill().await,
-            _ => match tokio::time::timeout(STOP_GRACE, self.child.wait()).await {
-                Ok(Ok(status)) => Some(status),
-                _ => self.kill().await,
-            },
+            _ => self.wait_or_kill().await,
         };
         self.link.end(describe(cause, status));
         (cause, status)
@@ -340,16 +340,23 @@ impl Watch {
         }
     }
 
-    /// After an exit: the lines still in the pipe are routed (bounded), and
-    /// whatever is left of the process is killed.
-    async fn drain(&mut self, lines: &mut Lines) -> Option<ExitStatus> {
+    /// After an exit: the lines still in the pipe are routed (bounded).
+    async fn drain(&mut self, lines: &mut Lines) {
         let _ = tokio::time::timeout(STOP_GRACE, async {
             while let Some(line) = lines.next().await {
                 self.link.route(line);
             }
         })
         .await;
-        self.kill().await
+    }
+
+    /// The exit status, once the process has exited by itself or been
+    /// killed after [`STOP_GRACE`].
+    async fn wait_or_kill(&mut self) -> Option<ExitStatus> {
+        match tokio::time::timeout(STOP_GRACE, self.child.wait()).await {
+            Ok(Ok(status)) => Some(status),
+            _ => self.kill().await,
+        }
     }
 
     async fn kill(&mut self) -> Option<ExitStatus> {
