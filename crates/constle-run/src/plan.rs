@@ -1,7 +1,7 @@
 //! What a run will enforce and what it will not, worked out from the
 //! Agentfile before anything starts, so the run summary can say it.
 
-use constle_manifest::{Egress, Manifest, McpServer, OnTimeout};
+use constle_manifest::{Egress, Manifest, McpServer, McpTransport, OnTimeout};
 use constle_sandbox::AGENT_ID;
 
 /// One line of the run summary.
@@ -139,10 +139,16 @@ fn mcp(manifest: &Manifest) -> Vec<Item> {
         .iter()
         .map(|server| {
             let tools: Vec<&str> = server.tools.iter().map(|t| t.as_str()).collect();
+            let run_here = match server.transport {
+                McpTransport::Url { .. } => "",
+                McpTransport::Stdio(_) => {
+                    " (run by constle over stdio, in a sandbox of its own with no network)"
+                }
+            };
             enforced(
                 "mcp gate",
                 format!(
-                    "server {} at {}: only {} callable, tools/list filtered to them; other tools and methods refused{}",
+                    "server {}{run_here} at {}: only {} callable, tools/list filtered to them; other tools and methods refused{}",
                     server.id,
                     server.env_var(),
                     tools.join(", "),

@@ -26,6 +26,7 @@ use crate::limits::{RunLimits, limit_event};
 use crate::mcp::{McpGates, PreparedGates};
 use crate::output::{AgentOutput, OutputHold};
 use crate::spend::SpendMeter;
+use crate::stdio::{self, Secrets, StdioServers};
 use crate::stop::GateStop;
 
 /// Where the agent finds the proxy inside the sandbox.
@@ -65,6 +66,9 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     // must leave nothing behind, not even a log entry.
     let gates = PreparedGates::new(manifest)?;
     let mut stop = StopSignals::take_over()?;
+    // Before anything starts: a server's secret that is not there stops
+    // the run here, by the variable's name.
+    let secrets = Secrets::read(manifest)?;
     let signer = match &manifest.identity {
         Some(identity) => {
             let missing = |source| RunError::KeyMissing {
@@ -82,7 +86,7 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
         signer,
     )?));
     record(&log, run_started(manifest)).await?;
-    let outcome = supervise(manifest, gates, options, &mut stop, &log).await;
+    let outcome = supervise(manifest, gates, options, &mut stop, &log, secrets).await;
     let exit_code = match &outcome {
         Ok((code, _)) => *code,
         Err(_) => 125,
@@ -106,12 +110,12 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     })
 }
 
-fn event(name: &str) -> Event {
+pub(crate) fn event(name: &str) -> Event {
     // Every name used here is a literal snake_case word.
     Event::new(name).unwrap_or_else(|_| unreachable!("event names in this module are valid"))
 }
 
-async fn record(log: &AuditLog, event: Event) -> Result<(), AuditError> {
+pub(crate) async fn record(log: &AuditLog, event: Event) -> Result<(), AuditError> {
     log.submit(event).written().await.map(|_| ())
 }
 
@@ -143,6 +147,7 @@ async fn supervise(
     options: &RunOptions,
     stop: &mut StopSignals,
     log: &Arc<AuditLog>,
+    secrets: Secrets,
 ) -> Result<(i32, Phases), RunError> {
     let mut clock = Instant::now();
     let mut lap = move || {
@@ -154,6 +159,7 @@ async fn supervise(
     // Beside the sockets' directory, not in it: the sandbox's launcher
     // needs a stage whose parents anyone may search (see SandboxSpec).
     let stage = private_dir("constle-stage-")?;
+    let private = private_paths(options);
     let mut spec = SandboxSpec {
         command: manifest.sandbox.command.clone(),
         workdir: manifest.sandbox.workdir.clone(),
@@ -162,7 +168,11 @@ async fn supervise(
         relays: Vec::new(),
         stdio: CommandIo::Inherit,
         constle_exe: options.constle_exe.clone(),
-        private: private_paths(options),
+        private: private
+            .iter()
+            .cloned()
+            .chain(stdio::declared_workdirs(manifest))
+            .collect(),
         stage: stage.path().to_path_buf(),
         cgroup_procs: Vec::new(),
     };
@@ -185,6 +195,19 @@ async fn supervise(
         .flatten();
     let hold = OutputHold::default();
     let meter = SpendMeter::open(manifest, &options.home, log).await;
+    let servers = StdioServers::start(
+        &stdio::Context {
+            manifest,
+            constle_exe: &options.constle_exe,
+            private: &private,
+            home: &options.home,
+            sockets: sockets.path(),
+            log,
+        },
+        secrets,
+    )
+    .await?;
+    let gates = gates.bridged(&servers)?;
     let mut gates = McpGates::start(gates, manifest, sockets.path(), log, terminal, &hold, meter)?;
     let a2a = A2aLink::start(manifest, &options.home, sockets.path(), log).await?;
     spec.env = agent_env(manifest, proxy.is_some(), gates.env());
@@ -216,6 +239,7 @@ async fn supervise(
     limits.end();
     output.finish(OUTPUT_GRACE).await;
     sweep_setid(&spec, began, log).await?;
+    let servers_stopped = servers.stop().await;
     drop(gates);
     drop(a2a);
     let recorded = match proxy {
@@ -229,6 +253,7 @@ async fn supervise(
     };
     let code = result?;
     recorded?;
+    servers_stopped?;
     Ok((code, phases))
 }
 
@@ -599,7 +624,7 @@ fn exit_code(status: ExitStatus) -> i32 {
 }
 
 /// A fresh directory only the current user can enter.
-fn private_dir(prefix: &str) -> Result<tempfile::TempDir, RunError> {
+pub(crate) fn private_dir(prefix: &str) -> Result<tempfile::TempDir, RunError> {
     let dir = tempfile::Builder::new()
         .prefix(prefix)
         .tempdir()
