@@ -73,8 +73,8 @@ pub enum RunError {
     /// A host variable a stdio MCP server's `env_secret_refs` names is not
     /// set; nothing was started. Only the names are said.
     #[error(
-        "MCP server {server}'s env_secret_refs names the host variable {variable}, which is not set; \
-         export it before `constle run` (nothing was started)"
+        "MCP server {server}'s env_secret_refs names the host variable {variable}, which is not set \
+         (or not UTF-8); export it before `constle run` (nothing was started)"
     )]
     SecretUnset {
         /// The server's id.

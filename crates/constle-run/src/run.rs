@@ -238,8 +238,8 @@ async fn supervise(
     drop(lifeline);
     limits.end();
     output.finish(OUTPUT_GRACE).await;
-    sweep_setid(&spec, began, log).await?;
-    let servers_stopped = servers.stop().await;
+    sweep_setid(&spec, began, log, None).await?;
+    let servers_stopped = servers.stop(began).await;
     drop(gates);
     drop(a2a);
     let recorded = match proxy {
@@ -258,14 +258,15 @@ async fn supervise(
 }
 
 /// The second layer behind the seccomp filter's refusal of set-id bits:
-/// with the sandbox gone, no file the agent changed keeps one (in a root
-/// run its files belong on disk to the work directory's owner, often
-/// root). A bit found is cleared and recorded; a sweep that cannot run is
-/// said, and fails the run.
-async fn sweep_setid(
+/// with the sandbox gone, no file the agent (or stdio MCP server `server`)
+/// changed keeps one (in a root run its files belong on disk to the work
+/// directory's owner, often root). A bit found is cleared and recorded; a
+/// sweep that cannot run is said, and fails the run.
+pub(crate) async fn sweep_setid(
     spec: &SandboxSpec,
     began: SystemTime,
     log: &AuditLog,
+    server: Option<&str>,
 ) -> Result<(), RunError> {
     let cleared = spec.clear_setid(began).map_err(|e| {
         RunError::Sandbox(format!(
@@ -283,6 +284,10 @@ async fn sweep_setid(
     if let Ok(found) = event("setid_cleared")
         .with("count", i64::try_from(cleared.len()).unwrap_or(i64::MAX))
         .and_then(|e| e.with("paths", paths))
+        .and_then(|e| match server {
+            Some(server) => e.with("server", server),
+            None => Ok(e),
+        })
     {
         record(log, found).await?;
     }

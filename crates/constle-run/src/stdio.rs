@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use constle_audit::{AuditError, AuditLog, Event};
 use constle_manifest::{Manifest, McpServer, McpTransport, StdioServer};
@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::error::{RunError, io};
-use crate::run::{event, private_dir, record};
+use crate::run::{event, private_dir, record, sweep_setid};
 
 /// The most of a run's stderr kept per server; the rest is dropped (and
 /// said so in the file).
@@ -106,6 +106,11 @@ pub(crate) struct StdioServers {
 struct Running {
     id: String,
     bridge: StdioBridge,
+    /// How its processes start; its spec names the work directory.
+    plan: Arc<LaunchPlan>,
+    /// Whether the work directory is the Agentfile's (else removed).
+    declared_workdir: bool,
+    log: Arc<AuditLog>,
     recorder: JoinHandle<Result<(), AuditError>>,
     flush: oneshot::Sender<()>,
     /// The work directory of the run (a default one) and the stage, kept
@@ -135,11 +140,16 @@ impl StdioServers {
     }
 
     /// Stops every server and waits until each is gone and its last
-    /// events are recorded.
-    pub(crate) async fn stop(self) -> Result<(), RunError> {
+    /// events are recorded; then clears set-id bits in each declared work
+    /// directory, as in the agent's (files changed since `began`).
+    pub(crate) async fn stop(self, began: SystemTime) -> Result<(), RunError> {
         let mut recorded = Ok(());
         for server in self.servers {
             server.bridge.stop().await;
+            if server.declared_workdir {
+                let swept = sweep_setid(&server.plan.spec, began, &server.log, Some(&server.id));
+                recorded = recorded.and(swept.await);
+            }
             let _ = server.flush.send(());
             let result = match server.recorder.await {
                 Ok(result) => result.map_err(RunError::from),
@@ -202,13 +212,14 @@ impl Running {
         spec.check_dirs()
             .map_err(|e| RunError::Sandbox(format!("MCP server {id} cannot run: {e}")))?;
         let stderr = Arc::new(StderrLog::create(cx.home, cx.manifest.name.as_str(), &id)?);
-        let launch = SandboxLaunch(Arc::new(LaunchPlan {
+        let plan = Arc::new(LaunchPlan {
             id: id.clone(),
             spec,
             sockets: cx.sockets.to_path_buf(),
             starts: AtomicU32::new(0),
             stderr: Arc::clone(&stderr),
-        }));
+        });
+        let launch = SandboxLaunch(Arc::clone(&plan));
         let (events, received) = mpsc::unbounded_channel();
         let (flush, flushed) = oneshot::channel();
         let recorder = tokio::spawn(record_events(
@@ -224,6 +235,9 @@ impl Running {
         Ok(Running {
             id,
             bridge,
+            plan,
+            declared_workdir: stdio.workdir.is_some(),
+            log: Arc::clone(cx.log),
             recorder,
             flush,
             _dirs: dirs,
