@@ -28,6 +28,12 @@
 //!   and is answered only once that resolves. A human decision and a spend
 //!   refusal are the [`Approver`]'s and the [`Meter`]'s to record.
 //!
+//! Where the request goes is the gate's [`Transport`]: the server's URL
+//! ([`HttpTransport`], built by [`Gate::new`]), or an in-process bridge to a
+//! server Constle runs ([`Gate::with_transport`]). Everything above and
+//! below happens the same for either: the transport sees only requests the
+//! gate would send, and the gate sees only the responses it relays.
+//!
 //! Only these agent headers are forwarded: `Content-Type`, `Accept`,
 //! `Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`. The agent's
 //! `Host`, `Authorization`, cookies and everything else stay behind; the
