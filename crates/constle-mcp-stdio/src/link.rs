@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::process::ExitStatus;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -40,6 +41,11 @@ const STOP_GRACE: Duration = Duration::from_secs(1);
 /// Messages from the server that may wait for the agent to read its `GET`
 /// stream; past that, they are handled as if no stream were open.
 const STREAM_BACKLOG: usize = 64;
+
+/// Answers to server requests that may wait to be written at once; a
+/// server that sends more while not reading its stdin gets no answer to
+/// the rest, rather than constle's memory.
+const MAX_REFUSALS_IN_FLIGHT: usize = 64;
 
 /// What a waiting request gets.
 #[derive(Debug)]
@@ -82,6 +88,8 @@ pub(crate) struct Link {
     /// Wakes the watch when a request starts waiting: its deadline may be
     /// the earliest now.
     waiting: tokio::sync::Notify,
+    /// Answers to server requests not yet written.
+    refusals: AtomicUsize,
 }
 
 /// How to stop a process, and learn when it is gone.
@@ -119,6 +127,7 @@ impl Link {
             input: tokio::sync::Mutex::new(Some(input)),
             routes: Mutex::new(Routes::default()),
             waiting: tokio::sync::Notify::new(),
+            refusals: AtomicUsize::new(0),
         });
         let (stop, stops) = mpsc::channel(1);
         let watch = Watch {
@@ -260,6 +269,10 @@ impl Link {
     /// from a task of its own: the server may not read its stdin while it
     /// waits for its stdout to drain.
     fn refuse(self: &Arc<Self>, id: RequestId, method: &str) {
+        if self.refusals.fetch_add(1, Ordering::Relaxed) >= MAX_REFUSALS_IN_FLIGHT {
+            self.refusals.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
         let message = format!(
             "the client of MCP server {:?} has no stream open for requests from the server \
              ({method}); the Constle gate answered it",
@@ -268,7 +281,10 @@ impl Link {
         let body = error_body(Some(&id), Reason::MethodNotAllowed, &message);
         let line = message::to_line(&body);
         let link = Arc::clone(self);
-        tokio::spawn(async move { link.send(&line).await });
+        tokio::spawn(async move {
+            let _ = link.send(&line).await;
+            link.refusals.fetch_sub(1, Ordering::Relaxed);
+        });
     }
 
     /// The earliest deadline of a waiting request.
