@@ -138,7 +138,6 @@ pub const CODES: &[(&str, Severity)] = &[
     ("url_and_command", Severity::Error),
     ("stdio_field_on_url_server", Severity::Error),
     ("workdir_shared", Severity::Error),
-    ("stdio_network_unsupported", Severity::Error),
     ("insecure_url", Severity::Error),
     ("empty_tools", Severity::Error),
     ("invalid_tool_name", Severity::Error),

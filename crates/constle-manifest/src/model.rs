@@ -214,8 +214,13 @@ pub struct StdioServer {
     pub workdir: Option<PathBuf>,
     /// Its environment: each variable's value is the named host
     /// variable's, read when the run starts (never written in the
-    /// Agentfile, never given to the agent).
+    /// Agentfile, never given to the agent). Never a proxy variable nor
+    /// `CONSTLE_*` (like `sandbox.env`).
     pub env_secret_refs: BTreeMap<EnvVarName, EnvVarName>,
+    /// The hosts it may reach on port 443, through a proxy of its own
+    /// (`network.allowed_hosts`, the rules of `sandbox.network`'s); empty:
+    /// no proxy, no network at all.
+    pub allowed_hosts: Vec<Hostname>,
 }
 
 /// Requests the MCP gate always lets an agent send: the lifecycle, `ping`

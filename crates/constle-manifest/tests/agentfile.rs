@@ -1884,7 +1884,7 @@ fn stdio_servers_are_checked() {
       workdir: ./git-work
       env_secret_refs: {GITHUB_TOKEN: GH_PAT}
       network:
-        allowed_hosts: []
+        allowed_hosts: [api.github.com]
       tools: [git_log]
     - id: plain
       command: [server]
@@ -1906,12 +1906,13 @@ fn stdio_servers_are_checked() {
             .collect::<Vec<_>>(),
         [("GITHUB_TOKEN", "GH_PAT")]
     );
+    assert_eq!(git.allowed_hosts, ["api.github.com"]);
     assert!(servers[0].url().is_none());
     let McpTransport::Stdio(plain) = &servers[1].transport else {
         panic!("{:?}", servers[1].transport);
     };
     assert_eq!(plain.workdir, None);
-    assert!(plain.env_secret_refs.is_empty());
+    assert!(plain.env_secret_refs.is_empty() && plain.allowed_hosts.is_empty());
 
     // A host variable unset where validate runs is warned about, by name.
     let v = ok(&src);
@@ -1939,7 +1940,7 @@ fn stdio_server_mistakes() {
     - id: hosts
       command: [x]
       network:
-        allowed_hosts: [api.example.com]
+        allowed_hosts: [API.example.com]
       tools: [t]
     - id: bad
       command: []
@@ -1961,7 +1962,7 @@ fn stdio_server_mistakes() {
             ("stdio_field_on_url_server", 14, 7),
             ("stdio_field_on_url_server", 15, 7),
             ("stdio_field_on_url_server", 16, 7),
-            ("stdio_network_unsupported", 21, 24),
+            ("invalid_hostname", 21, 25),
             ("invalid_command", 24, 16),
             ("workdir_shared", 25, 16),
             ("invalid_env_name", 26, 25),
@@ -1974,4 +1975,11 @@ fn stdio_server_mistakes() {
         "mcp:\n  servers:\n    - id: s\n      command: [x]\n      headers:\n        - {name: X-Key, value_secret_ref: K}\n      tools: [t]\n",
     ));
     assert_eq!(at(&r.errors), [("headers_on_stdio_server", 8, 7)]);
+    let r = rejected(&with(
+        "mcp:\n  servers:\n    - id: s\n      command: [x]\n      env_secret_refs: {https_proxy: P, CONSTLE_X: Q}\n      tools: [t]\n",
+    ));
+    assert_eq!(
+        at(&r.errors),
+        [("reserved_env_name", 8, 25), ("reserved_env_name", 8, 41)]
+    );
 }

@@ -245,6 +245,7 @@ fn declared() -> McpServer {
             command: vec![SERVER_FLAG.into()],
             workdir: None,
             env_secret_refs: Default::default(),
+            allowed_hosts: Vec::new(),
         }),
         tools: vec![ToolName::new("echo").unwrap()],
         pricing: Pricing::default(),

@@ -96,6 +96,7 @@ fn declared() -> McpServer {
             command: vec![SERVER.into()],
             workdir: None,
             env_secret_refs: Default::default(),
+            allowed_hosts: Vec::new(),
         }),
         tools: [
             "list_invoices",

@@ -4,12 +4,18 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::{V, holds};
+use super::{RESERVED_ENV, V, holds};
 use crate::de::{Field, Located, Pairs};
-use crate::diagnostic::{Pos, show};
+use crate::diagnostic::Pos;
 use crate::model::{McpTransport, StdioServer};
 use crate::raw::{RawServer, RawServerNetwork, Strings};
 use crate::values::{EnvVarName, Hostname};
+
+/// Whether `sandbox.env` refuses `name` (a proxy variable, `CONSTLE_*`).
+fn is_reserved(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    RESERVED_ENV.contains(&upper.as_str()) || upper.starts_with("CONSTLE_")
+}
 
 impl V<'_, '_> {
     /// `url` or `command`, exactly one, and the fields that go with it.
@@ -97,15 +103,15 @@ impl V<'_, '_> {
             Some(w) => self.server_workdir(w).map(Some),
         };
         let env_secret_refs = self.env_secret_refs(&s.env_secret_refs);
-        let network = match &s.network.0 {
-            None => Some(()),
+        let allowed_hosts = match &s.network.0 {
+            None => Some(Vec::new()),
             Some(n) => self.server_network(n),
         };
-        network?;
         Some(StdioServer {
             command: command?,
             workdir: workdir?,
             env_secret_refs: env_secret_refs?,
+            allowed_hosts: allowed_hosts?,
         })
     }
 
@@ -142,13 +148,23 @@ impl V<'_, '_> {
             return Some(out);
         };
         let mut ok = true;
-        for (name, host) in &pairs.value.0 {
-            let name = self.check(name, "invalid_env_name", EnvVarName::new);
+        for (key, host) in &pairs.value.0 {
+            let name = self.check(key, "invalid_env_name", EnvVarName::new);
             let var = self.check(host, "invalid_env_name", EnvVarName::new);
             let (Some(name), Some(var)) = (name, var) else {
                 ok = false;
                 continue;
             };
+            if is_reserved(name.as_str()) {
+                self.sink.error(
+                    "reserved_env_name",
+                    key.pos,
+                    format!("{name} is set by constle and cannot be set in env_secret_refs"),
+                    Some("remove it: constle points the proxy variables at the server's proxy and sets CONSTLE_* itself".to_string()),
+                );
+                ok = false;
+                continue;
+            }
             if (self.env)(var.as_str()).is_none() {
                 self.sink.warning(
                     "env_secret_ref_unset",
@@ -164,35 +180,17 @@ impl V<'_, '_> {
         ok.then_some(out)
     }
 
-    /// A server's `network`: its hosts are checked, and must be none for
-    /// now (no network at all).
-    fn server_network(&mut self, raw: &Located<RawServerNetwork>) -> Option<()> {
-        let Some(list) = &raw.value.allowed_hosts.0 else {
-            return Some(());
-        };
-        let hosts = self.unique_list(
-            list,
-            "invalid_hostname",
-            Hostname::new,
-            "duplicate_host",
-            "allowed_hosts",
-        )?;
-        if hosts.is_empty() {
-            return Some(());
+    /// A server's `network.allowed_hosts`, checked like the agent's.
+    fn server_network(&mut self, raw: &Located<RawServerNetwork>) -> Option<Vec<Hostname>> {
+        match &raw.value.allowed_hosts.0 {
+            None => Some(Vec::new()),
+            Some(list) => self.unique_list(
+                list,
+                "invalid_hostname",
+                Hostname::new,
+                "duplicate_host",
+                "allowed_hosts",
+            ),
         }
-        self.sink.error(
-            "stdio_network_unsupported",
-            list.pos,
-            format!(
-                "a server Constle runs has no network yet, but allowed_hosts lists {} host(s) ({})",
-                hosts.len(),
-                show(&list.value[0].value)
-            ),
-            Some(
-                "remove allowed_hosts: a stdio server's own egress is not supported yet"
-                    .to_string(),
-            ),
-        );
-        None
     }
 }
