@@ -184,7 +184,7 @@ async fn supervise(
     // its own, before anything it starts would share its old one.
     let limits = RunLimits::create(manifest)?;
     let mut proxy = match EgressPolicy::from_network(&manifest.sandbox.network) {
-        Some(policy) => Some(Proxy::start(&policy, options, sockets.path(), log).await?),
+        Some(policy) => Some(Proxy::start(&policy, options, sockets.path(), log, None).await?),
         None => None,
     };
     // The host terminal is opened only when someone may have to answer on it.
@@ -198,9 +198,8 @@ async fn supervise(
     let servers = StdioServers::start(
         &stdio::Context {
             manifest,
-            constle_exe: &options.constle_exe,
+            options,
             private: &private,
-            home: &options.home,
             sockets: sockets.path(),
             log,
         },
@@ -353,9 +352,9 @@ impl Phases {
 
 /// The egress proxy of one run: Squid, the Unix socket bridged to it, and
 /// the task writing its decisions to the audit log.
-struct Proxy {
+pub(crate) struct Proxy {
     squid: Squid,
-    relay: Relay,
+    pub(crate) relay: Relay,
     bridge: tokio::task::JoinHandle<()>,
     /// `None` once it has finished and its result was taken.
     recorder: Option<tokio::task::JoinHandle<Result<(), AuditError>>>,
@@ -363,24 +362,31 @@ struct Proxy {
 }
 
 impl Proxy {
-    async fn start(
+    /// The agent's proxy, or with `server` a stdio MCP server's (its
+    /// decisions recorded with the server's id).
+    pub(crate) async fn start(
         policy: &EgressPolicy,
         options: &RunOptions,
         sockets: &Path,
         log: &Arc<AuditLog>,
+        server: Option<&str>,
     ) -> Result<Proxy, RunError> {
         let dir = private_dir("constle-squid-")?;
         let mut squid = Squid::start(dir.path(), policy, options.hosts_file.as_deref()).await?;
-        let socket = sockets.join("proxy.sock");
+        let socket = match server {
+            None => sockets.join("proxy.sock"),
+            Some(id) => sockets.join(format!("proxy-{id}.sock")),
+        };
         let bridge = bridge::forward(&socket, squid.addr())
             .map_err(io(format!("cannot bind {}", socket.display())))?;
         let mut events = squid
             .take_events()
             .ok_or_else(|| RunError::Sandbox("the proxy's events were already taken".into()))?;
         let log = Arc::clone(log);
+        let server = server.map(str::to_owned);
         let recorder = tokio::spawn(async move {
             while let Some(decision) = events.recv().await {
-                record(&log, network_event(&decision)).await?;
+                record(&log, network_event(&decision, server.as_deref())).await?;
             }
             Ok(())
         });
@@ -405,7 +411,7 @@ impl Proxy {
     }
 
     /// Stops Squid and waits until every decision it logged is recorded.
-    async fn stop(self) -> Result<(), RunError> {
+    pub(crate) async fn stop(self) -> Result<(), RunError> {
         self.bridge.abort();
         self.squid.stop().await;
         match self.recorder {
@@ -451,27 +457,37 @@ fn agent_env(
     proxied: bool,
     mcp: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
-    let mut env = BTreeMap::new();
-    if proxied {
-        env.extend(PROXY_OPT_INS.map(|(k, v)| (k.to_owned(), v.to_owned())));
-    }
-    env.extend(
-        manifest
-            .sandbox
-            .env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone())),
-    );
-    if proxied {
-        let url = format!("http://{PROXY_LISTEN}");
-        for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
-            env.insert(name.into(), url.clone());
-        }
-        for name in ["NO_PROXY", "no_proxy"] {
-            env.insert(name.into(), "127.0.0.1,localhost".into());
-        }
-    }
+    let declared = manifest
+        .sandbox
+        .env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()));
+    let mut env = match proxied {
+        true => proxied_env(declared),
+        false => declared.collect(),
+    };
     env.extend(mcp.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+/// `declared`, with the proxy variables pointing at the relay (which win)
+/// and the opt-ins that make clients use them (which `declared` may
+/// override): the environment of a sandbox whose network is the proxy.
+pub(crate) fn proxied_env(
+    declared: impl Iterator<Item = (String, String)>,
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = PROXY_OPT_INS
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into_iter()
+        .collect();
+    env.extend(declared);
+    let url = format!("http://{PROXY_LISTEN}");
+    for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+        env.insert(name.into(), url.clone());
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        env.insert(name.into(), "127.0.0.1,localhost".into());
+    }
     env
 }
 
@@ -603,7 +619,7 @@ enum ProxyTrouble {
     NotRecorded(String),
 }
 
-fn network_event(decision: &NetworkEvent) -> Event {
+fn network_event(decision: &NetworkEvent, server: Option<&str>) -> Event {
     let name = decision.audit_event_name();
     let built = event(name)
         .with("host", decision.host.clone())
@@ -616,6 +632,10 @@ fn network_event(decision: &NetworkEvent) -> Event {
                 "requested_at",
                 constle_audit::format_timestamp(decision.started),
             )
+        })
+        .and_then(|e| match server {
+            Some(server) => e.with("server", server),
+            None => Ok(e),
         });
     built.unwrap_or_else(|_| event(name))
 }

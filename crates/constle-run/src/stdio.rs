@@ -5,7 +5,8 @@
 //!
 //! For each server: its environment from the host variables its
 //! `env_secret_refs` name (read before anything starts), its work directory
-//! (declared, or an empty private one for the run), a Unix socket per
+//! (declared, or an empty private one for the run), an egress proxy of its
+//! own when it declares `network.allowed_hosts`, a Unix socket per
 //! process whose one connection is the server's stdin and stdout, its
 //! stderr appended to a bounded file under `$CONSTLE_HOME`, and every
 //! start and end of a process in the audit log.
@@ -23,6 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use constle_audit::{AuditError, AuditLog, Event};
+use constle_egress::EgressPolicy;
 use constle_manifest::{Manifest, McpServer, McpTransport, StdioServer};
 use constle_mcp_gate::DEFAULT_RESPONSE_TIMEOUT;
 use constle_mcp_stdio::{Launch, LaunchFuture, Process, ServerEvent, StdioBridge};
@@ -33,7 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::error::{RunError, io};
-use crate::run::{event, private_dir, record, sweep_setid};
+use crate::run::{Proxy, RunOptions, event, private_dir, proxied_env, record, sweep_setid};
 
 /// The most of a run's stderr kept per server; the rest is dropped (and
 /// said so in the file).
@@ -87,12 +89,12 @@ fn stdio_servers(manifest: &Manifest) -> impl Iterator<Item = (&McpServer, &Stdi
 /// What the run shares with every server's sandbox.
 pub(crate) struct Context<'a> {
     pub manifest: &'a Manifest,
-    pub constle_exe: &'a Path,
+    /// The constle executable, `$CONSTLE_HOME` (where the stderr files
+    /// go) and the hosts file for the servers' proxies.
+    pub options: &'a RunOptions,
     /// The paths no sandbox may show: `$CONSTLE_HOME`, the Agentfile, the
     /// hosts file.
     pub private: &'a [Private],
-    /// `$CONSTLE_HOME`, where the stderr files go.
-    pub home: &'a Path,
     /// The run's private directory for sockets.
     pub sockets: &'a Path,
     pub log: &'a Arc<AuditLog>,
@@ -110,6 +112,8 @@ struct Running {
     plan: Arc<LaunchPlan>,
     /// Whether the work directory is the Agentfile's (else removed).
     declared_workdir: bool,
+    /// Its egress proxy, with `network.allowed_hosts`.
+    proxy: Option<Proxy>,
     log: Arc<AuditLog>,
     recorder: JoinHandle<Result<(), AuditError>>,
     flush: oneshot::Sender<()>,
@@ -149,6 +153,10 @@ impl StdioServers {
             if server.declared_workdir {
                 let swept = sweep_setid(&server.plan.spec, began, &server.log, Some(&server.id));
                 recorded = recorded.and(swept.await);
+            }
+            // After the server: Squid logs a tunnel when it closes.
+            if let Some(proxy) = server.proxy {
+                recorded = recorded.and(proxy.stop().await);
             }
             let _ = server.flush.send(());
             let result = match server.recorder.await {
@@ -196,14 +204,25 @@ impl Running {
             }
         };
         let stage = private_dir("constle-stage-")?;
+        let proxy = match stdio.allowed_hosts.as_slice() {
+            [] => None,
+            hosts => {
+                let policy = EgressPolicy::restricted(hosts.iter().cloned());
+                Some(Proxy::start(&policy, cx.options, cx.sockets, cx.log, Some(&id)).await?)
+            }
+        };
+        let env = match proxy {
+            Some(_) => proxied_env(env.into_iter()),
+            None => env,
+        };
         let spec = SandboxSpec {
             command: stdio.command.clone(),
             workdir,
             env,
             rootfs: None,
-            relays: Vec::new(),
+            relays: proxy.iter().map(|p| p.relay.clone()).collect(),
             stdio: CommandIo::Inherit,
-            constle_exe: cx.constle_exe.to_path_buf(),
+            constle_exe: cx.options.constle_exe.clone(),
             private: server_private(cx, &id),
             stage: stage.path().to_path_buf(),
             cgroup_procs: Vec::new(),
@@ -211,7 +230,11 @@ impl Running {
         dirs.push(stage);
         spec.check_dirs()
             .map_err(|e| RunError::Sandbox(format!("MCP server {id} cannot run: {e}")))?;
-        let stderr = Arc::new(StderrLog::create(cx.home, cx.manifest.name.as_str(), &id)?);
+        let stderr = Arc::new(StderrLog::create(
+            &cx.options.home,
+            cx.manifest.name.as_str(),
+            &id,
+        )?);
         let plan = Arc::new(LaunchPlan {
             id: id.clone(),
             spec,
@@ -237,6 +260,7 @@ impl Running {
             bridge,
             plan,
             declared_workdir: stdio.workdir.is_some(),
+            proxy,
             log: Arc::clone(cx.log),
             recorder,
             flush,

@@ -35,6 +35,7 @@
 //! | `env_digest` | `{"name": string}` | `set sha256:<hex of the value>` or `unset`: shows a secret arrived, never the secret |
 //! | `list_dir` | `{"path": string}` | the entries' names, sorted, one a line, or a tool error with the OS error |
 //! | `exit` | `{"code": string}` | none: the server exits at once with that status, answering nothing |
+//! | `connect` | `{"host": string}` | `CONNECT host:443` through the proxy in `HTTPS_PROXY`: `proxy: <its status line>`, then `host: <the first line the host sent>` when the tunnel opened; a tool error without `HTTPS_PROXY` or a proxy |
 //!
 //! Each tool has a JSON Schema for its input. Arguments that do not fit it
 //! (a missing or non-string `invoice_id`) give a tool result with
@@ -147,7 +148,7 @@ impl Default for McpServerOptions {
 }
 
 /// The tools only the stdio server has ([`stdio_server_main`]).
-pub const STDIO_TOOLS: [&str; 3] = ["env_digest", "list_dir", "exit"];
+pub const STDIO_TOOLS: [&str; 4] = ["env_digest", "list_dir", "exit", "connect"];
 
 /// A `tools/call` that reached the server.
 #[derive(Debug, Clone, PartialEq)]
@@ -396,7 +397,48 @@ fn stdio_tools() -> Vec<Tool> {
             "Exit at once, answering nothing",
             one_string("code", "The exit status"),
         ),
+        Tool::new(
+            "connect",
+            "Open a tunnel to a host's port 443 through the proxy in HTTPS_PROXY",
+            one_string("host", "The host name"),
+        ),
     ]
+}
+
+/// `connect`: what the proxy, then the host, said.
+async fn tunnel(host: &str) -> Result<String, String> {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let proxy = std::env::var("HTTPS_PROXY").map_err(|_| "HTTPS_PROXY is not set".to_string())?;
+    let addr = proxy
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let talk = async {
+        let stream = tokio::net::TcpStream::connect(&addr).await?;
+        let mut stream = tokio::io::BufReader::new(stream);
+        let request = format!("CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n");
+        stream.get_mut().write_all(request.as_bytes()).await?;
+        let mut status = String::new();
+        stream.read_line(&mut status).await?;
+        let mut said = format!("proxy: {}", status.trim_end());
+        loop {
+            let mut header = String::new();
+            if stream.read_line(&mut header).await? == 0 || header.trim().is_empty() {
+                break;
+            }
+        }
+        if status.split_whitespace().nth(1) == Some("200") {
+            let mut first = String::new();
+            stream.read_line(&mut first).await?;
+            said.push_str(&format!("\nhost: {}", first.trim_end()));
+        }
+        Ok::<String, std::io::Error>(said)
+    };
+    match tokio::time::timeout(Duration::from_secs(10), talk).await {
+        Ok(Ok(said)) => Ok(said),
+        Ok(Err(error)) => Err(format!("{addr}: {error}")),
+        Err(_) => Err(format!("{addr}: no answer within 10 s")),
+    }
 }
 
 /// `env_digest`: never the value itself.
@@ -497,6 +539,15 @@ impl ServerHandler for InvoiceServer {
         let arguments = request.arguments.as_ref();
         if self.shared.stdio {
             eprintln!("stdio server: call {}", request.name);
+            if request.name == "connect" {
+                return Ok(match string_argument(arguments, "host") {
+                    Ok(host) => match tunnel(host).await {
+                        Ok(said) => text_result(said),
+                        Err(message) => tool_error(message),
+                    },
+                    Err(message) => tool_error(message),
+                });
+            }
             if let Some(response) = stdio_call(&request.name, arguments) {
                 return Ok(response);
             }

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use constle_identity::SigningIdentity;
 use constle_testkit::mcp::stdio_server_main;
-use constle_testkit::{Answer, SimulatedApprover, require_root};
+use constle_testkit::{Answer, HostsFile, SimulatedApprover, TestHost, require_root};
 use libtest_mimic::{Arguments, Trial};
 use serde_json::Value;
 
@@ -53,6 +53,10 @@ fn main() {
         e2e(
             "the_server_started_for_the_run_is_stopped_with_it",
             stopped_with_the_run,
+        ),
+        e2e(
+            "a_stdio_server_reaches_its_allowed_hosts_only",
+            allowed_hosts_only,
         ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
@@ -104,6 +108,12 @@ impl Fixture {
     }
 
     fn agentfile(&self, steps: &[String]) -> PathBuf {
+        self.agentfile_with("", steps)
+    }
+
+    /// With `server` (YAML lines, indented for the server's mapping) added
+    /// to the server's entry.
+    fn agentfile_with(&self, server: &str, steps: &[String]) -> PathBuf {
         let script = steps.join("\n");
         self.case.agentfile(&format!(
             r#"sandbox:
@@ -118,7 +128,8 @@ mcp:
       workdir: ./server-work
       env_secret_refs:
         BOOKS_TOKEN: {SECRET_VAR}
-      tools: [list_invoices, get_invoice, pay_invoice, env_digest, list_dir, exit]
+      tools: [list_invoices, get_invoice, pay_invoice, env_digest, list_dir, exit, connect]
+{server}
 human_gates:
   enabled: true
   require_approval_for: [pay_invoice]
@@ -143,6 +154,16 @@ human_gates:
     /// watching for the server's processes meanwhile: the output, and the
     /// pids seen running.
     fn run(&self, file: &Path, webhook: &SimulatedApprover) -> (Output, Vec<u32>) {
+        self.run_with(&[], file, webhook)
+    }
+
+    /// [`Fixture::run`] with `args` before the Agentfile.
+    fn run_with(
+        &self,
+        args: &[&str],
+        file: &Path,
+        webhook: &SimulatedApprover,
+    ) -> (Output, Vec<u32>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let watcher = {
@@ -159,9 +180,12 @@ human_gates:
                 }
             })
         };
+        let mut argv = vec!["run"];
+        argv.extend_from_slice(args);
+        argv.push(file.to_str().unwrap());
         let out = self
             .case
-            .command(&["run", file.to_str().unwrap()])
+            .command(&argv)
             .env(SECRET_VAR, &self.secret)
             .env(WEBHOOK_VAR, webhook.url())
             .stdin(Stdio::null())
@@ -258,6 +282,7 @@ fn behind_the_gate() {
     assert_eq!(
         listed,
         [
+            "connect",
             "env_digest",
             "exit",
             "get_invoice",
@@ -435,4 +460,58 @@ fn stopped_with_the_run() {
         !Path::new(&format!("/proc/{pid}")).exists(),
         "pid {pid} is still there"
     );
+}
+
+/// With `network.allowed_hosts`, the server reaches its allowed host on 443
+/// through a proxy of its own, and nothing else; each decision is recorded
+/// with the server's id. Without, it has no proxy at all.
+fn allowed_hosts_only() {
+    let host = TestHost::start().unwrap();
+    let fx = Fixture::new();
+    let webhook = fx.webhook();
+    let hosts = fx.case.path("hosts");
+    HostsFile::new()
+        .with(host.ipv4(), "api.example.com")
+        .write(&hosts)
+        .unwrap();
+    let steps = [
+        call("allowed", "connect", r#"{"host":"api.example.com"}"#),
+        call("other", "connect", r#"{"host":"evil.example.com"}"#),
+    ];
+    let network = "      network:\n        allowed_hosts: [api.example.com]\n";
+    let file = fx.agentfile_with(network, &steps);
+    let (out, _) = fx.run_with(&["--hosts-file", hosts.to_str().unwrap()], &file, &webhook);
+    let report = report(&out);
+    assert!(out.status.success(), "{report}");
+    let stdout = text(&out.stdout);
+    let (said, status) = outcome(&stdout, "allowed", &report);
+    assert_eq!(status, 0, "{said}");
+    assert!(said.contains("proxy: HTTP/1.1 200"), "{said}");
+    let banner = host.banner_for(host.ipv4().into());
+    assert!(said.contains(banner.trim()), "{said}");
+    let (said, status) = outcome(&stdout, "other", &report);
+    assert_eq!(status, 0, "{said}");
+    assert!(said.contains("proxy: HTTP/1.1 403"), "{said}");
+    assert_eq!(
+        host.connections(),
+        1,
+        "only the allowed tunnel reaches the host"
+    );
+    let allowed = fx.case.events("network_allowed");
+    assert_eq!(allowed.len(), 1, "{allowed:?}");
+    assert_eq!(
+        (allowed[0]["host"].as_str(), allowed[0]["server"].as_str()),
+        (Some("api.example.com"), Some("accounting"))
+    );
+    let blocked = fx.case.events("network_blocked");
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert_eq!(blocked[0]["host"], "evil.example.com");
+    assert_eq!(blocked[0]["server"], "accounting");
+
+    // Without allowed_hosts: no proxy, no HTTPS_PROXY.
+    let file = fx.agentfile(&[call("none", "connect", r#"{"host":"api.example.com"}"#)]);
+    let (out, _) = fx.run(&file, &webhook);
+    let (said, status) = outcome(&text(&out.stdout), "none", &self::report(&out));
+    assert_eq!(status, 4, "{said}");
+    assert!(said.contains("HTTPS_PROXY is not set"), "{said}");
 }
