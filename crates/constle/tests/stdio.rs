@@ -58,6 +58,10 @@ fn main() {
             "a_stdio_server_reaches_its_allowed_hosts_only",
             allowed_hosts_only,
         ),
+        e2e(
+            "a_server_dies_with_constle_killed_by_sigkill",
+            dies_with_constle,
+        ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }
@@ -514,4 +518,37 @@ fn allowed_hosts_only() {
     let (said, status) = outcome(&text(&out.stdout), "none", &self::report(&out));
     assert_eq!(status, 4, "{said}");
     assert!(said.contains("HTTPS_PROXY is not set"), "{said}");
+}
+
+/// constle killed outright: no teardown runs, and the server's sandbox
+/// still ends (its lifeline closes, bwrap's parent-death signal fires).
+fn dies_with_constle() {
+    let fx = Fixture::new();
+    let webhook = fx.webhook();
+    let file = fx.agentfile(&["sleep 60".to_owned()]);
+    let mut constle = fx
+        .case
+        .command(&["run", file.to_str().unwrap()])
+        .env(SECRET_VAR, &fx.secret)
+        .env(WEBHOOK_VAR, webhook.url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    until("the server never started", &|| {
+        !processes_with(&fx.marker).is_empty()
+    });
+    constle.kill().unwrap();
+    constle.wait().unwrap();
+    until("the server outlived constle", &|| {
+        processes_with(&fx.marker).is_empty()
+    });
 }
