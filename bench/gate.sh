@@ -19,6 +19,7 @@
 # usage: bench/gate.sh [-r ROUNDS] [-d SECONDS] [-c CONCURRENCY] [-w SECONDS]
 #                      [--multi-thread] [--relays] [--server-delay-us US] [--by-name]
 #                      [--mode keep-alive|per-request|client-per-request|both|all]
+#        bench/gate.sh --stdio [-r ROUNDS] [-d SECONDS] [-w SECONDS]
 #   -r ROUNDS        measured rounds of each path (default 5)
 #   -d SECONDS       length of one round of one path (default 3)
 #   -c CONCURRENCY   calls in flight, one per connection (default 8)
@@ -32,6 +33,10 @@
 #                    by the server too), client-per-request (the server
 #                    keeps its connections alive), all (the three), or
 #                    both tables of the first two (default)
+#   --stdio          instead: the stdio bridge, a minimal stdio server spoken
+#                    to directly over its pipes and through a gate over the
+#                    bridge, one call at a time: added p50, p99 and CPU per
+#                    call (crates/constle-mcp-stdio/benches/bridge.rs)
 #
 # The pure policy step alone (inspect, filter_server_message,
 # filter_tools_list) is a criterion bench:
@@ -41,8 +46,12 @@ command -v cargo >/dev/null 2>&1 || . "$HOME/.cargo/env"
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   -h | --help)
-    sed -n '/^# usage:/,/^# *both tables/s/^# \{0,1\}//p' "$0"
+    sed -n '/^# usage:/,/^# *call (crates/s/^# \{0,1\}//p' "$0"
     exit 0
+    ;;
+  --stdio)
+    shift
+    exec cargo bench --locked --quiet -p constle-mcp-stdio --bench bridge -- "$@"
     ;;
 esac
 exec cargo bench --locked --quiet -p constle-mcp-gate --bench gate -- "$@"

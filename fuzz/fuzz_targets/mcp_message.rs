@@ -5,7 +5,7 @@
 
 #![no_main]
 
-use constle_manifest::{HttpUrl, HumanGates, McpServer, Pricing, ServerId, ToolName};
+use constle_manifest::{HttpUrl, HumanGates, McpServer, McpTransport, Pricing, ServerId, ToolName};
 use constle_mcp_gate::{
     Inspection, Revision, SUPPORTED_REVISIONS, ServerPolicy, filter_server_message,
     filter_tools_list, inspect,
@@ -19,11 +19,13 @@ fn policy() -> Option<ServerPolicy> {
         .collect::<Option<Vec<_>>>()?;
     let server = McpServer {
         id: ServerId::new("accounting").ok()?,
-        url: HttpUrl::new("https://mcp.accounting.internal").ok()?,
+        transport: McpTransport::Url {
+            url: HttpUrl::new("https://mcp.accounting.internal").ok()?,
+            headers: Vec::new(),
+        },
         tools,
         pricing: Pricing::default(),
         allow_methods: Vec::new(),
-        headers: Vec::new(),
     };
     let gates = HumanGates {
         enabled: true,

@@ -135,6 +135,9 @@ pub const CODES: &[(&str, Severity)] = &[
     ("duplicate_server_id", Severity::Error),
     ("server_id_collision", Severity::Error),
     ("invalid_url", Severity::Error),
+    ("url_and_command", Severity::Error),
+    ("stdio_field_on_url_server", Severity::Error),
+    ("workdir_shared", Severity::Error),
     ("insecure_url", Severity::Error),
     ("empty_tools", Severity::Error),
     ("invalid_tool_name", Severity::Error),
@@ -168,6 +171,8 @@ pub const CODES: &[(&str, Severity)] = &[
     ("method_always_allowed", Severity::Warning),
     ("header_secret_unset", Severity::Warning),
     ("header_secret_invalid", Severity::Warning),
+    ("env_secret_ref_unset", Severity::Warning),
+    ("headers_on_stdio_server", Severity::Error),
 ];
 
 /// A 1-based position inside the file being parsed; turned into a

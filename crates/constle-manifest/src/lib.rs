@@ -74,8 +74,8 @@ pub use model::{
     A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, GateMatch, GatedTool, HumanGates,
     Identity, Limits, MAX_APPROVAL_TIMEOUT_SECONDS, MAX_CPU_MILLIS, MAX_PIDS,
     MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MCP_BASE_SERVER_REQUESTS, MIN_CPU_MILLIS,
-    MIN_MEMORY_BYTES, MIN_PIDS, Manifest, Mcp, McpServer, Network, Notify, NotifyChannel,
-    OnTimeout, Pricing, Sandbox, SecretHeader, Spending,
+    MIN_MEMORY_BYTES, MIN_PIDS, Manifest, Mcp, McpServer, McpTransport, Network, Notify,
+    NotifyChannel, OnTimeout, Pricing, Sandbox, SecretHeader, Spending, StdioServer,
 };
 pub use secret::SecretHeaderError;
 pub use validate::RESERVED_ENV;

@@ -154,8 +154,9 @@ impl Mcp {
 pub struct McpServer {
     /// The server's id.
     pub id: ServerId,
-    /// Where the gate forwards calls (host side only; the agent never sees it).
-    pub url: HttpUrl,
+    /// How the gate reaches the server (host side only; the agent never
+    /// sees it): `url` or `command`, exactly one.
+    pub transport: McpTransport,
     /// The tools the agent may call, unique, never empty.
     pub tools: Vec<ToolName>,
     /// What calls cost; every priced tool is in `tools`.
@@ -165,10 +166,6 @@ pub struct McpServer {
     /// directions; unique. A name starting `notifications/` is a
     /// notification, any other a request.
     pub allow_methods: Vec<MethodName>,
-    /// Headers the gate adds to every request it sends the server; names
-    /// unique without regard to case. Their values are read from the host
-    /// when a run starts ([`SecretHeader::value`]), never kept here.
-    pub headers: Vec<SecretHeader>,
 }
 
 /// One entry of `mcp.servers[].headers`: a header, typically a credential,
@@ -183,6 +180,47 @@ pub struct SecretHeader {
     /// The host variable holding the value (or, with a scheme, what
     /// follows it).
     pub value_secret_ref: EnvVarName,
+}
+
+/// How the gate reaches an MCP server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum McpTransport {
+    /// `url`: a Streamable HTTP server, reached over the network.
+    Url {
+        /// Where the gate sends its requests.
+        url: HttpUrl,
+        /// Headers the gate adds to every request it sends the server;
+        /// names unique without regard to case. Their values are read from
+        /// the host when a run starts ([`SecretHeader::value`]), never kept
+        /// here.
+        headers: Vec<SecretHeader>,
+    },
+    /// `command`: a stdio server Constle runs for the run, in a sandbox of
+    /// its own.
+    Stdio(StdioServer),
+}
+
+/// An MCP server run by Constle (`command`), spoken to over its stdin and
+/// stdout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StdioServer {
+    /// The server's argv, run inside its sandbox: never empty, `command[0]`
+    /// never empty, no NUL bytes.
+    pub command: Vec<String>,
+    /// Its writable work directory, resolved against
+    /// [`Manifest::base_dir`]; `None`: an empty directory made for each run
+    /// and removed after it. Never holds the Agentfile, nor holds or lies
+    /// in the agent's work directory.
+    pub workdir: Option<PathBuf>,
+    /// Its environment: each variable's value is the named host
+    /// variable's, read when the run starts (never written in the
+    /// Agentfile, never given to the agent). Never a proxy variable nor
+    /// `CONSTLE_*` (like `sandbox.env`).
+    pub env_secret_refs: BTreeMap<EnvVarName, EnvVarName>,
+    /// The hosts it may reach on port 443, through a proxy of its own
+    /// (`network.allowed_hosts`, the rules of `sandbox.network`'s); empty:
+    /// no proxy, no network at all.
+    pub allowed_hosts: Vec<Hostname>,
 }
 
 /// Requests the MCP gate always lets an agent send: the lifecycle, `ping`
@@ -201,6 +239,23 @@ pub const MCP_BASE_NOTIFICATIONS: [&str; 4] = [
 pub const MCP_BASE_SERVER_REQUESTS: [&str; 1] = ["ping"];
 
 impl McpServer {
+    /// The server's URL, when the gate reaches it over the network.
+    pub fn url(&self) -> Option<&HttpUrl> {
+        match &self.transport {
+            McpTransport::Url { url, .. } => Some(url),
+            McpTransport::Stdio(_) => None,
+        }
+    }
+
+    /// The headers the gate adds to its requests: a URL server's declared
+    /// ones (a stdio server has none: it gets `env_secret_refs`).
+    pub fn headers(&self) -> &[SecretHeader] {
+        match &self.transport {
+            McpTransport::Url { headers, .. } => headers,
+            McpTransport::Stdio(_) => &[],
+        }
+    }
+
     /// The variable through which the agent reaches this server.
     pub fn env_var(&self) -> String {
         self.id.env_var()

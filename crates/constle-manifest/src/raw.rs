@@ -70,6 +70,10 @@ pub(crate) struct RawMcp {
 pub(crate) struct RawServer {
     pub id: Field<String>,
     pub url: Field<String>,
+    pub command: Field<Strings>,
+    pub workdir: Field<String>,
+    pub env_secret_refs: Field<Pairs<Located<String>>>,
+    pub network: Field<RawServerNetwork>,
     pub tools: Field<Strings>,
     pub pricing: Field<RawPricing>,
     pub allow_methods: Field<Strings>,
@@ -82,6 +86,14 @@ pub(crate) struct RawHeader {
     pub name: Field<String>,
     pub scheme: Field<String>,
     pub value_secret_ref: Field<String>,
+}
+
+/// A stdio server's `network`: only `allowed_hosts` (its egress is always
+/// through the proxy, or none).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawServerNetwork {
+    pub allowed_hosts: Field<Strings>,
 }
 
 #[derive(Debug, Default, Deserialize)]

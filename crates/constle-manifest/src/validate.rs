@@ -25,6 +25,8 @@ use crate::raw::{
     RawSandbox, RawServer, RawSpending, Strings,
 };
 use crate::secret::SecretHeaderError;
+mod stdio;
+
 use crate::values::{
     AuthScheme, EnvVarName, HeaderName, Hostname, HttpUrl, InvalidValue, MethodName, RedisUrl,
     ServerId, ToolName, parse_amount, parse_cpus, parse_memory,
@@ -56,6 +58,8 @@ struct V<'a, 's> {
     env: &'a dyn Fn(&str) -> Option<String>,
     base_dir: PathBuf,
     agentfile: PathBuf,
+    /// `sandbox.workdir` once checked, which no stdio server's may overlap.
+    agent_workdir: Option<PathBuf>,
 }
 
 /// Validates `raw`. Returns `None` if any error was recorded (here or earlier).
@@ -65,6 +69,7 @@ pub(crate) fn validate(raw: RawManifest, input: Input<'_>, sink: &mut Sink) -> O
         env: input.env,
         base_dir: input.base_dir,
         agentfile: input.agentfile,
+        agent_workdir: None,
     };
     let root = input.root;
 
@@ -96,6 +101,7 @@ pub(crate) fn validate(raw: RawManifest, input: Input<'_>, sink: &mut Sink) -> O
             "add a sandbox section with at least `command: [\"program\", \"arg\"]`",
         )
         .and_then(|s| v.sandbox(s));
+    v.agent_workdir = sandbox.as_ref().map(|s| s.workdir.clone());
     let mcp = match &raw.mcp.0 {
         Some(m) => v.mcp(m),
         None => Some(Mcp::default()),
@@ -268,37 +274,34 @@ impl V<'_, '_> {
         Some(resolve(&self.base_dir, s))
     }
 
-    /// A directory the sandbox mounts (`workdir`, `rootfs`): a valid path
-    /// that does not hold this Agentfile, which the agent could otherwise
-    /// read, and through a work directory rewrite for its next run.
+    /// A directory a sandbox mounts (`field`: `sandbox.workdir`,
+    /// `sandbox.rootfs`, `mcp.servers[].workdir`): a valid path that does
+    /// not hold this Agentfile, which the sandbox could otherwise read, and
+    /// through a work directory rewrite for the next run.
     fn sandbox_dir(&mut self, value: &Located<String>, field: &str) -> Option<PathBuf> {
         let dir = self.path(value)?;
         if !holds(&dir, &self.agentfile) {
             return Some(dir);
         }
+        let workdir = field.ends_with("workdir");
+        let (code, could, example) = match workdir {
+            true => (
+                "workdir_holds_agentfile",
+                "see and rewrite",
+                DEFAULT_WORKDIR,
+            ),
+            false => ("rootfs_holds_agentfile", "see", "rootfs"),
+        };
+        let leaf = field.rsplit('.').next().unwrap_or(field);
         self.sink.error(
-            if field == "workdir" {
-                "workdir_holds_agentfile"
-            } else {
-                "rootfs_holds_agentfile"
-            },
+            code,
             value.pos,
             format!(
-                "sandbox.{field} {} holds this Agentfile, so the agent could see{} its own policy",
+                "{field} {} holds this Agentfile, so what runs there could {could} the run's policy",
                 dir.display(),
-                if field == "workdir" {
-                    " and rewrite"
-                } else {
-                    ""
-                }
             ),
             Some(format!(
-                "give the agent a directory of its own beside the Agentfile, e.g. {field}: ./{}",
-                if field == "workdir" {
-                    DEFAULT_WORKDIR
-                } else {
-                    "rootfs"
-                }
+                "give it a directory of its own beside the Agentfile, e.g. {leaf}: ./{example}"
             )),
         );
         None
@@ -327,13 +330,13 @@ impl V<'_, '_> {
                 raw.key_pos(),
                 "write the program and its arguments as a list, e.g. command: [\"python\", \"agent.py\"]",
             )
-            .and_then(|c| self.command(c));
+            .and_then(|c| self.command(c, "sandbox.command"));
         let workdir = match &s.workdir.0 {
-            Some(w) => self.sandbox_dir(w, "workdir"),
+            Some(w) => self.sandbox_dir(w, "sandbox.workdir"),
             None => Some(self.base_dir.join(DEFAULT_WORKDIR)),
         };
         let rootfs = match &s.rootfs.0 {
-            Some(r) => self.sandbox_dir(r, "rootfs").map(Some),
+            Some(r) => self.sandbox_dir(r, "sandbox.rootfs").map(Some),
             None => Some(None),
         };
         let env = self.env(s);
@@ -396,12 +399,14 @@ impl V<'_, '_> {
         }
     }
 
-    fn command(&mut self, command: &Located<Strings>) -> Option<Vec<String>> {
+    /// A program and its arguments (`field`: `sandbox.command`,
+    /// `mcp.servers[].command`).
+    fn command(&mut self, command: &Located<Strings>, field: &str) -> Option<Vec<String>> {
         if command.value.is_empty() {
             self.sink.error(
                 "invalid_command",
                 command.pos,
-                "sandbox.command is empty",
+                format!("{field} is empty"),
                 Some(
                     "write the program and its arguments, e.g. command: [\"python\", \"agent.py\"]"
                         .to_string(),
@@ -415,7 +420,7 @@ impl V<'_, '_> {
                 self.sink.error(
                     "invalid_command",
                     arg.pos,
-                    "the program, sandbox.command[0], is empty",
+                    format!("the program, {field}[0], is empty"),
                     Some("write the program to run first, e.g. python".to_string()),
                 );
                 ok = false;
@@ -587,14 +592,7 @@ impl V<'_, '_> {
                 "name the server, e.g. id: accounting",
             )
             .and_then(|id| self.check(id, "invalid_server_id", ServerId::new));
-        let url = self
-            .required(
-                &s.url,
-                "mcp.servers[].url",
-                at,
-                "write where the gate reaches the server, e.g. url: https://mcp.example.com/mcp",
-            )
-            .and_then(|u| self.url(u, "mcp.servers[].url"));
+        let transport = self.transport(s, at);
         let tools = self
             .required(
                 &s.tools,
@@ -611,22 +609,20 @@ impl V<'_, '_> {
             None => Some(Vec::new()),
             Some(list) => self.allow_methods(list),
         };
-        let headers = match &s.headers.0 {
-            None => Some(Vec::new()),
-            Some(list) => self.headers(list),
-        };
         Some(McpServer {
             id: id?,
-            url: url?,
+            transport: transport?,
             tools: tools?,
             pricing: pricing?,
             allow_methods: allow_methods?,
-            headers: headers?,
         })
     }
 
     /// `headers`: each entry checked, each name once in any case.
-    fn headers(&mut self, list: &Located<Vec<Located<RawHeader>>>) -> Option<Vec<SecretHeader>> {
+    pub(super) fn headers(
+        &mut self,
+        list: &Located<Vec<Located<RawHeader>>>,
+    ) -> Option<Vec<SecretHeader>> {
         let mut out = Vec::new();
         let mut ok = true;
         let mut seen: HashMap<String, Pos> = HashMap::new();

@@ -95,6 +95,7 @@ fn docs_full_example_parses_cleanly() {
     let env = |name: &str| match name {
         "HUMAN_GATE_WEBHOOK_URL" => Some("https://approvals.example.com/gates".to_string()),
         "ACCOUNTING_MCP_TOKEN" => Some("t0ken".to_string()),
+        "GH_PAT" => Some("ghp_example".to_string()),
         _ => None,
     };
     let v = match parse_str(&example, Path::new("/srv/agents/agent.yaml"), &env) {
@@ -126,7 +127,8 @@ fn docs_full_example_parses_cleanly() {
             cpu_millis: Some(1500),
         }
     );
-    assert_eq!(m.mcp.servers.len(), 2);
+    assert_eq!(m.mcp.servers.len(), 3);
+    assert!(m.mcp.server("git").unwrap().url().is_none());
     let accounting = m.mcp.server("accounting").unwrap();
     assert_eq!(accounting.env_var(), "CONSTLE_MCP_ACCOUNTING_URL");
     assert_eq!(
@@ -141,9 +143,9 @@ fn docs_full_example_parses_cleanly() {
     assert_eq!(local.env_var(), "CONSTLE_MCP_LOCAL_SEARCH_URL");
     assert_eq!(local.allow_methods, ["resources/read"]);
     assert!(accounting.allow_methods.is_empty());
-    let header = &accounting.headers[0];
+    let header = &accounting.headers()[0];
     assert_eq!(header.value(&env).unwrap(), "Bearer t0ken");
-    assert!(local.headers.is_empty());
+    assert!(local.headers().is_empty());
     let gated: Vec<_> = m
         .gated_tools()
         .iter()
@@ -167,7 +169,11 @@ fn docs_full_example_parses_cleanly() {
     let v = parse_str(&example, Path::new("agent.yaml"), &no_env).unwrap();
     assert_eq!(
         codes(&v.warnings),
-        ["header_secret_unset", "webhook_url_unset"]
+        [
+            "header_secret_unset",
+            "env_secret_ref_unset",
+            "webhook_url_unset"
+        ]
     );
 }
 
@@ -932,7 +938,7 @@ fn headers_name_a_host_variable_and_only_headers_the_gate_does_not_set() {
     };
     let v = parse_str(&src, Path::new("agent.yaml"), &env).unwrap();
     assert!(v.warnings.is_empty(), "{:?}", v.warnings);
-    let headers = &v.manifest.mcp.servers[0].headers;
+    let headers = &v.manifest.mcp.servers[0].headers();
     let shown: Vec<_> = headers
         .iter()
         .map(|h| {
@@ -957,7 +963,11 @@ fn headers_name_a_host_variable_and_only_headers_the_gate_does_not_set() {
         ]
     );
     // No headers: none added.
-    assert!(ok(&with(SERVER)).manifest.mcp.servers[0].headers.is_empty());
+    assert!(
+        ok(&with(SERVER)).manifest.mcp.servers[0]
+            .headers()
+            .is_empty()
+    );
     ok(&with(&format!("{SERVER}      headers: []\n")));
 }
 
@@ -1858,4 +1868,118 @@ fn truncations_and_mutations_never_panic() {
         }
         check(&src);
     }
+}
+
+// ---------------------------------------------------------- stdio servers
+
+#[test]
+fn stdio_servers_are_checked() {
+    use constle_manifest::McpTransport;
+    let env = |name: &str| (name == "GH_PAT").then(|| "ghp_secret".to_string());
+    let src = with(
+        "mcp:
+  servers:
+    - id: git
+      command: [mcp-server-git, --repository, .]
+      workdir: ./git-work
+      env_secret_refs: {GITHUB_TOKEN: GH_PAT}
+      network:
+        allowed_hosts: [api.github.com]
+      tools: [git_log]
+    - id: plain
+      command: [server]
+      tools: [t]
+",
+    );
+    let v = parse_str(&src, Path::new("/p/agent.yaml"), &env).unwrap();
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    let servers = &v.manifest.mcp.servers;
+    let McpTransport::Stdio(git) = &servers[0].transport else {
+        panic!("{:?}", servers[0].transport);
+    };
+    assert_eq!(git.command, ["mcp-server-git", "--repository", "."]);
+    assert_eq!(git.workdir.as_deref(), Some(Path::new("/p/git-work")));
+    assert_eq!(
+        git.env_secret_refs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect::<Vec<_>>(),
+        [("GITHUB_TOKEN", "GH_PAT")]
+    );
+    assert_eq!(git.allowed_hosts, ["api.github.com"]);
+    assert!(servers[0].url().is_none());
+    let McpTransport::Stdio(plain) = &servers[1].transport else {
+        panic!("{:?}", servers[1].transport);
+    };
+    assert_eq!(plain.workdir, None);
+    assert!(plain.env_secret_refs.is_empty() && plain.allowed_hosts.is_empty());
+
+    // A host variable unset where validate runs is warned about, by name.
+    let v = ok(&src);
+    assert_eq!(codes(&v.warnings), ["env_secret_ref_unset"]);
+    assert!(v.warnings[0].message.contains("GH_PAT"));
+}
+
+#[test]
+fn stdio_server_mistakes() {
+    let src = with(
+        "mcp:
+  servers:
+    - id: both
+      url: https://a.example.com/mcp
+      command: [x]
+      tools: [t]
+    - id: neither
+      tools: [t]
+    - id: url-extras
+      url: https://a.example.com/mcp
+      workdir: ./w
+      env_secret_refs: {A: B}
+      network: {allowed_hosts: []}
+      tools: [t]
+    - id: hosts
+      command: [x]
+      network:
+        allowed_hosts: [API.example.com]
+      tools: [t]
+    - id: bad
+      command: []
+      workdir: .
+      env_secret_refs: {\"A-B\": C, D: \"1x\"}
+      network: {egress: none}
+      tools: [t]
+    - id: shared
+      command: [x]
+      workdir: ./work/server
+      tools: [t]
+",
+    );
+    assert_eq!(
+        errors(&src),
+        [
+            ("url_and_command", 8, 7),
+            ("missing_field", 10, 7),
+            ("stdio_field_on_url_server", 14, 7),
+            ("stdio_field_on_url_server", 15, 7),
+            ("stdio_field_on_url_server", 16, 7),
+            ("invalid_hostname", 21, 25),
+            ("invalid_command", 24, 16),
+            ("workdir_shared", 25, 16),
+            ("invalid_env_name", 26, 25),
+            ("invalid_env_name", 26, 38),
+            ("unknown_field", 27, 17),
+            ("workdir_shared", 31, 16),
+        ]
+    );
+    let r = rejected(&with(
+        "mcp:\n  servers:\n    - id: s\n      command: [x]\n      headers:\n        - {name: X-Key, value_secret_ref: K}\n      tools: [t]\n",
+    ));
+    assert_eq!(at(&r.errors), [("headers_on_stdio_server", 8, 7)]);
+    let r = rejected(&with(
+        "mcp:\n  servers:\n    - id: s\n      command: [x]\n      env_secret_refs: {https_proxy: P, CONSTLE_X: Q}\n      tools: [t]\n",
+    ));
+    assert_eq!(
+        at(&r.errors),
+        [("reserved_env_name", 8, 25), ("reserved_env_name", 8, 41)]
+    );
 }

@@ -43,6 +43,11 @@ impl Declared {
 }
 
 impl Credentials {
+    /// No headers: a transport that is no URL server's gets none.
+    pub(crate) fn none() -> Credentials {
+        Credentials(Vec::new())
+    }
+
     /// `server`'s declared headers, each value read through `env` (host
     /// variable look-ups; `None`: unset) by the Agentfile's rule
     /// ([`constle_manifest::SecretHeader::value`]).
@@ -50,7 +55,7 @@ impl Credentials {
         server: &McpServer,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Credentials, GateError> {
-        let headers = server.headers.iter().map(|declared| {
+        let headers = server.headers().iter().map(|declared| {
             let refused = |why: String| GateError::Header {
                 name: declared.name.to_string(),
                 why,

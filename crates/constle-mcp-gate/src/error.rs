@@ -7,7 +7,9 @@ use std::fmt;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum GateError {
-    /// The server's URL is not one the HTTP client accepts.
+    /// The server's URL is not one the HTTP client accepts, or it has none
+    /// (a stdio server, whose gate is built with
+    /// [`Gate::with_transport`](crate::Gate::with_transport)).
     Url(String),
     /// The HTTP client could not be set up (its TLS configuration).
     Client(std::io::Error),

@@ -28,6 +28,12 @@
 //!   and is answered only once that resolves. A human decision and a spend
 //!   refusal are the [`Approver`]'s and the [`Meter`]'s to record.
 //!
+//! Where the request goes is the gate's [`Transport`]: the server's URL
+//! ([`HttpTransport`], built by [`Gate::new`]), or an in-process bridge to a
+//! server Constle runs ([`Gate::with_transport`]). Everything above and
+//! below happens the same for either: the transport sees only requests the
+//! gate would send, and the gate sees only the responses it relays.
+//!
 //! Only these agent headers are forwarded: `Content-Type`, `Accept`,
 //! `Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`. The agent's
 //! `Host`, `Authorization`, cookies and everything else stay behind; the
@@ -79,7 +85,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Either, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::{Method, Request, StatusCode, Uri};
+use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
@@ -95,7 +101,7 @@ use crate::revision::Revision;
 use crate::rpc::{Reason, RequestId, error_response, to_bytes};
 use crate::shutoff::Shutoff;
 use crate::sse;
-use crate::upstream::{self, Client};
+use crate::transport::{HttpTransport, Transport, TransportBody, TransportError};
 
 /// What the agent gets back: a whole body, or a filtered SSE stream.
 type Body = Either<Full<Bytes>, UnsyncBoxBody<Bytes, std::io::Error>>;
@@ -237,9 +243,8 @@ impl Approver for RefuseGated {
 /// ```
 pub struct Gate {
     policy: ServerPolicy,
-    uri: Uri,
+    transport: Arc<dyn Transport>,
     credentials: Credentials,
-    client: Client,
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
     recorder: Arc<dyn Recorder>,
@@ -272,20 +277,34 @@ impl Gate {
         policy: ServerPolicy,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Gate, GateError> {
-        let uri = upstream::uri(server.url.as_str()).map_err(GateError::Url)?;
+        let url = server.url().ok_or_else(|| {
+            GateError::Url(format!(
+                "server {} has no url: Constle runs it, and its gate needs the stdio bridge",
+                server.id
+            ))
+        })?;
         let credentials = Credentials::resolve(server, env)?;
-        let client = upstream::client().map_err(GateError::Client)?;
+        let transport = HttpTransport::new(url.as_str())?;
         Ok(Gate {
-            policy,
-            uri,
             credentials,
-            client,
+            ..Gate::with_transport(policy, transport)
+        })
+    }
+
+    /// A gate forwarding through `transport` under `policy`, with the
+    /// defaults of [`Gate::new`] and no declared headers: every rule of the
+    /// gate applies the same, whatever the transport.
+    pub fn with_transport(policy: ServerPolicy, transport: impl Transport) -> Gate {
+        Gate {
+            policy,
+            transport: Arc::new(transport),
+            credentials: Credentials::none(),
             approver: Arc::new(RefuseGated),
             meter: Arc::new(Unmetered),
             recorder: Arc::new(Unrecorded),
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             shutoff: Shutoff::new(),
-        })
+        }
     }
 
     /// Puts gated calls to `approver`.
@@ -339,9 +358,8 @@ impl Gate {
     pub async fn serve<L: Listener>(self, mut listener: L) -> std::io::Result<()> {
         let inner = Arc::new(Inner {
             policy: self.policy,
-            uri: self.uri,
+            transport: self.transport,
             credentials: self.credentials,
-            client: self.client,
             approver: self.approver,
             meter: self.meter,
             recorder: self.recorder,
@@ -376,9 +394,8 @@ where
 
 struct Inner {
     policy: ServerPolicy,
-    uri: Uri,
+    transport: Arc<dyn Transport>,
     credentials: Credentials,
-    client: Client,
     approver: Arc<dyn Approver>,
     meter: Arc<dyn Meter>,
     recorder: Arc<dyn Recorder>,
@@ -452,19 +469,19 @@ impl Inner {
         );
         headers.remove(LAST_EVENT_ID);
         let request = self.request(Method::POST, headers, Bytes::from(body));
-        let sent = tokio::time::timeout(self.response_timeout, self.client.request(request));
+        let sent = tokio::time::timeout(self.response_timeout, self.transport.send(request));
         tokio::spawn(async move {
             // The server's answer to an error response carries nothing.
             let _ = sent.await;
         });
     }
 
-    /// A request to the server's URL, with the declared headers.
-    fn request(&self, method: Method, mut headers: HeaderMap, body: Bytes) -> Request<Full<Bytes>> {
+    /// A request to the server (the transport knows where it is), with
+    /// the declared headers.
+    fn request(&self, method: Method, mut headers: HeaderMap, body: Bytes) -> Request<Bytes> {
         self.credentials.add_to(&mut headers);
-        let mut request = Request::new(Full::new(body));
+        let mut request = Request::new(body);
         *request.method_mut() = method;
-        *request.uri_mut() = self.uri.clone();
         *request.headers_mut() = headers;
         request
     }
@@ -493,6 +510,13 @@ impl Inner {
                     "MCP server {server:?} sent back the value of a header the Constle gate adds for it; it was not relayed"
                 ),
             ),
+            Upstream::Exited(why) => (
+                StatusCode::BAD_GATEWAY,
+                Reason::ServerExited,
+                format!(
+                    "MCP server {server:?} is not running ({why}); the Constle gate could not forward the request"
+                ),
+            ),
             Upstream::Malformed(what) => (
                 StatusCode::BAD_GATEWAY,
                 Reason::UpstreamMalformed,
@@ -511,6 +535,8 @@ enum Upstream<'a> {
     Unreachable,
     /// No answer within the response timeout.
     Timeout,
+    /// The server is not running: how it ended.
+    Exited(&'a str),
     /// Something the gate cannot check: what it was.
     Malformed(&'a str),
     /// The value of a header the gate adds, sent back.
@@ -696,7 +722,7 @@ fn asked(forward: &Forward) -> Asked<'_> {
 /// relays its answer, within the response timeout.
 async fn exchange(
     inner: Arc<Inner>,
-    request: Request<Full<Bytes>>,
+    request: Request<Bytes>,
     agent_headers: HeaderMap,
     reply_id: Option<RequestId>,
     sse_idle: Option<Duration>,
@@ -709,9 +735,14 @@ async fn exchange(
         return closed;
     }
     let deadline = Instant::now() + inner.response_timeout;
-    let upstream = match tokio::time::timeout_at(deadline, inner.client.request(request)).await {
+    let upstream = match tokio::time::timeout_at(deadline, inner.transport.send(request)).await {
         Ok(Ok(upstream)) => upstream,
-        Ok(Err(_)) => return inner.upstream_error(Upstream::Unreachable, reply_id.as_ref()),
+        Ok(Err(TransportError::Unreachable)) => {
+            return inner.upstream_error(Upstream::Unreachable, reply_id.as_ref());
+        }
+        Ok(Err(TransportError::Exited { why })) => {
+            return inner.upstream_error(Upstream::Exited(&why), reply_id.as_ref());
+        }
         Err(_) => return inner.upstream_error(Upstream::Timeout, reply_id.as_ref()),
     };
     let exchange = Exchange {
@@ -726,7 +757,10 @@ async fn exchange(
 /// Reads at most one chunk past [`MAX_BODY_BYTES`], so the caller sees
 /// that the body is too large without the gate reading all of it. A body
 /// that came in one chunk, as small ones do, is not copied.
-async fn read_limited(mut body: Incoming) -> Result<Bytes, hyper::Error> {
+async fn read_limited<B>(mut body: B) -> Result<Bytes, B::Error>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+{
     let mut first = Bytes::new();
     let mut rest = Vec::new();
     while let Some(frame) = body.frame().await {
@@ -805,7 +839,7 @@ fn relayed_headers(upstream: &HeaderMap) -> Result<HeaderMap, &'static str> {
 
 async fn relay(
     inner: Arc<Inner>,
-    upstream: hyper::Response<Incoming>,
+    upstream: hyper::Response<TransportBody>,
     exchange: Exchange,
 ) -> Response {
     let reply_id = exchange.reply_id.as_ref();
@@ -844,7 +878,7 @@ async fn relay(
     response
 }
 
-fn relay_sse(inner: Arc<Inner>, upstream: Incoming, exchange: Exchange) -> Response {
+fn relay_sse(inner: Arc<Inner>, upstream: TransportBody, exchange: Exchange) -> Response {
     let stream = SseRelay {
         inner,
         upstream,
@@ -868,7 +902,7 @@ fn relay_sse(inner: Arc<Inner>, upstream: Incoming, exchange: Exchange) -> Respo
 /// answer with instead if it cannot be read or checked in time.
 async fn relay_json(
     inner: &Inner,
-    upstream: Incoming,
+    upstream: TransportBody,
     exchange: &Exchange,
 ) -> Result<Response, Response> {
     let reply_id = exchange.reply_id.as_ref();
@@ -907,7 +941,7 @@ async fn relay_json(
 /// One SSE stream from the server, filtered event by event.
 struct SseRelay {
     inner: Arc<Inner>,
-    upstream: Incoming,
+    upstream: TransportBody,
     parser: sse::Parser,
     idle: Option<Duration>,
     agent_headers: HeaderMap,

@@ -108,6 +108,7 @@ mod revision;
 mod rpc;
 mod shutoff;
 mod sse;
+mod transport;
 mod upstream;
 
 pub use error::GateError;
@@ -125,9 +126,10 @@ pub use refused::{MAX_RECORDED_BYTES, RecordFuture, Recorder, RefusedRequest, Un
 pub use revision::{Revision, SUPPORTED_REVISIONS, UnsupportedRevision};
 pub use rpc::{
     GATE_REFUSED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
-    Reason, RequestId,
+    Reason, RequestId, error_body,
 };
 pub use shutoff::Shutoff;
+pub use transport::{HttpTransport, Transport, TransportBody, TransportError, TransportFuture};
 
 #[cfg(test)]
 mod tests;

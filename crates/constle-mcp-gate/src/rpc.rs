@@ -134,6 +134,14 @@ pub enum Reason {
     HostRefused,
     /// A request whose `Origin` is not a loopback origin; HTTP 403.
     OriginRefused,
+    /// The server Constle runs for this run is not running.
+    ServerExited,
+    /// A request to a stdio server without the session's `Mcp-Session-Id`.
+    SessionRequired,
+    /// An `Mcp-Session-Id` that names no live session of a stdio server.
+    SessionUnknown,
+    /// A request to a stdio server the agent cancelled before it was answered.
+    RequestCancelled,
 }
 
 impl Reason {
@@ -158,10 +166,13 @@ impl Reason {
                 INVALID_PARAMS
             }
             Reason::GateRefused | Reason::SpendRefused | Reason::GateClosed => GATE_REFUSED,
+            Reason::SessionRequired | Reason::SessionUnknown => INVALID_REQUEST,
             Reason::UpstreamUnreachable
             | Reason::UpstreamMalformed
             | Reason::UpstreamTimeout
-            | Reason::UpstreamEchoedSecret => INTERNAL_ERROR,
+            | Reason::UpstreamEchoedSecret
+            | Reason::ServerExited
+            | Reason::RequestCancelled => INTERNAL_ERROR,
         }
     }
 
@@ -192,6 +203,10 @@ impl Reason {
             Reason::UpstreamEchoedSecret => "mcp_upstream_echoed_secret",
             Reason::HostRefused => "mcp_host_refused",
             Reason::OriginRefused => "mcp_origin_refused",
+            Reason::ServerExited => "mcp_server_exited",
+            Reason::SessionRequired => "mcp_session_required",
+            Reason::SessionUnknown => "mcp_session_unknown",
+            Reason::RequestCancelled => "mcp_request_cancelled",
         }
     }
 }
@@ -266,6 +281,12 @@ pub(crate) fn error_response(
 }
 
 /// Serialises a value the gate built itself; cannot fail.
+/// A JSON-RPC error response for `reason`, as the gate writes its own (a
+/// transport answering for a server uses it too).
+pub fn error_body(id: Option<&RequestId>, reason: Reason, message: &str) -> Vec<u8> {
+    to_bytes(&error_response(id, reason.code(), message, reason))
+}
+
 pub(crate) fn to_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }

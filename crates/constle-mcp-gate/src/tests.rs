@@ -1,6 +1,8 @@
 //! Each rule of the gate, and attempts to get past it.
 
-use constle_manifest::{HttpUrl, HumanGates, McpServer, MethodName, Pricing, ServerId, ToolName};
+use constle_manifest::{
+    HttpUrl, HumanGates, McpServer, McpTransport, MethodName, Pricing, ServerId, ToolName,
+};
 use serde_json::{Value, json};
 
 use crate::*;
@@ -10,11 +12,13 @@ const JSON: Option<&str> = Some("application/json");
 fn server(tools: &[&str]) -> McpServer {
     McpServer {
         id: ServerId::new("accounting").unwrap(),
-        url: HttpUrl::new("https://mcp.accounting.internal").unwrap(),
+        transport: McpTransport::Url {
+            url: HttpUrl::new("https://mcp.accounting.internal").unwrap(),
+            headers: Vec::new(),
+        },
         tools: tools.iter().map(|t| ToolName::new(t).unwrap()).collect(),
         pricing: Pricing::default(),
         allow_methods: Vec::new(),
-        headers: Vec::new(),
     }
 }
 

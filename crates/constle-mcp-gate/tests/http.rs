@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use constle_manifest::{HttpUrl, HumanGates, McpServer, Pricing, ServerId, ToolName};
+use constle_manifest::{HttpUrl, HumanGates, McpServer, McpTransport, Pricing, ServerId, ToolName};
 use constle_mcp_gate::{
     Approval, ApprovalFuture, Approver, Gate, MAX_RECORDED_BYTES, Meter, MeterFuture, Metered,
     RecordFuture, Recorder, RefusedRequest, RequestId, ServerPolicy, Shutoff, ToolCall,
@@ -108,14 +108,16 @@ async fn fake_server() -> (String, Log) {
 fn declared(url: &str) -> McpServer {
     McpServer {
         id: ServerId::new("accounting").unwrap(),
-        url: HttpUrl::new(url).unwrap(),
+        transport: McpTransport::Url {
+            url: HttpUrl::new(url).unwrap(),
+            headers: Vec::new(),
+        },
         tools: ["list_invoices", "pay_invoice", "Pay_Invoice"]
             .iter()
             .map(|t| ToolName::new(t).unwrap())
             .collect(),
         pricing: Pricing::default(),
         allow_methods: Vec::new(),
-        headers: Vec::new(),
     }
 }
 

@@ -70,6 +70,18 @@ pub enum RunError {
     /// Agent-to-agent messaging could not start.
     #[error("a2a: {0}")]
     A2a(String),
+    /// A host variable a stdio MCP server's `env_secret_refs` names is not
+    /// set; nothing was started. Only the names are said.
+    #[error(
+        "MCP server {server}'s env_secret_refs names the host variable {variable}, which is not set \
+         (or not UTF-8); export it before `constle run` (nothing was started)"
+    )]
+    SecretUnset {
+        /// The server's id.
+        server: String,
+        /// The host variable.
+        variable: String,
+    },
     /// A filesystem operation for the run's private files failed.
     #[error("{what}: {source}")]
     Io {

@@ -16,6 +16,7 @@ mod plan;
 mod refusals;
 mod run;
 mod spend;
+mod stdio;
 mod stop;
 
 pub use a2a::{listener as a2a_listener, listener_event as a2a_event};

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use constle_audit::AuditLog;
-use constle_manifest::{Manifest, ServerId};
+use constle_manifest::{Manifest, McpTransport, ServerId};
 use constle_mcp_gate::{Gate, ServerPolicy, Shutoff};
 use constle_sandbox::Relay;
 use tokio::net::UnixListener;
@@ -26,6 +26,7 @@ use crate::human::HumanGate;
 use crate::output::OutputHold;
 use crate::refusals::RefusalLog;
 use crate::spend::SpendMeter;
+use crate::stdio::StdioServers;
 use crate::stop::{GateStop, GateStopped};
 
 /// The first port the relays of the MCP gates listen on inside the
@@ -33,25 +34,56 @@ use crate::stop::{GateStop, GateStopped};
 const MCP_BASE_PORT: u16 = 4100;
 
 /// One gate per declared server, in Agentfile order, not yet serving.
-pub(crate) struct PreparedGates(Vec<(ServerId, Gate)>);
+pub(crate) struct PreparedGates(Vec<(ServerId, Prepared)>);
+
+/// A URL server's gate, built; a stdio server's policy, whose gate is
+/// built once its bridge (and with it the server) has started.
+enum Prepared {
+    Built(Gate),
+    AwaitingBridge(ServerPolicy),
+}
 
 impl PreparedGates {
-    /// Builds the gate of every declared server; the first that cannot be
-    /// built (its URL, its HTTP client, a header without a usable value)
+    /// Builds the gate of every declared URL server; the first that cannot
+    /// be built (its URL, its HTTP client, a header without a usable value)
     /// is the error.
     pub(crate) fn new(manifest: &Manifest) -> Result<PreparedGates, RunError> {
         let gates = manifest.mcp.servers.iter().map(|server| {
             let policy = ServerPolicy::new(server, &manifest.human_gates);
+            if let McpTransport::Stdio(_) = server.transport {
+                return Ok((server.id.clone(), Prepared::AwaitingBridge(policy)));
+            }
             let gate =
                 Gate::new(server, policy, &host_var).map_err(|source| RunError::McpGate {
                     server: server.id.to_string(),
                     source,
                 })?;
-            Ok((server.id.clone(), gate))
+            Ok((server.id.clone(), Prepared::Built(gate)))
         });
         gates.collect::<Result<_, _>>().map(PreparedGates)
     }
+
+    /// Every gate built: each stdio server's forwarding through its bridge
+    /// in `stdio`, started by now.
+    pub(crate) fn bridged(self, stdio: &StdioServers) -> Result<BridgedGates, RunError> {
+        let gates = self.0.into_iter().map(|(id, prepared)| {
+            let gate = match prepared {
+                Prepared::Built(gate) => gate,
+                Prepared::AwaitingBridge(policy) => {
+                    let bridge = stdio.bridge(id.as_str()).ok_or_else(|| {
+                        RunError::Sandbox(format!("MCP server {id} was not started"))
+                    })?;
+                    Gate::with_transport(policy, bridge.clone())
+                }
+            };
+            Ok((id, gate))
+        });
+        gates.collect::<Result<_, _>>().map(BridgedGates)
+    }
 }
+
+/// Every declared server's gate, in Agentfile order, ready to serve.
+pub(crate) struct BridgedGates(Vec<(ServerId, Gate)>);
 
 /// The running gates. Dropping them stops accepting connections; closing
 /// them ([`McpGates::close`]) stops every one of them forwarding.
@@ -64,15 +96,15 @@ pub(crate) struct McpGates {
 }
 
 impl McpGates {
-    /// Binds one socket per prepared gate under `sockets` and starts the
-    /// gate. Gated calls go to the human gates (with `terminal` as the host
+    /// Binds one socket per gate under `sockets` and starts the gate.
+    /// Gated calls go to the human gates (with `terminal` as the host
     /// terminal, if there is one, holding the agent's output back with
     /// `hold` while it asks); priced calls to `meter`; every request a gate
     /// refuses itself to the audit log (`mcp_refused`). All of them share
     /// one [`Shutoff`], thrown when a timeout aborts the run or a refusal
     /// cannot be recorded.
     pub(crate) fn start(
-        prepared: PreparedGates,
+        ready: BridgedGates,
         manifest: &Manifest,
         sockets: &Path,
         log: &Arc<AuditLog>,
@@ -98,7 +130,7 @@ impl McpGates {
             stopped,
             shutoff: shutoff.clone(),
         };
-        for ((id, gate), port) in prepared.0.into_iter().zip(MCP_BASE_PORT..) {
+        for ((id, gate), port) in ready.0.into_iter().zip(MCP_BASE_PORT..) {
             let mut gate = gate
                 .with_recorder(refusals.clone())
                 .with_shutoff(shutoff.clone());

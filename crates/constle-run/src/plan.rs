@@ -1,7 +1,7 @@
 //! What a run will enforce and what it will not, worked out from the
 //! Agentfile before anything starts, so the run summary can say it.
 
-use constle_manifest::{Egress, Manifest, McpServer, OnTimeout};
+use constle_manifest::{Egress, Hostname, Manifest, McpServer, McpTransport, OnTimeout};
 use constle_sandbox::AGENT_ID;
 
 /// One line of the run summary.
@@ -139,10 +139,17 @@ fn mcp(manifest: &Manifest) -> Vec<Item> {
         .iter()
         .map(|server| {
             let tools: Vec<&str> = server.tools.iter().map(|t| t.as_str()).collect();
+            let run_here = match &server.transport {
+                McpTransport::Url { .. } => String::new(),
+                McpTransport::Stdio(stdio) => format!(
+                    " (run by constle over stdio, in a sandbox of its own with {})",
+                    server_network(&stdio.allowed_hosts)
+                ),
+            };
             enforced(
                 "mcp gate",
                 format!(
-                    "server {} at {}: only {} callable, tools/list filtered to them; other tools and methods refused{}",
+                    "server {}{run_here} at {}: only {} callable, tools/list filtered to them; other tools and methods refused{}",
                     server.id,
                     server.env_var(),
                     tools.join(", "),
@@ -155,15 +162,29 @@ fn mcp(manifest: &Manifest) -> Vec<Item> {
     items
 }
 
+/// A stdio server's network, for the summary.
+fn server_network(hosts: &[Hostname]) -> String {
+    match hosts {
+        [] => "no network".into(),
+        hosts => {
+            let hosts: Vec<&str> = hosts.iter().map(Hostname::as_str).collect();
+            format!(
+                "HTTPS only to {}, through a proxy of its own",
+                hosts.join(", ")
+            )
+        }
+    }
+}
+
 /// The headers the gate adds for `server`, by name and the variable their
 /// value comes from: this runs before the values are read, and never shows
 /// one.
 fn added_headers(server: &McpServer) -> String {
-    if server.headers.is_empty() {
+    if server.headers().is_empty() {
         return String::new();
     }
     let headers: Vec<String> = server
-        .headers
+        .headers()
         .iter()
         .map(|h| match &h.scheme {
             Some(scheme) => format!("{}: {scheme} ${}", h.name, h.value_secret_ref),

@@ -16,7 +16,7 @@ use constle_egress::{EgressPolicy, NetworkEvent, Squid};
 use constle_identity::{KeyKind, KeyStore};
 use constle_limits::LimitHit;
 use constle_manifest::{Egress, Manifest};
-use constle_sandbox::{Private, Relay, SandboxSpec};
+use constle_sandbox::{CommandIo, Private, Relay, SandboxSpec};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::a2a::A2aLink;
@@ -26,6 +26,7 @@ use crate::limits::{RunLimits, limit_event};
 use crate::mcp::{McpGates, PreparedGates};
 use crate::output::{AgentOutput, OutputHold};
 use crate::spend::SpendMeter;
+use crate::stdio::{self, Secrets, StdioServers};
 use crate::stop::GateStop;
 
 /// Where the agent finds the proxy inside the sandbox.
@@ -65,6 +66,9 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     // must leave nothing behind, not even a log entry.
     let gates = PreparedGates::new(manifest)?;
     let mut stop = StopSignals::take_over()?;
+    // Before anything starts: a server's secret that is not there stops
+    // the run here, by the variable's name.
+    let secrets = Secrets::read(manifest)?;
     let signer = match &manifest.identity {
         Some(identity) => {
             let missing = |source| RunError::KeyMissing {
@@ -82,7 +86,7 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
         signer,
     )?));
     record(&log, run_started(manifest)).await?;
-    let outcome = supervise(manifest, gates, options, &mut stop, &log).await;
+    let outcome = supervise(manifest, gates, options, &mut stop, &log, secrets).await;
     let exit_code = match &outcome {
         Ok((code, _)) => *code,
         Err(_) => 125,
@@ -106,12 +110,12 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     })
 }
 
-fn event(name: &str) -> Event {
+pub(crate) fn event(name: &str) -> Event {
     // Every name used here is a literal snake_case word.
     Event::new(name).unwrap_or_else(|_| unreachable!("event names in this module are valid"))
 }
 
-async fn record(log: &AuditLog, event: Event) -> Result<(), AuditError> {
+pub(crate) async fn record(log: &AuditLog, event: Event) -> Result<(), AuditError> {
     log.submit(event).written().await.map(|_| ())
 }
 
@@ -143,6 +147,7 @@ async fn supervise(
     options: &RunOptions,
     stop: &mut StopSignals,
     log: &Arc<AuditLog>,
+    secrets: Secrets,
 ) -> Result<(i32, Phases), RunError> {
     let mut clock = Instant::now();
     let mut lap = move || {
@@ -154,14 +159,20 @@ async fn supervise(
     // Beside the sockets' directory, not in it: the sandbox's launcher
     // needs a stage whose parents anyone may search (see SandboxSpec).
     let stage = private_dir("constle-stage-")?;
+    let private = private_paths(options);
     let mut spec = SandboxSpec {
         command: manifest.sandbox.command.clone(),
         workdir: manifest.sandbox.workdir.clone(),
         env: BTreeMap::new(),
         rootfs: manifest.sandbox.rootfs.clone(),
         relays: Vec::new(),
+        stdio: CommandIo::Inherit,
         constle_exe: options.constle_exe.clone(),
-        private: private_paths(options),
+        private: private
+            .iter()
+            .cloned()
+            .chain(stdio::declared_workdirs(manifest))
+            .collect(),
         stage: stage.path().to_path_buf(),
         cgroup_procs: Vec::new(),
     };
@@ -173,7 +184,7 @@ async fn supervise(
     // its own, before anything it starts would share its old one.
     let limits = RunLimits::create(manifest)?;
     let mut proxy = match EgressPolicy::from_network(&manifest.sandbox.network) {
-        Some(policy) => Some(Proxy::start(&policy, options, sockets.path(), log).await?),
+        Some(policy) => Some(Proxy::start(&policy, options, sockets.path(), log, None).await?),
         None => None,
     };
     // The host terminal is opened only when someone may have to answer on it.
@@ -184,6 +195,18 @@ async fn supervise(
         .flatten();
     let hold = OutputHold::default();
     let meter = SpendMeter::open(manifest, &options.home, log).await;
+    let servers = StdioServers::start(
+        &stdio::Context {
+            manifest,
+            options,
+            private: &private,
+            sockets: sockets.path(),
+            log,
+        },
+        secrets,
+    )
+    .await?;
+    let gates = gates.bridged(&servers)?;
     let mut gates = McpGates::start(gates, manifest, sockets.path(), log, terminal, &hold, meter)?;
     let a2a = A2aLink::start(manifest, &options.home, sockets.path(), log).await?;
     spec.env = agent_env(manifest, proxy.is_some(), gates.env());
@@ -214,7 +237,8 @@ async fn supervise(
     drop(lifeline);
     limits.end();
     output.finish(OUTPUT_GRACE).await;
-    sweep_setid(&spec, began, log).await?;
+    sweep_setid(&spec, began, log, None).await?;
+    let servers_stopped = servers.stop(began).await;
     drop(gates);
     drop(a2a);
     let recorded = match proxy {
@@ -228,18 +252,20 @@ async fn supervise(
     };
     let code = result?;
     recorded?;
+    servers_stopped?;
     Ok((code, phases))
 }
 
 /// The second layer behind the seccomp filter's refusal of set-id bits:
-/// with the sandbox gone, no file the agent changed keeps one (in a root
-/// run its files belong on disk to the work directory's owner, often
-/// root). A bit found is cleared and recorded; a sweep that cannot run is
-/// said, and fails the run.
-async fn sweep_setid(
+/// with the sandbox gone, no file the agent (or stdio MCP server `server`)
+/// changed keeps one (in a root run its files belong on disk to the work
+/// directory's owner, often root). A bit found is cleared and recorded; a
+/// sweep that cannot run is said, and fails the run.
+pub(crate) async fn sweep_setid(
     spec: &SandboxSpec,
     began: SystemTime,
     log: &AuditLog,
+    server: Option<&str>,
 ) -> Result<(), RunError> {
     let cleared = spec.clear_setid(began).map_err(|e| {
         RunError::Sandbox(format!(
@@ -257,6 +283,10 @@ async fn sweep_setid(
     if let Ok(found) = event("setid_cleared")
         .with("count", i64::try_from(cleared.len()).unwrap_or(i64::MAX))
         .and_then(|e| e.with("paths", paths))
+        .and_then(|e| match server {
+            Some(server) => e.with("server", server),
+            None => Ok(e),
+        })
     {
         record(log, found).await?;
     }
@@ -322,9 +352,9 @@ impl Phases {
 
 /// The egress proxy of one run: Squid, the Unix socket bridged to it, and
 /// the task writing its decisions to the audit log.
-struct Proxy {
+pub(crate) struct Proxy {
     squid: Squid,
-    relay: Relay,
+    pub(crate) relay: Relay,
     bridge: tokio::task::JoinHandle<()>,
     /// `None` once it has finished and its result was taken.
     recorder: Option<tokio::task::JoinHandle<Result<(), AuditError>>>,
@@ -332,24 +362,31 @@ struct Proxy {
 }
 
 impl Proxy {
-    async fn start(
+    /// The agent's proxy, or with `server` a stdio MCP server's (its
+    /// decisions recorded with the server's id).
+    pub(crate) async fn start(
         policy: &EgressPolicy,
         options: &RunOptions,
         sockets: &Path,
         log: &Arc<AuditLog>,
+        server: Option<&str>,
     ) -> Result<Proxy, RunError> {
         let dir = private_dir("constle-squid-")?;
         let mut squid = Squid::start(dir.path(), policy, options.hosts_file.as_deref()).await?;
-        let socket = sockets.join("proxy.sock");
+        let socket = match server {
+            None => sockets.join("proxy.sock"),
+            Some(id) => sockets.join(format!("proxy-{id}.sock")),
+        };
         let bridge = bridge::forward(&socket, squid.addr())
             .map_err(io(format!("cannot bind {}", socket.display())))?;
         let mut events = squid
             .take_events()
             .ok_or_else(|| RunError::Sandbox("the proxy's events were already taken".into()))?;
         let log = Arc::clone(log);
+        let server = server.map(str::to_owned);
         let recorder = tokio::spawn(async move {
             while let Some(decision) = events.recv().await {
-                record(&log, network_event(&decision)).await?;
+                record(&log, network_event(&decision, server.as_deref())).await?;
             }
             Ok(())
         });
@@ -374,7 +411,7 @@ impl Proxy {
     }
 
     /// Stops Squid and waits until every decision it logged is recorded.
-    async fn stop(self) -> Result<(), RunError> {
+    pub(crate) async fn stop(self) -> Result<(), RunError> {
         self.bridge.abort();
         self.squid.stop().await;
         match self.recorder {
@@ -420,27 +457,37 @@ fn agent_env(
     proxied: bool,
     mcp: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
-    let mut env = BTreeMap::new();
-    if proxied {
-        env.extend(PROXY_OPT_INS.map(|(k, v)| (k.to_owned(), v.to_owned())));
-    }
-    env.extend(
-        manifest
-            .sandbox
-            .env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone())),
-    );
-    if proxied {
-        let url = format!("http://{PROXY_LISTEN}");
-        for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
-            env.insert(name.into(), url.clone());
-        }
-        for name in ["NO_PROXY", "no_proxy"] {
-            env.insert(name.into(), "127.0.0.1,localhost".into());
-        }
-    }
+    let declared = manifest
+        .sandbox
+        .env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()));
+    let mut env = match proxied {
+        true => proxied_env(declared),
+        false => declared.collect(),
+    };
     env.extend(mcp.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+/// `declared`, with the proxy variables pointing at the relay (which win)
+/// and the opt-ins that make clients use them (which `declared` may
+/// override): the environment of a sandbox whose network is the proxy.
+pub(crate) fn proxied_env(
+    declared: impl Iterator<Item = (String, String)>,
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = PROXY_OPT_INS
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into_iter()
+        .collect();
+    env.extend(declared);
+    let url = format!("http://{PROXY_LISTEN}");
+    for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+        env.insert(name.into(), url.clone());
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        env.insert(name.into(), "127.0.0.1,localhost".into());
+    }
     env
 }
 
@@ -572,7 +619,7 @@ enum ProxyTrouble {
     NotRecorded(String),
 }
 
-fn network_event(decision: &NetworkEvent) -> Event {
+fn network_event(decision: &NetworkEvent, server: Option<&str>) -> Event {
     let name = decision.audit_event_name();
     let built = event(name)
         .with("host", decision.host.clone())
@@ -585,6 +632,10 @@ fn network_event(decision: &NetworkEvent) -> Event {
                 "requested_at",
                 constle_audit::format_timestamp(decision.started),
             )
+        })
+        .and_then(|e| match server {
+            Some(server) => e.with("server", server),
+            None => Ok(e),
         });
     built.unwrap_or_else(|_| event(name))
 }
@@ -598,7 +649,7 @@ fn exit_code(status: ExitStatus) -> i32 {
 }
 
 /// A fresh directory only the current user can enter.
-fn private_dir(prefix: &str) -> Result<tempfile::TempDir, RunError> {
+pub(crate) fn private_dir(prefix: &str) -> Result<tempfile::TempDir, RunError> {
     let dir = tempfile::Builder::new()
         .prefix(prefix)
         .tempdir()

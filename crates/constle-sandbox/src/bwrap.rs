@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use crate::launch::{Descriptors, RootfsEntry};
 use crate::layout::{
     AGENT_HOME, AGENT_ID, DEFAULT_PATH, ETC_PATHS, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND,
-    LAUNCH_SUBCOMMAND, PROC_MASKED, PROC_READ_ONLY, SYSTEM_DIRS,
+    LAUNCH_SUBCOMMAND, PROC_MASKED, PROC_READ_ONLY, STDIO_INSIDE, SYSTEM_DIRS,
 };
 use crate::plan::{PLAN_ENV, Plan};
 use crate::spec::CheckedSpec;
@@ -20,7 +20,7 @@ use crate::{SandboxError, SandboxSpec, wire};
 /// `constle sandbox-exec` (the launcher), which checks the spec again,
 /// opens what the sandbox mounts, drops root if it has it, and replaces
 /// itself with `bwrap <args> -- /run/constle/constle sandbox-init <relays>
-/// -- <command…>`.
+/// [--stdio /run/constle/stdio] -- <command…>`.
 ///
 /// The spec is checked here first (see [`SandboxError`]), so a spec that
 /// cannot run is refused before anything starts: the work directory exists,
@@ -179,8 +179,8 @@ pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>, fds: &Descriptors) -> BwrapArgs
     }
 
     a.bind_fd("--ro-bind-fd", &fds.exe, Path::new(EXE_INSIDE));
-    for (relay, fd) in spec.relays.iter().zip(&fds.relays) {
-        a.bind_fd("--ro-bind-fd", fd, &relay.inside);
+    for ((.., inside), fd) in spec.sockets().zip(&fds.sockets) {
+        a.bind_fd("--ro-bind-fd", fd, inside);
     }
 
     let workdir = spec.workdir.path.as_path();
@@ -201,6 +201,10 @@ pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>, fds: &Descriptors) -> BwrapArgs
     for relay in &spec.relays {
         c.flag(wire::RELAY_FLAG);
         c.0.push(wire::encode_relay(relay.name, relay.listen, &relay.inside));
+    }
+    if spec.stdio.is_some() {
+        c.flag(wire::STDIO_FLAG);
+        c.flag(STDIO_INSIDE);
     }
     c.flag("--");
     c.0.extend(spec.command.iter().map(OsString::from));
@@ -271,6 +275,7 @@ mod tests {
     use std::fs::File;
 
     use super::*;
+    use crate::CommandIo;
 
     fn fd() -> OwnedFd {
         File::open("/dev/null").unwrap().into()
@@ -299,6 +304,7 @@ mod tests {
             env: BTreeMap::from([("HOME".into(), "/nonexistent".into())]),
             rootfs: None,
             relays: vec![],
+            stdio: CommandIo::Inherit,
             constle_exe: "/usr/bin/true".into(),
             private: vec![],
             stage: work.path().to_path_buf(),
@@ -308,7 +314,7 @@ mod tests {
         let fds = Descriptors {
             workdir: fd(),
             exe: fd(),
-            relays: vec![],
+            sockets: vec![],
             rootfs: vec![],
             passwd: Some(fd()),
             group: Some(fd()),

@@ -5,7 +5,8 @@
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,7 +42,7 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 enum InitError {
     #[error(
-        "{0}\nusage: constle {INIT_SUBCOMMAND} [--relay NAME,ADDRESS,SOCKET]... -- COMMAND [ARG]...\n\
+        "{0}\nusage: constle {INIT_SUBCOMMAND} [--relay NAME,ADDRESS,SOCKET]... [--stdio SOCKET] -- COMMAND [ARG]...\n\
          (this subcommand runs inside the sandbox; `constle run` starts it)"
     )]
     Usage(String),
@@ -55,6 +56,8 @@ enum InitError {
         listen: SocketAddr,
         source: io::Error,
     },
+    #[error("cannot connect the command's stdin and stdout to {socket:?}: {source}")]
+    Stdio { socket: PathBuf, source: io::Error },
     #[error("cannot run {program:?}: {source}")]
     Spawn {
         program: OsString,
@@ -91,7 +94,9 @@ impl InitError {
 ///    relay or open its `/proc/PID/fd`;
 /// 3. binds every relay's TCP address (so the agent can connect at once);
 /// 4. starts the agent with stdin `/dev/null`, stdout and stderr inherited,
-///    and the sandbox's environment;
+///    and the sandbox's environment; with `--stdio SOCKET`, connects to
+///    the Unix socket first and gives the connection to the command as
+///    both stdin and stdout (a stdio MCP server's protocol channel);
 /// 5. forwards each accepted connection to its relay's Unix socket, both
 ///    ways, passing half-closes on; a connection whose socket cannot be
 ///    reached is closed (the first such failure per relay is reported on
@@ -115,7 +120,7 @@ pub fn init_main(args: Vec<OsString>) -> i32 {
 }
 
 fn init(args: Vec<OsString>) -> Result<i32, InitError> {
-    let (relays, command) = parse_args(args)?;
+    let args = parse_args(args)?;
     close_inherited_fds().map_err(InitError::Fds)?;
     // Best effort: without it the relay is only as exposed as the agent.
     let _ = nix::sys::prctl::set_dumpable(false);
@@ -130,7 +135,7 @@ fn init(args: Vec<OsString>) -> Result<i32, InitError> {
         .enable_all()
         .build()
         .map_err(InitError::Runtime)?;
-    runtime.block_on(run(relays, command))
+    runtime.block_on(run(args))
 }
 
 /// When stdin is a pipe, it is the caller's lifeline: the caller holds its
@@ -173,9 +178,19 @@ fn until_closed(mut from: impl io::Read) {
     }
 }
 
-fn parse_args(args: Vec<OsString>) -> Result<(Vec<InitRelay>, Vec<OsString>), InitError> {
+/// `sandbox-init`'s arguments.
+#[derive(Debug)]
+struct InitArgs {
+    relays: Vec<InitRelay>,
+    /// The socket whose connection is the command's stdin and stdout.
+    stdio: Option<PathBuf>,
+    command: Vec<OsString>,
+}
+
+fn parse_args(args: Vec<OsString>) -> Result<InitArgs, InitError> {
     let mut args = args.into_iter();
     let mut relays = Vec::new();
+    let mut stdio = None;
     loop {
         match args.next() {
             None => return Err(InitError::Usage("missing `--` before the command".into())),
@@ -189,6 +204,14 @@ fn parse_args(args: Vec<OsString>) -> Result<(Vec<InitRelay>, Vec<OsString>), In
                 })?;
                 relays.push(relay);
             }
+            Some(arg) if arg == wire::STDIO_FLAG && stdio.is_none() => {
+                let socket = args
+                    .next()
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_absolute())
+                    .ok_or_else(|| InitError::Usage("`--stdio` needs an absolute path".into()))?;
+                stdio = Some(socket);
+            }
             Some(arg) => return Err(InitError::Usage(format!("unexpected argument {arg:?}"))),
         }
     }
@@ -196,7 +219,29 @@ fn parse_args(args: Vec<OsString>) -> Result<(Vec<InitRelay>, Vec<OsString>), In
     if command.first().is_none_or(|c| c.is_empty()) {
         return Err(InitError::Usage("no command after `--`".into()));
     }
-    Ok((relays, command))
+    Ok(InitArgs {
+        relays,
+        stdio,
+        command,
+    })
+}
+
+/// The command's stdin and stdout: `/dev/null` and init's own, or both one
+/// connection to the `--stdio` socket.
+fn command_io(stdio: Option<&Path>) -> Result<(Stdio, Stdio), InitError> {
+    let Some(socket) = stdio else {
+        return Ok((Stdio::null(), Stdio::inherit()));
+    };
+    let failed = |source| InitError::Stdio {
+        socket: socket.to_path_buf(),
+        source,
+    };
+    let stream = std::os::unix::net::UnixStream::connect(socket).map_err(failed)?;
+    let input = stream.try_clone().map_err(failed)?;
+    Ok((
+        Stdio::from(OwnedFd::from(input)),
+        Stdio::from(OwnedFd::from(stream)),
+    ))
 }
 
 /// Closes every descriptor above 2 without close-on-exec.
@@ -227,7 +272,12 @@ fn close_inherited_fds() -> io::Result<()> {
     Ok(())
 }
 
-async fn run(relays: Vec<InitRelay>, command: Vec<OsString>) -> Result<i32, InitError> {
+async fn run(args: InitArgs) -> Result<i32, InitError> {
+    let InitArgs {
+        relays,
+        stdio,
+        command,
+    } = args;
     let mut listeners = Vec::with_capacity(relays.len());
     for relay in relays {
         let listen = SocketAddr::V4(relay.listen);
@@ -243,9 +293,11 @@ async fn run(relays: Vec<InitRelay>, command: Vec<OsString>) -> Result<i32, Init
 
     // Before the agent exists, so that no exit goes unnoticed.
     let mut children = Reaper::new()?;
+    let (stdin, stdout) = command_io(stdio.as_deref())?;
     let agent = std::process::Command::new(&command[0])
         .args(&command[1..])
-        .stdin(Stdio::null())
+        .stdin(stdin)
+        .stdout(stdout)
         .spawn()
         .map_err(|source| InitError::Spawn {
             program: command[0].clone(),
@@ -406,7 +458,7 @@ mod tests {
 
     #[test]
     fn parses_arguments() {
-        let (relays, command) = parse_args(os(&[
+        let args = parse_args(os(&[
             "--relay",
             "proxy,127.0.0.1:3128,/run/constle/proxy.sock",
             "--",
@@ -415,9 +467,13 @@ mod tests {
             "--relay",
         ]))
         .unwrap();
-        assert_eq!(relays.len(), 1);
-        assert_eq!(relays[0].name, "proxy");
-        assert_eq!(command, os(&["sh", "-c", "--relay"]));
+        assert_eq!(args.relays.len(), 1);
+        assert_eq!(args.relays[0].name, "proxy");
+        assert_eq!(args.stdio, None);
+        assert_eq!(args.command, os(&["sh", "-c", "--relay"]));
+        let args = parse_args(os(&["--stdio", "/run/constle/stdio", "--", "srv"])).unwrap();
+        assert_eq!(args.stdio, Some(PathBuf::from("/run/constle/stdio")));
+        assert!(args.relays.is_empty());
 
         for bad in [
             &[][..],
@@ -427,6 +483,9 @@ mod tests {
             &["--relay"],
             &["--relay", "x", "--", "sh"],
             &["--bogus", "--", "sh"],
+            &["--stdio", "relative", "--", "sh"],
+            &["--stdio", "/a", "--stdio", "/b", "--", "sh"],
+            &["--stdio"],
         ] {
             let err = parse_args(os(bad)).unwrap_err();
             assert_eq!(err.exit_code(), EXIT_SANDBOX_FAILED, "{bad:?}");

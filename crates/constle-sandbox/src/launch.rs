@@ -46,7 +46,7 @@ use rustix::mount::{MoveMountFlags, move_mount};
 use crate::layout::{LAUNCH_SUBCOMMAND, ROOT_AGENT_HOST_ID, ROOTFS_SKIPPED, group, passwd};
 use crate::plan::Plan;
 use crate::resolve::OpenDir;
-use crate::spec::{CheckedRelay, CheckedSpec};
+use crate::spec::CheckedSpec;
 use crate::{EXIT_SANDBOX_FAILED, SandboxError, bwrap, seccomp_programs};
 
 #[derive(Debug, thiserror::Error)]
@@ -105,8 +105,8 @@ pub fn launch_main(args: Vec<OsString>) -> i32 {
 pub(crate) struct Descriptors {
     pub workdir: OwnedFd,
     pub exe: OwnedFd,
-    /// One per relay, in the spec's order.
-    pub relays: Vec<OwnedFd>,
+    /// One per host socket, in [`CheckedSpec::sockets`]'s order.
+    pub sockets: Vec<OwnedFd>,
     pub rootfs: Vec<RootfsEntry>,
     /// The sandbox's own `/etc/passwd` and `/etc/group` (without a rootfs).
     pub passwd: Option<OwnedFd>,
@@ -135,7 +135,7 @@ impl Descriptors {
         });
         [&self.workdir, &self.exe]
             .into_iter()
-            .chain(&self.relays)
+            .chain(&self.sockets)
             .chain(rootfs)
             .chain(self.passwd.iter())
             .chain(self.group.iter())
@@ -192,7 +192,7 @@ fn open_mounts(checked: &CheckedSpec<'_>) -> Result<Descriptors, LaunchError> {
     Ok(Descriptors {
         workdir: dup(&checked.workdir.fd)?,
         exe: open_exe()?,
-        relays: open_relays(&checked.relays)?,
+        sockets: open_sockets(checked)?,
         rootfs: match &checked.rootfs {
             Some(dir) => open_rootfs(dir)?,
             None => Vec::new(),
@@ -241,7 +241,7 @@ fn confine_as_root(
         true => None,
         false => Some(idmapped_workdir(workdir)?),
     };
-    for (relay, fd) in checked.relays.iter().zip(&fds.relays) {
+    for ((name, ..), fd) in checked.sockets().zip(&fds.sockets) {
         fchownat(
             fd,
             "",
@@ -249,10 +249,7 @@ fn confine_as_root(
             Some(Gid::from_raw(agent.1)),
             AtFlags::AT_EMPTY_PATH,
         )
-        .map_err(nix_err(format!(
-            "cannot hand relay {} to the agent",
-            relay.name
-        )))?;
+        .map_err(nix_err(format!("cannot hand socket {name} to the agent")))?;
     }
     let stage = Stage::mount(stage)?;
     fds.workdir = match idmapped {
@@ -260,8 +257,8 @@ fn confine_as_root(
         None => stage.bind(&fds.workdir, "workdir", Kind::Dir)?,
     };
     fds.exe = stage.bind(&fds.exe, "constle", Kind::File)?;
-    for (relay, fd) in checked.relays.iter().zip(fds.relays.iter_mut()) {
-        *fd = stage.bind(fd, &format!("relay-{}", relay.name), Kind::File)?;
+    for ((name, ..), fd) in checked.sockets().zip(fds.sockets.iter_mut()) {
+        *fd = stage.bind(fd, &format!("socket-{name}"), Kind::File)?;
     }
     for (i, entry) in fds.rootfs.iter_mut().enumerate() {
         if let RootfsEntry::Mount { fd, dir, .. } = entry {
@@ -438,12 +435,12 @@ fn open_rootfs(rootfs: &OpenDir) -> Result<Vec<RootfsEntry>, LaunchError> {
     Ok(entries)
 }
 
-fn open_relays(relays: &[CheckedRelay<'_>]) -> Result<Vec<OwnedFd>, LaunchError> {
-    relays
-        .iter()
-        .map(|relay| {
-            let what = format!("relay {}", relay.name);
-            let fd = open_path(relay.host_socket, &what)?;
+fn open_sockets(checked: &CheckedSpec<'_>) -> Result<Vec<OwnedFd>, LaunchError> {
+    checked
+        .sockets()
+        .map(|(name, host_socket, _)| {
+            let what = format!("socket {name}");
+            let fd = open_path(host_socket, &what)?;
             let meta = File::from(fd.try_clone().map_err(io_err(&what))?)
                 .metadata()
                 .map_err(io_err(&what))?;
@@ -453,7 +450,7 @@ fn open_relays(relays: &[CheckedRelay<'_>]) -> Result<Vec<OwnedFd>, LaunchError>
                     what,
                     source: io::Error::other(format!(
                         "{} is no longer a Unix socket",
-                        relay.host_socket.display()
+                        host_socket.display()
                     )),
                 }),
             }

@@ -9,6 +9,10 @@ pub const RUN_DIR: &str = "/run/constle";
 /// Where the constle executable is mounted inside the sandbox.
 pub const EXE_INSIDE: &str = "/run/constle/constle";
 
+/// Where the socket of [`CommandIo::Socket`](crate::CommandIo::Socket) is
+/// mounted inside the sandbox (without `.sock`, so no relay's name gives it).
+pub const STDIO_INSIDE: &str = "/run/constle/stdio";
+
 /// The hidden subcommand that runs inside the sandbox: `constle sandbox-init`.
 /// The `constle` binary passes the arguments after it to
 /// [`init_main`](crate::init_main).

@@ -46,7 +46,7 @@
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
-//! use constle_sandbox::{Private, Relay, SandboxSpec, sandbox_command};
+//! use constle_sandbox::{CommandIo, Private, Relay, SandboxSpec, sandbox_command};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let spec = SandboxSpec {
@@ -62,6 +62,7 @@
 //!         listen: "127.0.0.1:3128".parse()?,
 //!         host_socket: "/tmp/constle-run-1234/proxy.sock".into(),
 //!     }],
+//!     stdio: CommandIo::Inherit,
 //!     constle_exe: std::env::current_exe()?,
 //!     private: vec![Private {
 //!         what: "CONSTLE_HOME (keys and logs)".into(),
@@ -90,7 +91,12 @@
 //!   namespace, so the host's are out of reach too.
 //! - **Session**: a new one with no controlling terminal (so no `TIOCSTI`
 //!   into the host's terminal), stdin `/dev/null`; stdout and stderr are
-//!   whatever the caller gives (`constle run` gives pipes).
+//!   whatever the caller gives (`constle run` gives pipes). With
+//!   [`CommandIo::Socket`] (a stdio MCP server in a sandbox of its own),
+//!   stdin and stdout are instead one connection to a Unix socket the
+//!   caller listens on, which `sandbox-init` makes before it starts the
+//!   command; the caller's lifeline stays on the sandbox command's stdin
+//!   either way.
 //! - **Lifetime**: the sandbox dies with the process that spawned it (see
 //!   [`sandbox_command`] for the per-thread catch), and everything in it
 //!   dies with the agent: when the agent exits, pid 1 exits and the PID
@@ -99,7 +105,8 @@
 //!   plus `PATH=`[`DEFAULT_PATH`] when the spec has no `PATH`,
 //!   `HOME=`[`AGENT_HOME`] when it has no `HOME`, and `PWD` (the work
 //!   directory, set by bwrap after changing into it).
-//! - **File descriptors**: 0, 1 and 2 only. Any other descriptor the host
+//! - **File descriptors**: 0, 1 and 2 only (0 and 1 the channel's socket
+//!   with [`CommandIo::Socket`]). Any other descriptor the host
 //!   let through is closed by `sandbox-init` before the agent starts, and
 //!   `sandbox-init` is not dumpable, so the agent cannot reach the relay's
 //!   own descriptors through `/proc`.
@@ -165,8 +172,8 @@ pub use init::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, init_ma
 pub use launch::launch_main;
 pub use layout::{
     AGENT_HOME, AGENT_ID, DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND,
-    ROOT_AGENT_HOST_ID, RUN_DIR,
+    ROOT_AGENT_HOST_ID, RUN_DIR, STDIO_INSIDE,
 };
 pub use seccomp::seccomp_programs;
-pub use spec::{Private, Relay, SandboxSpec};
+pub use spec::{CommandIo, Private, Relay, SandboxSpec};
 pub use splice::{SpliceSocket, splice_bidirectional};

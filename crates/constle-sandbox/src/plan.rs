@@ -93,7 +93,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::{Private, Relay};
+    use crate::{CommandIo, Private, Relay};
 
     #[test]
     fn round_trip_keeps_every_byte() {
@@ -109,6 +109,7 @@ mod tests {
                     listen: "127.0.0.1:3128".parse().unwrap(),
                     host_socket: odd.join("s.sock"),
                 }],
+                stdio: CommandIo::Socket(odd.join("io.sock")),
                 constle_exe: "/usr/bin/constle".into(),
                 private: vec![Private {
                     what: "CONSTLE_HOME".into(),

@@ -34,6 +34,21 @@ pub struct Relay {
     pub host_socket: PathBuf,
 }
 
+/// Where the sandboxed command's standard input and output go.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandIo {
+    /// Standard input `/dev/null`; standard output and error those of the
+    /// sandbox command, which the caller chooses. What an agent gets.
+    #[default]
+    Inherit,
+    /// Standard input and output are both one connection to this Unix
+    /// socket, which the caller listens on and accepts once: the protocol
+    /// channel of a stdio MCP server. Standard error stays the sandbox
+    /// command's. Only this socket file is mounted into the sandbox, at
+    /// [`STDIO_INSIDE`](crate::STDIO_INSIDE), read-only.
+    Socket(#[serde(with = "crate::plan::path")] PathBuf),
+}
+
 /// A host path the sandbox must never see: `$CONSTLE_HOME`, the Agentfile,
 /// a hosts file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +82,8 @@ pub struct SandboxSpec {
     pub rootfs: Option<PathBuf>,
     /// The ways out.
     pub relays: Vec<Relay>,
+    /// Where the command's standard input and output go.
+    pub stdio: CommandIo,
     /// The `constle` executable: it launches the sandbox
     /// (`constle sandbox-exec`, on the host) and is mounted read-only at
     /// `/run/constle/constle` as the sandbox's first process
@@ -104,6 +121,23 @@ pub(crate) struct CheckedSpec<'a> {
     pub env: BTreeMap<&'a str, &'a str>,
     pub rootfs: Option<OpenDir>,
     pub relays: Vec<CheckedRelay<'a>>,
+    /// The socket of [`CommandIo::Socket`].
+    pub stdio: Option<&'a Path>,
+}
+
+impl CheckedSpec<'_> {
+    /// Every host socket the sandbox mounts, relays first: its name (for
+    /// messages), host path and path inside.
+    pub fn sockets(&self) -> impl Iterator<Item = (&str, &Path, &Path)> {
+        let relays = self
+            .relays
+            .iter()
+            .map(|r| (r.name, r.host_socket, r.inside.as_path()));
+        let stdio = self
+            .stdio
+            .map(|host| ("stdio", host, Path::new(layout::STDIO_INSIDE)));
+        relays.chain(stdio)
+    }
 }
 
 #[derive(Debug)]
@@ -142,12 +176,20 @@ impl SandboxSpec {
         let env = check_env(&self.env)?;
         let (workdir, rootfs) = self.check_paths()?;
         let relays = check_relays(&self.relays)?;
+        let stdio = match &self.stdio {
+            CommandIo::Inherit => None,
+            CommandIo::Socket(path) => {
+                check_host_socket("stdio", path)?;
+                Some(path.as_path())
+            }
+        };
         Ok(CheckedSpec {
             command: &self.command,
             workdir,
             env,
             rootfs,
             relays,
+            stdio,
         })
     }
 
@@ -355,18 +397,7 @@ fn check_relays(relays: &[Relay]) -> Result<Vec<CheckedRelay<'_>>, SandboxError>
                 value: relay.listen.to_string(),
             });
         }
-        let bad_socket = |reason: String| SandboxError::HostSocket {
-            name: relay.name.clone(),
-            path: relay.host_socket.clone(),
-            reason,
-        };
-        if !relay.host_socket.is_absolute() {
-            return Err(bad_socket("it is not an absolute path".into()));
-        }
-        let meta = std::fs::metadata(&relay.host_socket).map_err(|e| bad_socket(e.to_string()))?;
-        if !meta.file_type().is_socket() {
-            return Err(bad_socket("it is not a Unix socket".into()));
-        }
+        check_host_socket(&relay.name, &relay.host_socket)?;
         checked.push(CheckedRelay {
             name: &relay.name,
             listen: relay.listen,
@@ -375,6 +406,24 @@ fn check_relays(relays: &[Relay]) -> Result<Vec<CheckedRelay<'_>>, SandboxError>
         });
     }
     Ok(checked)
+}
+
+/// A Unix socket the caller bound on the host, for the relay or channel
+/// `name`.
+fn check_host_socket(name: &str, path: &Path) -> Result<(), SandboxError> {
+    let bad_socket = |reason: String| SandboxError::HostSocket {
+        name: name.to_owned(),
+        path: path.to_path_buf(),
+        reason,
+    };
+    if !path.is_absolute() {
+        return Err(bad_socket("it is not an absolute path".into()));
+    }
+    let meta = std::fs::metadata(path).map_err(|e| bad_socket(e.to_string()))?;
+    if !meta.file_type().is_socket() {
+        return Err(bad_socket("it is not a Unix socket".into()));
+    }
+    Ok(())
 }
 
 fn check_stage(path: &Path) -> Result<(), SandboxError> {
@@ -468,6 +517,7 @@ mod check_tests {
             env: BTreeMap::new(),
             rootfs: None,
             relays: vec![],
+            stdio: CommandIo::Inherit,
             constle_exe: exe.clone(),
             private: vec![],
             stage: dir.path().to_path_buf(),
@@ -617,6 +667,7 @@ mod check_tests {
             env: BTreeMap::new(),
             rootfs: Some(rootfs.path().to_path_buf()),
             relays: vec![],
+            stdio: CommandIo::Inherit,
             constle_exe: exe,
             private: vec![],
             stage: host.path().to_path_buf(),
@@ -658,6 +709,7 @@ mod check_tests {
             env: BTreeMap::new(),
             rootfs: None,
             relays: vec![],
+            stdio: CommandIo::Inherit,
             constle_exe: "/usr/bin/true".into(),
             private: vec![
                 Private {

@@ -127,6 +127,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::CommandIo;
 
     fn setid(path: &Path, mode: u32) {
         std::fs::write(path, "#!/bin/sh\n").unwrap();
@@ -159,6 +160,7 @@ mod tests {
             env: BTreeMap::new(),
             rootfs: None,
             relays: vec![],
+            stdio: CommandIo::Inherit,
             constle_exe: "/usr/bin/true".into(),
             private: vec![],
             stage: outside.path().to_path_buf(),

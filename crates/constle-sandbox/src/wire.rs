@@ -1,6 +1,7 @@
 //! How the launcher tells `sandbox-init` about the relays: one
 //! `--relay NAME,ADDRESS,SOCKET` argument pair per relay, before `--`.
-//! The socket path comes last, so it may hold commas.
+//! The socket path comes last, so it may hold commas. `--stdio SOCKET`
+//! names the socket the command's stdin and stdout connect to.
 
 use std::ffi::OsString;
 use std::net::SocketAddrV4;
@@ -8,6 +9,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 pub(crate) const RELAY_FLAG: &str = "--relay";
+pub(crate) const STDIO_FLAG: &str = "--stdio";
 
 pub(crate) fn encode_relay(name: &str, listen: SocketAddrV4, socket: &Path) -> OsString {
     let mut s = OsString::from(format!("{name},{listen},"));

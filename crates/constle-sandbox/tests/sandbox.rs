@@ -29,8 +29,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use constle_sandbox::{
-    AGENT_HOME, DEFAULT_PATH, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND, Private, Relay,
-    SandboxError, SandboxSpec, init_main, launch_main, sandbox_command, seccomp_programs,
+    AGENT_HOME, CommandIo, DEFAULT_PATH, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND, Private,
+    Relay, SandboxError, SandboxSpec, init_main, launch_main, sandbox_command, seccomp_programs,
 };
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use sha2::{Digest, Sha256};
@@ -82,6 +82,10 @@ fn main() {
         e2e("relay_large_transfer", relay_large_transfer),
         e2e("relay_half_close_both_ways", relay_half_close_both_ways),
         e2e("relay_two_relays", relay_two_relays),
+        e2e(
+            "stdio_socket_is_the_commands_stdin_and_stdout",
+            stdio_socket_is_the_commands_stdin_and_stdout,
+        ),
         e2e("relay_throughput", relay_throughput),
         e2e(
             "relay_host_down_closes_connection",
@@ -186,6 +190,7 @@ impl Fixture {
             env: BTreeMap::new(),
             rootfs: None,
             relays: Vec::new(),
+            stdio: CommandIo::Inherit,
             constle_exe: std::env::current_exe().unwrap(),
             private: Vec::new(),
             stage: self.stage.path().to_path_buf(),
@@ -1337,6 +1342,35 @@ fn relay_two_relays() -> TestResult {
     check(run.value("name 4100") == "mcp-accounting", || {
         run.to_string()
     })
+}
+
+/// With `CommandIo::Socket` the command reads and writes one connection to
+/// the host's socket (what a stdio MCP server speaks on), its stderr is the
+/// sandbox's, and nothing reaches the sandbox's stdout.
+fn stdio_socket_is_the_commands_stdin_and_stdout() -> TestResult {
+    let fx = Fixture::new();
+    let path = fx.dir.path().join("io.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let host = thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream.write_all(b"hello\n").unwrap();
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut said = String::new();
+        stream.read_to_string(&mut said).unwrap();
+        said
+    });
+    let mut spec = fx.spec(&[
+        "/bin/sh",
+        "-c",
+        "read line; echo \"got $line\"; read more || echo eof; echo to-stderr >&2",
+    ]);
+    spec.stdio = CommandIo::Socket(path);
+    let run = run_spec(&spec);
+    run.assert_success();
+    let said = host.join().unwrap();
+    check(said == "got hello\neof\n", || format!("{said:?}\n{run}"))?;
+    check(run.stdout.is_empty(), || run.to_string())?;
+    check(run.stderr.contains("to-stderr"), || run.to_string())
 }
 
 fn relay_host_down_closes_connection() -> TestResult {

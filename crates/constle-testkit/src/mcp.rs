@@ -6,6 +6,9 @@
 //!   test runs a current-thread runtime, a multi-thread one, or none. It
 //!   records every `tools/call` that reaches it ([`TestMcpServer::calls`]),
 //!   so a test can prove that a call the gate refused never got there.
+//! - [`stdio_server_main`]: the same server over stdin and stdout (the MCP
+//!   stdio transport), for a test binary to run as a subcommand: what
+//!   Constle runs for an Agentfile's `command:` server.
 //! - [`client_main`]: a command-line MCP client (initialize,
 //!   `notifications/initialized`, then `tools/list` or `tools/call`, or a
 //!   call followed at once by others), for a test binary to run as a
@@ -23,6 +26,16 @@
 //! | `Pay_Invoice` | `{"invoice_id": string}` | `paid <id>`: a case variant of `pay_invoice` that really exists here, so a test shows the *gate* refused it, not the server |
 //! | `delete_everything` | none | `deleted everything`: a tool the server has but a manifest would not declare |
 //! | `echo` | `{"text": string}` | the text itself (for benchmarks) |
+//!
+//! Over stdio ([`stdio_server_main`]) the server has three more tools, for
+//! the tests of a server Constle runs:
+//!
+//! | Tool | Arguments | Text result |
+//! |---|---|---|
+//! | `env_digest` | `{"name": string}` | `set sha256:<hex of the value>` or `unset`: shows a secret arrived, never the secret |
+//! | `list_dir` | `{"path": string}` | the entries' names, sorted, one a line, or a tool error with the OS error |
+//! | `exit` | `{"code": string}` | none: the server exits at once with that status, answering nothing |
+//! | `connect` | `{"host": string}` | `CONNECT host:443` through the proxy in `HTTPS_PROXY`: `proxy: <its status line>`, then `host: <the first line the host sent>` when the tunnel opened; a tool error without `HTTPS_PROXY` or a proxy |
 //!
 //! Each tool has a JSON Schema for its input. Arguments that do not fit it
 //! (a missing or non-string `invoice_id`) give a tool result with
@@ -134,6 +147,9 @@ impl Default for McpServerOptions {
     }
 }
 
+/// The tools only the stdio server has ([`stdio_server_main`]).
+pub const STDIO_TOOLS: [&str; 4] = ["env_digest", "list_dir", "exit", "connect"];
+
 /// A `tools/call` that reached the server.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedCall {
@@ -192,6 +208,7 @@ impl TestMcpServer {
             tools: tools(),
             page_size: options.page_size,
             calls: Arc::clone(&calls),
+            stdio: false,
         });
         let shutdown = CancellationToken::new();
         let config = StreamableHttpServerConfig::default()
@@ -308,6 +325,9 @@ struct Shared {
     tools: Vec<Tool>,
     page_size: Option<usize>,
     calls: Arc<Mutex<Vec<RecordedCall>>>,
+    /// Served over stdio: the [`STDIO_TOOLS`] too, and every call said on
+    /// stderr.
+    stdio: bool,
 }
 
 /// The rmcp handler: one per session (or per request, without sessions).
@@ -358,6 +378,92 @@ fn tools() -> Vec<Tool> {
             one_string("text", "Any text"),
         ),
     ]
+}
+
+fn stdio_tools() -> Vec<Tool> {
+    vec![
+        Tool::new(
+            "env_digest",
+            "Whether an environment variable is set, and the SHA-256 of its value",
+            one_string("name", "The variable's name"),
+        ),
+        Tool::new(
+            "list_dir",
+            "The names in a directory",
+            one_string("path", "The directory"),
+        ),
+        Tool::new(
+            "exit",
+            "Exit at once, answering nothing",
+            one_string("code", "The exit status"),
+        ),
+        Tool::new(
+            "connect",
+            "Open a tunnel to a host's port 443 through the proxy in HTTPS_PROXY",
+            one_string("host", "The host name"),
+        ),
+    ]
+}
+
+/// `connect`: what the proxy, then the host, said.
+async fn tunnel(host: &str) -> Result<String, String> {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let proxy = std::env::var("HTTPS_PROXY").map_err(|_| "HTTPS_PROXY is not set".to_string())?;
+    let addr = proxy
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let talk = async {
+        let stream = tokio::net::TcpStream::connect(&addr).await?;
+        let mut stream = tokio::io::BufReader::new(stream);
+        let request = format!("CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n");
+        stream.get_mut().write_all(request.as_bytes()).await?;
+        let mut status = String::new();
+        stream.read_line(&mut status).await?;
+        let mut said = format!("proxy: {}", status.trim_end());
+        loop {
+            let mut header = String::new();
+            if stream.read_line(&mut header).await? == 0 || header.trim().is_empty() {
+                break;
+            }
+        }
+        if status.split_whitespace().nth(1) == Some("200") {
+            let mut first = String::new();
+            stream.read_line(&mut first).await?;
+            said.push_str(&format!("\nhost: {}", first.trim_end()));
+        }
+        Ok::<String, std::io::Error>(said)
+    };
+    match tokio::time::timeout(Duration::from_secs(10), talk).await {
+        Ok(Ok(said)) => Ok(said),
+        Ok(Err(error)) => Err(format!("{addr}: {error}")),
+        Err(_) => Err(format!("{addr}: no answer within 10 s")),
+    }
+}
+
+/// `env_digest`: never the value itself.
+fn env_digest(name: &str) -> String {
+    use sha2::Digest as _;
+    match std::env::var_os(name) {
+        Some(value) => {
+            let digest = sha2::Sha256::digest(value.as_encoded_bytes());
+            format!("set sha256:{}", hex::encode(digest))
+        }
+        None => "unset".into(),
+    }
+}
+
+fn list_dir(path: &str) -> CallToolResponse {
+    match std::fs::read_dir(path) {
+        Ok(entries) => {
+            let mut names: Vec<String> = entries
+                .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .collect();
+            names.sort();
+            text_result(names.join("\n"))
+        }
+        Err(error) => tool_error(format!("{path}: {error}")),
+    }
 }
 
 fn text_result(text: impl Into<String>) -> CallToolResponse {
@@ -431,6 +537,21 @@ impl ServerHandler for InvoiceServer {
     ) -> Result<CallToolResponse, ErrorData> {
         self.record(&request);
         let arguments = request.arguments.as_ref();
+        if self.shared.stdio {
+            eprintln!("stdio server: call {}", request.name);
+            if request.name == "connect" {
+                return Ok(match string_argument(arguments, "host") {
+                    Ok(host) => match tunnel(host).await {
+                        Ok(said) => text_result(said),
+                        Err(message) => tool_error(message),
+                    },
+                    Err(message) => tool_error(message),
+                });
+            }
+            if let Some(response) = stdio_call(&request.name, arguments) {
+                return Ok(response);
+            }
+        }
         let response = match request.name.as_ref() {
             "list_invoices" => text_result("INV-0042,INV-0043"),
             "get_invoice" => match string_argument(arguments, "invoice_id") {
@@ -454,6 +575,74 @@ impl ServerHandler for InvoiceServer {
             }
         };
         Ok(response)
+    }
+}
+
+/// The stdio server's own tools; `None` for any other name.
+fn stdio_call(name: &str, arguments: Option<&JsonObject>) -> Option<CallToolResponse> {
+    let response = match name {
+        "env_digest" => match string_argument(arguments, "name") {
+            Ok(name) => text_result(env_digest(name)),
+            Err(message) => tool_error(message),
+        },
+        "list_dir" => match string_argument(arguments, "path") {
+            Ok(path) => list_dir(path),
+            Err(message) => tool_error(message),
+        },
+        "exit" => match string_argument(arguments, "code").map(str::parse::<i32>) {
+            Ok(Ok(code)) => std::process::exit(code),
+            _ => tool_error("invalid arguments: code must be a number, as a string"),
+        },
+        _ => return None,
+    };
+    Some(response)
+}
+
+/// The invoice server over stdin and stdout (newline-delimited JSON-RPC,
+/// rmcp's stdio transport), with the [`STDIO_TOOLS`] too, until stdin
+/// closes; for a test binary whose `main` dispatches a subcommand here.
+/// Says `stdio server: ready` and each call (`stdio server: call TOOL`)
+/// on stderr. `args` are ignored (a test may add a marker to find the
+/// process by). Builds its own runtime; call it with none running.
+pub fn stdio_server_main(_args: &[String]) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("stdio server: cannot build a runtime: {error}");
+            return EXIT_FAILED;
+        }
+    };
+    let mut tools = tools();
+    tools.extend(stdio_tools());
+    let server = InvoiceServer {
+        shared: Arc::new(Shared {
+            tools,
+            page_size: None,
+            calls: Arc::new(Mutex::new(Vec::new())),
+            stdio: true,
+        }),
+    };
+    let served = runtime.block_on(async move {
+        let running = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(std::io::Error::other)?;
+        eprintln!("stdio server: ready");
+        running.waiting().await.map_err(std::io::Error::other)?;
+        Ok::<(), std::io::Error>(())
+    });
+    // Stdin's blocking read would hold the runtime's shutdown.
+    runtime.shutdown_background();
+    match served {
+        Ok(()) => EXIT_OK,
+        Err(error) => {
+            eprintln!("stdio server: {error}");
+            EXIT_FAILED
+        }
     }
 }
 

@@ -1,0 +1,482 @@
+//! The stdio MCP servers of one run (`mcp.servers[].command`): each in a
+//! sandbox of its own, built like the agent's, behind a [`StdioBridge`]
+//! that its gate forwards through. This module wires: the bridge decides
+//! nothing, the gate holds the policy.
+//!
+//! For each server: its environment from the host variables its
+//! `env_secret_refs` name (read before anything starts), its work directory
+//! (declared, or an empty private one for the run), an egress proxy of its
+//! own when it declares `network.allowed_hosts`, a Unix socket per
+//! process whose one connection is the server's stdin and stdout, its
+//! stderr appended to a bounded file under `$CONSTLE_HOME`, and every
+//! start and end of a process in the audit log.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{self, Write as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::os::unix::process::CommandExt as _;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use constle_audit::{AuditError, AuditLog, Event};
+use constle_egress::EgressPolicy;
+use constle_manifest::{Manifest, McpServer, McpTransport, StdioServer};
+use constle_mcp_gate::DEFAULT_RESPONSE_TIMEOUT;
+use constle_mcp_stdio::{Launch, LaunchFuture, Process, ServerEvent, StdioBridge};
+use constle_sandbox::{CommandIo, Private, SandboxSpec};
+use tokio::io::AsyncReadExt as _;
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::error::{RunError, io};
+use crate::run::{Proxy, RunOptions, event, private_dir, proxied_env, record, sweep_setid};
+
+/// The most of a run's stderr kept per server; the rest is dropped (and
+/// said so in the file).
+const MAX_STDERR_BYTES: u64 = 8 << 20;
+
+/// How long a server's sandbox may take to connect its stdin and stdout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The environments of the stdio servers, read from the host. The values
+/// are secrets: never shown, [`fmt::Debug`] included.
+pub(crate) struct Secrets(BTreeMap<String, BTreeMap<String, String>>);
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secrets(…)")
+    }
+}
+
+impl Secrets {
+    /// Every stdio server's `env_secret_refs`, from this process's
+    /// environment; the first variable that is not set is an error naming
+    /// it (and never anything's value).
+    pub(crate) fn read(manifest: &Manifest) -> Result<Secrets, RunError> {
+        let mut all = BTreeMap::new();
+        for (server, stdio) in stdio_servers(manifest) {
+            let mut env = BTreeMap::new();
+            for (name, host) in &stdio.env_secret_refs {
+                let value = std::env::var(host.as_str()).map_err(|_| RunError::SecretUnset {
+                    server: server.id.to_string(),
+                    variable: host.to_string(),
+                })?;
+                env.insert(name.to_string(), value);
+            }
+            all.insert(server.id.to_string(), env);
+        }
+        Ok(Secrets(all))
+    }
+}
+
+fn stdio_servers(manifest: &Manifest) -> impl Iterator<Item = (&McpServer, &StdioServer)> {
+    manifest
+        .mcp
+        .servers
+        .iter()
+        .filter_map(|server| match &server.transport {
+            McpTransport::Stdio(stdio) => Some((server, stdio)),
+            McpTransport::Url { .. } => None,
+        })
+}
+
+/// What the run shares with every server's sandbox.
+pub(crate) struct Context<'a> {
+    pub manifest: &'a Manifest,
+    /// The constle executable, `$CONSTLE_HOME` (where the stderr files
+    /// go) and the hosts file for the servers' proxies.
+    pub options: &'a RunOptions,
+    /// The paths no sandbox may show: `$CONSTLE_HOME`, the Agentfile, the
+    /// hosts file.
+    pub private: &'a [Private],
+    /// The run's private directory for sockets.
+    pub sockets: &'a Path,
+    pub log: &'a Arc<AuditLog>,
+}
+
+/// The running stdio servers. [`StdioServers::stop`] ends them.
+pub(crate) struct StdioServers {
+    servers: Vec<Running>,
+}
+
+struct Running {
+    id: String,
+    bridge: StdioBridge,
+    /// How its processes start; its spec names the work directory.
+    plan: Arc<LaunchPlan>,
+    /// Whether the work directory is the Agentfile's (else removed).
+    declared_workdir: bool,
+    /// Its egress proxy, with `network.allowed_hosts`.
+    proxy: Option<Proxy>,
+    log: Arc<AuditLog>,
+    recorder: JoinHandle<Result<(), AuditError>>,
+    flush: oneshot::Sender<()>,
+    /// The work directory of the run (a default one) and the stage, kept
+    /// until the run ends.
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl StdioServers {
+    /// Starts every stdio server of the run, in a sandbox of its own, with
+    /// its environment from `secrets`. A server that cannot be started
+    /// fails the run before the agent starts.
+    pub(crate) async fn start(
+        cx: &Context<'_>,
+        mut secrets: Secrets,
+    ) -> Result<StdioServers, RunError> {
+        let mut servers = Vec::new();
+        for (server, stdio) in stdio_servers(cx.manifest) {
+            let env = secrets.0.remove(server.id.as_str()).unwrap_or_default();
+            servers.push(Running::start(cx, server, stdio, env).await?);
+        }
+        Ok(StdioServers { servers })
+    }
+
+    /// The bridge of server `id`, when it is a stdio server.
+    pub(crate) fn bridge(&self, id: &str) -> Option<&StdioBridge> {
+        self.servers.iter().find(|s| s.id == id).map(|s| &s.bridge)
+    }
+
+    /// Stops every server and waits until each is gone and its last
+    /// events are recorded; then clears set-id bits in each declared work
+    /// directory, as in the agent's (files changed since `began`).
+    pub(crate) async fn stop(self, began: SystemTime) -> Result<(), RunError> {
+        let mut recorded = Ok(());
+        for server in self.servers {
+            server.bridge.stop().await;
+            if server.declared_workdir {
+                let swept = sweep_setid(&server.plan.spec, began, &server.log, Some(&server.id));
+                recorded = recorded.and(swept.await);
+            }
+            // After the server: Squid logs a tunnel when it closes.
+            if let Some(proxy) = server.proxy {
+                recorded = recorded.and(proxy.stop().await);
+            }
+            let _ = server.flush.send(());
+            let result = match server.recorder.await {
+                Ok(result) => result.map_err(RunError::from),
+                Err(err) => Err(RunError::Sandbox(format!(
+                    "the recorder of MCP server {} failed: {err}",
+                    server.id
+                ))),
+            };
+            recorded = recorded.and(result);
+        }
+        recorded
+    }
+}
+
+/// The work directories of the stdio servers, which the agent's sandbox
+/// must not show (and which must not show the agent's).
+pub(crate) fn declared_workdirs(manifest: &Manifest) -> Vec<Private> {
+    stdio_servers(manifest)
+        .filter_map(|(server, stdio)| {
+            Some(Private {
+                what: format!("the work directory of MCP server {}", server.id),
+                path: stdio.workdir.clone()?,
+            })
+        })
+        .collect()
+}
+
+impl Running {
+    async fn start(
+        cx: &Context<'_>,
+        server: &McpServer,
+        stdio: &StdioServer,
+        env: BTreeMap<String, String>,
+    ) -> Result<Running, RunError> {
+        let id = server.id.to_string();
+        let mut dirs = Vec::new();
+        let workdir = match &stdio.workdir {
+            Some(dir) => dir.clone(),
+            None => {
+                let dir = private_dir(&format!("constle-mcp-{id}-"))?;
+                let path = dir.path().to_path_buf();
+                dirs.push(dir);
+                path
+            }
+        };
+        let stage = private_dir("constle-stage-")?;
+        let proxy = match stdio.allowed_hosts.as_slice() {
+            [] => None,
+            hosts => {
+                let policy = EgressPolicy::restricted(hosts.iter().cloned());
+                Some(Proxy::start(&policy, cx.options, cx.sockets, cx.log, Some(&id)).await?)
+            }
+        };
+        let env = match proxy {
+            Some(_) => proxied_env(env.into_iter()),
+            None => env,
+        };
+        let spec = SandboxSpec {
+            command: stdio.command.clone(),
+            workdir,
+            env,
+            rootfs: None,
+            relays: proxy.iter().map(|p| p.relay.clone()).collect(),
+            stdio: CommandIo::Inherit,
+            constle_exe: cx.options.constle_exe.clone(),
+            private: server_private(cx, &id),
+            stage: stage.path().to_path_buf(),
+            cgroup_procs: Vec::new(),
+        };
+        dirs.push(stage);
+        spec.check_dirs()
+            .map_err(|e| RunError::Sandbox(format!("MCP server {id} cannot run: {e}")))?;
+        let stderr = Arc::new(StderrLog::create(
+            &cx.options.home,
+            cx.manifest.name.as_str(),
+            &id,
+        )?);
+        let plan = Arc::new(LaunchPlan {
+            id: id.clone(),
+            spec,
+            sockets: cx.sockets.to_path_buf(),
+            starts: AtomicU32::new(0),
+            stderr: Arc::clone(&stderr),
+        });
+        let launch = SandboxLaunch(Arc::clone(&plan));
+        let (events, received) = mpsc::unbounded_channel();
+        let (flush, flushed) = oneshot::channel();
+        let recorder = tokio::spawn(record_events(
+            Arc::clone(cx.log),
+            id.clone(),
+            stderr.path.display().to_string(),
+            received,
+            flushed,
+        ));
+        let bridge = StdioBridge::start(&id, launch, DEFAULT_RESPONSE_TIMEOUT, events)
+            .await
+            .map_err(|e| RunError::Sandbox(format!("MCP server {id} could not start: {e}")))?;
+        Ok(Running {
+            id,
+            bridge,
+            plan,
+            declared_workdir: stdio.workdir.is_some(),
+            proxy,
+            log: Arc::clone(cx.log),
+            recorder,
+            flush,
+            _dirs: dirs,
+        })
+    }
+}
+
+/// What a server's sandbox may not show: what no sandbox may, the agent's
+/// work directory, and the other servers' declared ones.
+fn server_private(cx: &Context<'_>, id: &str) -> Vec<Private> {
+    let agent = Private {
+        what: "the agent's work directory".into(),
+        path: cx.manifest.sandbox.workdir.clone(),
+    };
+    let mine = format!("the work directory of MCP server {id}");
+    cx.private
+        .iter()
+        .cloned()
+        .chain([agent])
+        .chain(
+            declared_workdirs(cx.manifest)
+                .into_iter()
+                .filter(|p| p.what != mine),
+        )
+        .collect()
+}
+
+/// Writes a server's events to the audit log, in order, until told to
+/// flush what is left.
+async fn record_events(
+    log: Arc<AuditLog>,
+    server: String,
+    stderr: String,
+    mut events: mpsc::UnboundedReceiver<ServerEvent>,
+    mut flush: oneshot::Receiver<()>,
+) -> Result<(), AuditError> {
+    loop {
+        let next = tokio::select! {
+            biased;
+            next = events.recv() => next,
+            _ = &mut flush => None,
+        };
+        let Some(next) = next else { break };
+        record(&log, server_event(&server, &stderr, &next)).await?;
+    }
+    while let Ok(next) = events.try_recv() {
+        record(&log, server_event(&server, &stderr, &next)).await?;
+    }
+    Ok(())
+}
+
+/// `mcp_server_started`, `mcp_server_not_started` or `mcp_server_exited`.
+fn server_event(server: &str, stderr: &str, happened: &ServerEvent) -> Event {
+    let (name, built) = match happened {
+        ServerEvent::Started { pid } => {
+            let name = "mcp_server_started";
+            let built = event(name)
+                .with("server", server)
+                .and_then(|e| e.with("pid", pid.map(i64::from)))
+                .and_then(|e| e.with("stderr", stderr));
+            (name, built)
+        }
+        ServerEvent::NotStarted { error } => {
+            let name = "mcp_server_not_started";
+            let built = event(name)
+                .with("server", server)
+                .and_then(|e| e.with("error", error.as_str()));
+            (name, built)
+        }
+        ServerEvent::Exited { cause, status } => {
+            let name = "mcp_server_exited";
+            let built = event(name)
+                .with("server", server)
+                .and_then(|e| e.with("reason", cause.as_str()))
+                .and_then(|e| e.with("exit_code", status.and_then(|s| s.code())))
+                .and_then(|e| e.with("signal", status.and_then(|s| s.signal())));
+            (name, built)
+        }
+        _ => (
+            "mcp_server_event",
+            event("mcp_server_event").with("server", server),
+        ),
+    };
+    built.unwrap_or_else(|_| event(name))
+}
+
+/// How to start one server's process, again and again.
+struct LaunchPlan {
+    id: String,
+    /// The sandbox, without its channel (each process gets its own socket).
+    spec: SandboxSpec,
+    sockets: PathBuf,
+    starts: AtomicU32,
+    stderr: Arc<StderrLog>,
+}
+
+struct SandboxLaunch(Arc<LaunchPlan>);
+
+impl Launch for SandboxLaunch {
+    fn launch(&self) -> LaunchFuture {
+        let plan = Arc::clone(&self.0);
+        Box::pin(async move { plan.launch().await })
+    }
+}
+
+impl LaunchPlan {
+    /// One process: a socket for its channel, the sandbox spawned with a
+    /// lifeline (as the agent's) and its stderr to the log, then the one
+    /// connection its init makes.
+    async fn launch(&self) -> io::Result<Process> {
+        let n = self.starts.fetch_add(1, Ordering::Relaxed);
+        let socket = self.sockets.join(format!("mcp-{}-stdio-{n}.sock", self.id));
+        let listener = UnixListener::bind(&socket)?;
+        let mut spec = self.spec.clone();
+        spec.stdio = CommandIo::Socket(socket.clone());
+        let mut command = constle_sandbox::sandbox_command(&spec).map_err(io::Error::other)?;
+        let (lifeline, held) = std::io::pipe()?;
+        command
+            .stdin(lifeline)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut command = tokio::process::Command::from(command);
+        let mut child = command.kill_on_drop(true).spawn()?;
+        // The command holds this process's copy of the lifeline's read end.
+        drop(command);
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(Arc::clone(&self.stderr).copy(stderr, child.id()));
+        }
+        let accepted = tokio::select! {
+            accepted = tokio::time::timeout(CONNECT_TIMEOUT, listener.accept()) => accepted,
+            status = child.wait() => {
+                let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
+                return Err(io::Error::other(format!("its sandbox ended before the server started ({status})")));
+            }
+        };
+        // One connection per process: nothing else may connect later.
+        drop(listener);
+        let _ = std::fs::remove_file(&socket);
+        let (stream, _) = accepted.map_err(|_| {
+            io::Error::other(format!(
+                "its sandbox did not connect within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ))
+        })??;
+        let (output, input) = stream.into_split();
+        Ok(Process {
+            input: Box::pin(input),
+            output: Box::pin(output),
+            child,
+            hold: Box::new(held),
+        })
+    }
+}
+
+/// A server's stderr for the run: `$CONSTLE_HOME/logs/mcp/<agent>-<time>-<pid>-<server>.stderr`,
+/// mode 0600, the first [`MAX_STDERR_BYTES`] of it, every process's in turn.
+struct StderrLog {
+    path: PathBuf,
+    file: Mutex<(std::fs::File, u64)>,
+}
+
+impl StderrLog {
+    fn create(home: &Path, agent: &str, server: &str) -> Result<StderrLog, RunError> {
+        let dir = home.join("logs").join("mcp");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io(format!("cannot create {}", dir.display())))?;
+        let time = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ");
+        let name = format!("{agent}-{time}-{}-{server}.stderr", std::process::id());
+        let path = dir.join(name);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io(format!("cannot create {}", path.display())))?;
+        Ok(StderrLog {
+            path,
+            file: Mutex::new((file, 0)),
+        })
+    }
+
+    /// Appends what `stderr` says, up to the bound, and reads the rest to
+    /// its end so the server never blocks on it.
+    async fn copy(self: Arc<Self>, mut stderr: tokio::process::ChildStderr, pid: Option<u32>) {
+        let pid = pid.map_or_else(|| "?".to_string(), |p| p.to_string());
+        self.append(format!("--- constle: server process {pid} started\n").as_bytes());
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match stderr.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => self.append(&buf[..n]),
+            }
+        }
+    }
+
+    fn append(&self, bytes: &[u8]) {
+        let mut guard = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let (file, written) = &mut *guard;
+        if *written >= MAX_STDERR_BYTES {
+            return;
+        }
+        let room = usize::try_from(MAX_STDERR_BYTES - *written).unwrap_or(usize::MAX);
+        let kept = &bytes[..bytes.len().min(room)];
+        let _ = file.write_all(kept);
+        *written += kept.len() as u64;
+        if *written >= MAX_STDERR_BYTES {
+            let _ = writeln!(
+                file,
+                "\n--- constle: stderr cut at {} MiB; the rest of the run's was dropped",
+                MAX_STDERR_BYTES >> 20
+            );
+        }
+    }
+}

@@ -1,0 +1,554 @@
+//! Stdio MCP servers end to end: the real `constle run` starts the
+//! testkit's rmcp invoice server over stdio (this test binary itself, as
+//! `<exe> mcp-stdio-server`, hard-linked into the server's work directory)
+//! in a sandbox of its own, and the testkit's rmcp client in the agent's
+//! sandbox reaches it through the gate exactly as it reaches a URL server.
+//! A gated call is approved by a simulated decision endpoint. Loopback
+//! only.
+//!
+//! Started as `<exe> mcp-client …` this binary is the MCP client, as
+//! `<exe> mcp-stdio-server …` the server.
+
+// A harness-less test binary is not compiled with `cfg(test)`, so clippy's
+// test allowances do not apply; the tests report through panics.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use constle_identity::SigningIdentity;
+use constle_testkit::mcp::stdio_server_main;
+use constle_testkit::{Answer, HostsFile, SimulatedApprover, TestHost, require_root};
+use libtest_mimic::{Arguments, Trial};
+use serde_json::Value;
+
+mod common;
+use common::mcp::{call, outcome, step};
+use common::{Case, text};
+
+const SERVER_SUBCOMMAND: &str = "mcp-stdio-server";
+const WEBHOOK_VAR: &str = "TEST_STDIO_WEBHOOK_URL";
+const SECRET_VAR: &str = "TEST_STDIO_BOOKS_SECRET";
+const INVOICE: &str = r#"{"invoice_id":"INV-0042"}"#;
+
+fn main() {
+    common::mcp::be_the_client_if_asked();
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).is_some_and(|a| a == SERVER_SUBCOMMAND) {
+        std::process::exit(stdio_server_main(&args[2..]));
+    }
+    let tests = vec![
+        e2e(
+            "a_stdio_server_behind_the_gate_like_a_url_server",
+            behind_the_gate,
+        ),
+        e2e(
+            "a_missing_secret_stops_the_run_before_anything_starts",
+            missing_secret,
+        ),
+        e2e(
+            "the_server_started_for_the_run_is_stopped_with_it",
+            stopped_with_the_run,
+        ),
+        e2e(
+            "a_stdio_server_reaches_its_allowed_hosts_only",
+            allowed_hosts_only,
+        ),
+        e2e(
+            "a_server_dies_with_constle_killed_by_sigkill",
+            dies_with_constle,
+        ),
+    ];
+    libtest_mimic::run(&Arguments::from_args(), tests).exit();
+}
+
+fn e2e(name: &str, test: fn()) -> Trial {
+    let name = name.to_owned();
+    Trial::test(name.clone(), move || {
+        if require_root(&name, &["bwrap"]) {
+            test();
+        }
+        Ok(())
+    })
+}
+
+/// An agent, a stdio server `accounting` run from `server-work`, a gate on
+/// `pay_invoice` and its approver. `marker` is on the server's command
+/// line, to find its processes by.
+struct Fixture {
+    case: Case,
+    approver: SigningIdentity,
+    marker: String,
+    /// Made at run time, so that it is in no binary (the test binary is
+    /// the agent's client too).
+    secret: String,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let case = Case::new();
+        case.install_mcp_client();
+        let server_work = case.path("server-work");
+        fs::create_dir(&server_work).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        if fs::hard_link(&exe, server_work.join("server")).is_err() {
+            fs::copy(&exe, server_work.join("server")).unwrap();
+        }
+        let marker = format!("marker-{}", std::process::id());
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        Fixture {
+            case,
+            approver: SigningIdentity::generate(),
+            marker,
+            secret: format!("s3cr3t-{nanos:x}"),
+        }
+    }
+
+    fn agentfile(&self, steps: &[String]) -> PathBuf {
+        self.agentfile_with("", steps)
+    }
+
+    /// With `server` (YAML lines, indented for the server's mapping) added
+    /// to the server's entry.
+    fn agentfile_with(&self, server: &str, steps: &[String]) -> PathBuf {
+        let script = steps.join("\n");
+        self.case.agentfile(&format!(
+            r#"sandbox:
+  command: ["sh", "-c", {script}]
+  workdir: ./work
+  network:
+    egress: none
+mcp:
+  servers:
+    - id: accounting
+      command: ["./server", "{SERVER_SUBCOMMAND}", "{marker}"]
+      workdir: ./server-work
+      env_secret_refs:
+        BOOKS_TOKEN: {SECRET_VAR}
+      tools: [list_invoices, get_invoice, pay_invoice, env_digest, list_dir, exit, connect]
+{server}
+human_gates:
+  enabled: true
+  require_approval_for: [pay_invoice]
+  approver_pubkey: {approver}
+  notify:
+    - channel: webhook
+      url_secret_ref: {WEBHOOK_VAR}
+  approval_timeout_seconds: 30
+"#,
+            script = serde_json::to_string(&script).unwrap(),
+            marker = self.marker,
+            approver = self.approver.did(),
+        ))
+    }
+
+    fn webhook(&self) -> SimulatedApprover {
+        let key = SigningIdentity::from_pkcs8_pem(&self.approver.to_pkcs8_pem()).unwrap();
+        SimulatedApprover::start(key, [], Answer::Approve).unwrap()
+    }
+
+    /// `constle run` with the secret and the webhook in its environment,
+    /// watching for the server's processes meanwhile: the output, and the
+    /// pids seen running.
+    fn run(&self, file: &Path, webhook: &SimulatedApprover) -> (Output, Vec<u32>) {
+        self.run_with(&[], file, webhook)
+    }
+
+    /// [`Fixture::run`] with `args` before the Agentfile.
+    fn run_with(
+        &self,
+        args: &[&str],
+        file: &Path,
+        webhook: &SimulatedApprover,
+    ) -> (Output, Vec<u32>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = {
+            let (seen, done, marker) = (Arc::clone(&seen), Arc::clone(&done), self.marker.clone());
+            std::thread::spawn(move || {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    for pid in processes_with(&marker) {
+                        let mut seen = seen.lock().unwrap();
+                        if !seen.contains(&pid) {
+                            seen.push(pid);
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        let mut argv = vec!["run"];
+        argv.extend_from_slice(args);
+        argv.push(file.to_str().unwrap());
+        let out = self
+            .case
+            .command(&argv)
+            .env(SECRET_VAR, &self.secret)
+            .env(WEBHOOK_VAR, webhook.url())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        watcher.join().unwrap();
+        let pids = seen.lock().unwrap().clone();
+        (out, pids)
+    }
+}
+
+/// The host pids whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        })
+        .collect()
+}
+
+fn report(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
+/// Every file under `dir`, recursively.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+fn behind_the_gate() {
+    let fx = Fixture::new();
+    let webhook = fx.webhook();
+    let agent_work = fx.case.path("work").canonicalize().unwrap();
+    let server_work = fx.case.path("server-work").canonicalize().unwrap();
+    let steps = [
+        step("list", "list $URL"),
+        call("get", "get_invoice", INVOICE),
+        call("undeclared", "delete_everything", "{}"),
+        call("pay", "pay_invoice", INVOICE),
+        call("secret", "env_digest", r#"{"name":"BOOKS_TOKEN"}"#),
+        call(
+            "sees_agent",
+            "list_dir",
+            &format!(r#"{{"path":"{}"}}"#, agent_work.display()),
+        ),
+        call("own_dir", "list_dir", r#"{"path":"."}"#),
+        format!(
+            "echo '== agent_sees'; ls {} 2>&1; echo \"== agent_sees exit $?\"",
+            server_work.display()
+        ),
+        "echo '== agent_env'; env; echo '== agent_env exit 0'".to_owned(),
+        call("exit", "exit", r#"{"code":"3"}"#),
+        call("after", "get_invoice", INVOICE),
+    ];
+    let file = fx.agentfile(&steps);
+    let (out, pids) = fx.run(&file, &webhook);
+    let report = report(&out);
+    assert!(out.status.success(), "{report}");
+    let stdout = text(&out.stdout);
+    let step = |name: &str| outcome(&stdout, name, &report);
+
+    // Listed: the declared tools only (the server also has Pay_Invoice,
+    // delete_everything and echo).
+    let (listed, status) = step("list");
+    assert_eq!(status, 0, "{report}");
+    let mut listed: Vec<&str> = listed.lines().collect();
+    listed.sort_unstable();
+    assert_eq!(
+        listed,
+        [
+            "connect",
+            "env_digest",
+            "exit",
+            "get_invoice",
+            "list_dir",
+            "list_invoices",
+            "pay_invoice"
+        ]
+    );
+    assert_eq!(
+        step("get"),
+        ("result: invoice INV-0042: 120.00 EUR\n".into(), 0)
+    );
+    let (said, status) = step("undeclared");
+    assert_eq!(status, 3, "{said}");
+    assert!(said.contains("not declared"), "{said}");
+    assert_eq!(step("pay"), ("result: paid INV-0042\n".into(), 0));
+    // The secret reached the server, and only its digest came back.
+    assert_eq!(
+        step("secret"),
+        (
+            format!("result: set sha256:{}\n", sha256_hex(&fx.secret)),
+            0
+        )
+    );
+    // Neither sees the other's work directory.
+    let (said, status) = step("sees_agent");
+    assert_eq!(status, 4, "{said}");
+    assert!(said.contains("No such file or directory"), "{said}");
+    let (listed, status) = step("own_dir");
+    assert_eq!((listed.trim(), status), ("result: server", 0));
+    let (said, status) = step("agent_sees");
+    assert_ne!(status, 0, "{said}");
+    let (env, _) = step("agent_env");
+    assert!(
+        !env.contains(&fx.secret) && !env.contains(SECRET_VAR),
+        "{env}"
+    );
+    assert!(
+        env.contains("CONSTLE_MCP_ACCOUNTING_URL=http://127.0.0.1:4100/mcp"),
+        "{env}"
+    );
+
+    // The server exits mid-call: a JSON-RPC error naming it; the run goes
+    // on, and the next session gets a fresh server.
+    let (said, status) = step("exit");
+    assert_eq!(status, 3, "{said}");
+    assert!(
+        said.contains("MCP server \"accounting\" is not running (exited with status 3)"),
+        "{said}"
+    );
+    assert_eq!(
+        step("after"),
+        ("result: invoice INV-0042: 120.00 EUR\n".into(), 0)
+    );
+
+    // The audit log: the approval, each process's start and end, the
+    // crash among them; each client ended its session (DELETE), which
+    // stopped its process.
+    let gate: Vec<Value> = fx
+        .case
+        .log()
+        .into_iter()
+        .filter(|e| e["event"].as_str().unwrap().starts_with("gate_"))
+        .collect();
+    assert_eq!(gate.len(), 2, "{gate:?}");
+    assert_eq!(gate[1]["event"], "gate_approved");
+    assert_eq!(gate[1]["server"], "accounting");
+    let started = fx.case.events("mcp_server_started");
+    let exited = fx.case.events("mcp_server_exited");
+    assert_eq!(started.len(), exited.len(), "{started:?}\n{exited:?}");
+    assert!(
+        started.len() >= 9,
+        "one process per client session: {started:?}"
+    );
+    let crash: Vec<&Value> = exited.iter().filter(|e| e["reason"] == "exited").collect();
+    assert_eq!(crash.len(), 1, "{exited:?}");
+    assert_eq!(crash[0]["exit_code"], 3);
+    assert_eq!(crash[0]["server"], "accounting");
+    assert_eq!(
+        exited
+            .iter()
+            .filter(|e| e["reason"] == "session_ended")
+            .count(),
+        exited.len() - 1,
+        "{exited:?}"
+    );
+
+    // Its stderr went to a file of its own under CONSTLE_HOME, 0600.
+    let stderr = PathBuf::from(started[0]["stderr"].as_str().unwrap());
+    assert!(
+        stderr.starts_with(fx.case.home().join("logs/mcp")),
+        "{stderr:?}"
+    );
+    assert_eq!(
+        fs::metadata(&stderr).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let said = fs::read_to_string(&stderr).unwrap();
+    assert!(said.contains("stdio server: ready"), "{said}");
+    assert!(said.contains("stdio server: call get_invoice"), "{said}");
+    assert!(
+        !said.contains("delete_everything"),
+        "the refused call got there: {said}"
+    );
+    assert!(!text(&out.stderr).contains("stdio server:"), "{report}");
+
+    // The secret is nowhere: not in constle's output, not in any file
+    // under CONSTLE_HOME (audit log, stderr file), not in the agent's
+    // work directory.
+    assert!(!stdout.contains(&fx.secret) && !text(&out.stderr).contains(&fx.secret));
+    for file in files(&fx.case.home()).into_iter().chain(files(&agent_work)) {
+        let bytes = fs::read(&file).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(&fx.secret),
+            "the secret is in {file:?}"
+        );
+    }
+
+    // Every server process seen during the run is gone after it.
+    assert!(!pids.is_empty(), "no server process was seen running");
+    let left = processes_with(&fx.marker);
+    assert!(left.is_empty(), "left running after the run: {left:?}");
+}
+
+fn missing_secret() {
+    let fx = Fixture::new();
+    let webhook = fx.webhook();
+    let file = fx.agentfile(&["echo the agent ran".to_owned()]);
+    let out = fx
+        .case
+        .command(&["run", file.to_str().unwrap()])
+        .env_remove(SECRET_VAR)
+        .env(WEBHOOK_VAR, webhook.url())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let report = report(&out);
+    assert_eq!(out.status.code(), Some(125), "{report}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "names the host variable {SECRET_VAR}, which is not set"
+        )),
+        "{report}"
+    );
+    assert!(!text(&out.stdout).contains("the agent ran"), "{report}");
+    assert!(processes_with(&fx.marker).is_empty());
+    // Nothing started: no audit log at all.
+    assert!(!fx.case.home().join("logs").exists(), "{report}");
+}
+
+fn stopped_with_the_run() {
+    let fx = Fixture::new();
+    let webhook = fx.webhook();
+    let file = fx.agentfile(&["sleep 1".to_owned()]);
+    let (out, pids) = fx.run(&file, &webhook);
+    assert!(out.status.success(), "{}", report(&out));
+    let started = fx.case.events("mcp_server_started");
+    let exited = fx.case.events("mcp_server_exited");
+    assert_eq!((started.len(), exited.len()), (1, 1), "{exited:?}");
+    assert_eq!(exited[0]["reason"], "run_ended");
+    // Before run_finished: the server was gone before the run ended.
+    let names: Vec<String> = fx
+        .case
+        .log()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_owned())
+        .collect();
+    let at = |name: &str| names.iter().position(|n| n == name).unwrap();
+    assert!(at("mcp_server_exited") < at("run_finished"), "{names:?}");
+    let pid = started[0]["pid"].as_u64().unwrap() as u32;
+    assert!(pids.contains(&pid), "{pid} not among {pids:?}");
+    assert!(processes_with(&fx.marker).is_empty());
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "pid {pid} is still there"
+    );
+}
+
+/// With `network.allowed_hosts`, the server reaches its allowed host on 443
+/// through a proxy of its own, and nothing else; each decision is recorded
+/// with the server's id. Without, it has no proxy at all.
+fn allowed_hosts_only() {
+    let host = TestHost::start().unwrap();
+    let fx = Fixture::new();
+    let webhook = fx.webhook();
+    let hosts = fx.case.path("hosts");
+    HostsFile::new()
+        .with(host.ipv4(), "api.example.com")
+        .write(&hosts)
+        .unwrap();
+    let steps = [
+        call("allowed", "connect", r#"{"host":"api.example.com"}"#),
+        call("other", "connect", r#"{"host":"evil.example.com"}"#),
+    ];
+    let network = "      network:\n        allowed_hosts: [api.example.com]\n";
+    let file = fx.agentfile_with(network, &steps);
+    let (out, _) = fx.run_with(&["--hosts-file", hosts.to_str().unwrap()], &file, &webhook);
+    let report = report(&out);
+    assert!(out.status.success(), "{report}");
+    let stdout = text(&out.stdout);
+    let (said, status) = outcome(&stdout, "allowed", &report);
+    assert_eq!(status, 0, "{said}");
+    assert!(said.contains("proxy: HTTP/1.1 200"), "{said}");
+    let banner = host.banner_for(host.ipv4().into());
+    assert!(said.contains(banner.trim()), "{said}");
+    let (said, status) = outcome(&stdout, "other", &report);
+    assert_eq!(status, 0, "{said}");
+    assert!(said.contains("proxy: HTTP/1.1 403"), "{said}");
+    assert_eq!(
+        host.connections(),
+        1,
+        "only the allowed tunnel reaches the host"
+    );
+    let allowed = fx.case.events("network_allowed");
+    assert_eq!(allowed.len(), 1, "{allowed:?}");
+    assert_eq!(
+        (allowed[0]["host"].as_str(), allowed[0]["server"].as_str()),
+        (Some("api.example.com"), Some("accounting"))
+    );
+    let blocked = fx.case.events("network_blocked");
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert_eq!(blocked[0]["host"], "evil.example.com");
+    assert_eq!(blocked[0]["server"], "accounting");
+
+    // Without allowed_hosts: no proxy, no HTTPS_PROXY.
+    let file = fx.agentfile(&[call("none", "connect", r#"{"host":"api.example.com"}"#)]);
+    let (out, _) = fx.run(&file, &webhook);
+    let (said, status) = outcome(&text(&out.stdout), "none", &self::report(&out));
+    assert_eq!(status, 4, "{said}");
+    assert!(said.contains("HTTPS_PROXY is not set"), "{said}");
+}
+
+/// constle killed outright: no teardown runs, and the server's sandbox
+/// still ends (its lifeline closes, bwrap's parent-death signal fires).
+fn dies_with_constle() {
+    let fx = Fixture::new();
+    let webhook = fx.webhook();
+    let file = fx.agentfile(&["sleep 60".to_owned()]);
+    let mut constle = fx
+        .case
+        .command(&["run", file.to_str().unwrap()])
+        .env(SECRET_VAR, &fx.secret)
+        .env(WEBHOOK_VAR, webhook.url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    until("the server never started", &|| {
+        !processes_with(&fx.marker).is_empty()
+    });
+    constle.kill().unwrap();
+    constle.wait().unwrap();
+    until("the server outlived constle", &|| {
+        processes_with(&fx.marker).is_empty()
+    });
+}
