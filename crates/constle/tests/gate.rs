@@ -27,7 +27,7 @@ use serde_json::Value;
 
 mod common;
 use common::mcp::{CLIENT_SUBCOMMAND, Parties, Setup, call, step};
-use common::{Case, text};
+use common::{Case, report, text};
 
 const WEBHOOK_VAR: &str = "TEST_GATE_WEBHOOK_URL";
 const INVOICE: &str = r#"{"invoice_id":"INV-0042"}"#;
@@ -226,15 +226,6 @@ fn list(name: &str) -> String {
 /// The output of step `name`, and its exit status.
 fn outcome(out: &Output, name: &str) -> (String, i32) {
     common::mcp::outcome(&text(&out.stdout), name, &report(out))
-}
-
-fn report(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    )
 }
 
 fn events(case: &Case, prefix: &str) -> Vec<Value> {

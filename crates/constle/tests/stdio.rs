@@ -28,7 +28,7 @@ use serde_json::Value;
 
 mod common;
 use common::mcp::{call, outcome, step};
-use common::{Case, text};
+use common::{Case, report, text};
 
 const SERVER_SUBCOMMAND: &str = "mcp-stdio-server";
 const WEBHOOK_VAR: &str = "TEST_STDIO_WEBHOOK_URL";
@@ -215,15 +215,6 @@ fn processes_with(marker: &str) -> Vec<u32> {
                 .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
         })
         .collect()
-}
-
-fn report(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    )
 }
 
 fn sha256_hex(text: &str) -> String {

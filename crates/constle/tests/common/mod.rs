@@ -96,3 +96,13 @@ pub fn constle_bin() -> PathBuf {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// A finished command's status, stdout and stderr, for a failure message.
+pub fn report(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
