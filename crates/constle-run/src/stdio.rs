@@ -315,35 +315,23 @@ async fn record_events(
 
 /// `mcp_server_started`, `mcp_server_not_started` or `mcp_server_exited`.
 fn server_event(server: &str, stderr: &str, happened: &ServerEvent) -> Event {
-    let (name, built) = match happened {
-        ServerEvent::Started { pid } => {
-            let name = "mcp_server_started";
-            let built = event(name)
-                .with("server", server)
-                .and_then(|e| e.with("pid", pid.map(i64::from)))
-                .and_then(|e| e.with("stderr", stderr));
-            (name, built)
-        }
-        ServerEvent::NotStarted { error } => {
-            let name = "mcp_server_not_started";
-            let built = event(name)
-                .with("server", server)
-                .and_then(|e| e.with("error", error.as_str()));
-            (name, built)
-        }
-        ServerEvent::Exited { cause, status } => {
-            let name = "mcp_server_exited";
-            let built = event(name)
-                .with("server", server)
-                .and_then(|e| e.with("reason", cause.as_str()))
-                .and_then(|e| e.with("exit_code", status.and_then(|s| s.code())))
-                .and_then(|e| e.with("signal", status.and_then(|s| s.signal())));
-            (name, built)
-        }
-        _ => (
-            "mcp_server_event",
-            event("mcp_server_event").with("server", server),
-        ),
+    let name = match happened {
+        ServerEvent::Started { .. } => "mcp_server_started",
+        ServerEvent::NotStarted { .. } => "mcp_server_not_started",
+        ServerEvent::Exited { .. } => "mcp_server_exited",
+        _ => "mcp_server_event",
+    };
+    let base = event(name).with("server", server);
+    let built = match happened {
+        ServerEvent::Started { pid } => base
+            .and_then(|e| e.with("pid", pid.map(i64::from)))
+            .and_then(|e| e.with("stderr", stderr)),
+        ServerEvent::NotStarted { error } => base.and_then(|e| e.with("error", error.as_str())),
+        ServerEvent::Exited { cause, status } => base
+            .and_then(|e| e.with("reason", cause.as_str()))
+            .and_then(|e| e.with("exit_code", status.and_then(|s| s.code())))
+            .and_then(|e| e.with("signal", status.and_then(|s| s.signal()))),
+        _ => base,
     };
     built.unwrap_or_else(|_| event(name))
 }
