@@ -11,7 +11,7 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use constle_audit::{Appender, AuditError, AuditLog, Event};
+use constle_audit::{Appender, AuditError, AuditLog, Event, EventError};
 use constle_egress::{EgressPolicy, NetworkEvent, Squid};
 use constle_identity::{KeyKind, KeyStore};
 use constle_limits::LimitHit;
@@ -283,10 +283,7 @@ pub(crate) async fn sweep_setid(
     if let Ok(found) = event("setid_cleared")
         .with("count", i64::try_from(cleared.len()).unwrap_or(i64::MAX))
         .and_then(|e| e.with("paths", paths))
-        .and_then(|e| match server {
-            Some(server) => e.with("server", server),
-            None => Ok(e),
-        })
+        .and_then(|e| of_server(e, server))
     {
         record(log, found).await?;
     }
@@ -633,10 +630,7 @@ fn network_event(decision: &NetworkEvent, server: Option<&str>) -> Event {
                 constle_audit::format_timestamp(decision.started),
             )
         })
-        .and_then(|e| match server {
-            Some(server) => e.with("server", server),
-            None => Ok(e),
-        });
+        .and_then(|e| of_server(e, server));
     built.unwrap_or_else(|_| event(name))
 }
 
@@ -646,6 +640,15 @@ fn exit_code(status: ExitStatus) -> i32 {
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(125)
+}
+
+/// `event` with the stdio MCP server it concerns, if any (the agent's own
+/// events carry no `server`).
+fn of_server(event: Event, server: Option<&str>) -> Result<Event, EventError> {
+    match server {
+        Some(server) => event.with("server", server),
+        None => Ok(event),
+    }
 }
 
 /// A fresh directory only the current user can enter.
