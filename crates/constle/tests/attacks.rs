@@ -1550,6 +1550,25 @@ fn sandboxed_processes(marker: &str) -> Vec<u32> {
     found
 }
 
+/// The supplementary groups the agent holds, as it sees them: none when
+/// root starts constle (the launcher clears them, and the suite's user runs
+/// constle with none); started by a user, that user's own, which no
+/// unprivileged process can drop: its gid appears as the agent's 1000,
+/// every other as the overflow gid 65534 (still the user's groups to the
+/// kernel's permission checks, as docs/sandbox.md says).
+fn groups_inside(who: Who) -> String {
+    if who == Who::Root || is_root() {
+        return String::new();
+    }
+    let own = text(&cmd_output("id", &["-g"])).trim().to_owned();
+    let host = cmd_output("python3", &["-c", "import os; print(*os.getgroups())"]);
+    text(&host)
+        .split_whitespace()
+        .map(|gid| if gid == own { "1000" } else { "65534" })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// From inside: an unprivileged uid, every capability dropped,
 /// no_new_privs, the filter on, and no way to become root (`setuid`, an
 /// ambient capability, `su`).
@@ -1563,7 +1582,7 @@ fn capabilities_and_no_new_privs(who: Who) {
         &[
             ("uid", "1000 1000 1000"),
             ("gid", "1000 1000 1000"),
-            ("groups", ""),
+            ("groups", &groups_inside(who)),
             ("CapInh", zero),
             ("CapPrm", zero),
             ("CapEff", zero),
