@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Constle needs on Debian 12 or later:
-# Debian packages, then a Rust toolchain if there is none. Run as root or as
+# Debian packages, a pinned Node with the MCP servers the tests run, then a
+# Rust toolchain if there is none. Run as root or as
 # a user with sudo. Safe to run again.
 set -euo pipefail
 
@@ -93,6 +94,23 @@ fi
 for tool in node npm npx; do
   "${sudo[@]}" ln -sf "$node_dir/bin/$tool" "/usr/local/bin/$tool"
 done
+
+# The real MCP servers, SDK and conformance suite the tests run, from the npm
+# registry: scripts/mcp-tools/package.json pins each by exact version, and its
+# package-lock.json every dependency by SHA-512, which npm ci checks. Install
+# scripts never run. Reinstalled whenever the lockfile differs from the one
+# installed.
+mcp_dir=/usr/local/lib/constle-tools/mcp
+mcp_src="$(dirname "$0")/mcp-tools"
+if ! cmp -s "$mcp_src/package-lock.json" "$mcp_dir/package-lock.json"; then
+  staging_mcp=$(mktemp -d)
+  mkdir "$staging_mcp/mcp"
+  cp "$mcp_src/package.json" "$mcp_src/package-lock.json" "$staging_mcp/mcp/"
+  (cd "$staging_mcp/mcp" && "$node_dir/bin/npm" ci --silent --ignore-scripts --no-audit --no-fund)
+  "${sudo[@]}" rm -rf "$mcp_dir"
+  "${sudo[@]}" cp -R "$staging_mcp/mcp" "$mcp_dir"
+  rm -rf "$staging_mcp"
+fi
 
 min_rust=1.89
 if ! command -v cargo >/dev/null 2>&1; then
