@@ -32,6 +32,9 @@
 //! - [`SimulatedApprover`]: a decision endpoint on loopback speaking the
 //!   human-gates webhook protocol, signing with a real approver key, that
 //!   answers each tool by a fixed [`Answer`] (including forged ones).
+//! - [`npm`]: the real MCP servers, SDK and conformance suite from the npm
+//!   registry that `scripts/setup.sh` installs, and [`npm::NodeHttpServer`],
+//!   one of them serving Streamable HTTP on loopback.
 //! - [`RedisServer`]: a private `redis-server` on a Unix socket in a temporary
 //!   directory (no TCP port), for the spend ledger's Redis store; it can be
 //!   frozen or killed to show that the ledger fails closed.
@@ -64,6 +67,7 @@ mod hosts;
 mod https;
 pub mod mcp;
 mod netns;
+pub mod npm;
 mod redis;
 mod require;
 

@@ -141,8 +141,13 @@ impl Default for Setup<'_> {
 /// `$URL`, the gate's URL, and `$OTHER_URL`, the other server's, are put in) and prints `== NAME`, the client's
 /// output, and `== NAME exit N`.
 pub fn step(name: &str, args: &str) -> String {
+    step_on("ACCOUNTING", name, args)
+}
+
+/// [`step`] with `$URL` the gate's URL for server `ID` (its id in capitals).
+pub fn step_on(id: &str, name: &str, args: &str) -> String {
     let args = args
-        .replace("$URL", "\"$CONSTLE_MCP_ACCOUNTING_URL\"")
+        .replace("$URL", &format!("\"$CONSTLE_MCP_{id}_URL\""))
         .replace("$OTHER_URL", "\"$CONSTLE_MCP_CRM_URL\"");
     format!(
         "echo '== {name}'; ./mcp-client {CLIENT_SUBCOMMAND} {args} 2>&1; echo \"== {name} exit $?\""
