@@ -26,8 +26,13 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::error::GateError;
 
-/// The declared headers with their values.
-pub(crate) struct Credentials(Vec<Declared>);
+/// The declared headers with their values, and the other secrets the
+/// server holds that its answers must not carry to the agent (a stdio
+/// server's environment from `env_secret_refs`).
+pub(crate) struct Credentials {
+    headers: Vec<Declared>,
+    withheld: Vec<Box<[u8]>>,
+}
 
 struct Declared {
     name: HeaderName,
@@ -45,7 +50,19 @@ impl Declared {
 impl Credentials {
     /// No headers: a transport that is no URL server's gets none.
     pub(crate) fn none() -> Credentials {
-        Credentials(Vec::new())
+        Credentials {
+            headers: Vec::new(),
+            withheld: Vec::new(),
+        }
+    }
+
+    /// Also refuses answers holding any of `secrets` (empty ones are
+    /// skipped: they would be in every answer).
+    pub(crate) fn withholding(mut self, secrets: impl IntoIterator<Item = String>) -> Credentials {
+        let secrets = secrets.into_iter().filter(|s| !s.is_empty());
+        self.withheld
+            .extend(secrets.map(|s| s.into_bytes().into_boxed_slice()));
+        self
     }
 
     /// `server`'s declared headers, each value read through `env` (host
@@ -81,31 +98,40 @@ impl Credentials {
                 secret_from,
             })
         });
-        headers.collect::<Result<_, _>>().map(Credentials)
+        Ok(Credentials {
+            headers: headers.collect::<Result<_, _>>()?,
+            withheld: Vec::new(),
+        })
     }
 
     /// Puts every declared header into `headers`, each exactly once.
     /// Nothing the agent sends is among them (no declared name is one the
     /// gate forwards), and `insert` would replace it if it were.
     pub(crate) fn add_to(&self, headers: &mut HeaderMap) {
-        for declared in &self.0 {
+        for declared in &self.headers {
             headers.insert(declared.name.clone(), declared.value.clone());
         }
     }
 
-    /// Whether any header's secret (its variable's value) is in `bytes`.
+    /// Whether any secret (a header's variable's value, or one withheld)
+    /// is in `bytes`.
     pub(crate) fn appear_in(&self, bytes: &[u8]) -> bool {
-        self.0.iter().any(|declared| {
-            let secret = declared.secret();
-            bytes.windows(secret.len()).any(|window| window == secret)
-        })
+        let headers = self.headers.iter().map(Declared::secret);
+        let withheld = self.withheld.iter().map(|s| &s[..]);
+        headers
+            .chain(withheld)
+            .any(|secret| bytes.windows(secret.len()).any(|window| window == secret))
     }
 }
 
 impl fmt::Debug for Credentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list()
-            .entries(self.0.iter().map(|d| &d.name))
+        f.debug_struct("Credentials")
+            .field(
+                "headers",
+                &self.headers.iter().map(|d| &d.name).collect::<Vec<_>>(),
+            )
+            .field("withheld", &self.withheld.len())
             .finish()
     }
 }

@@ -307,6 +307,15 @@ impl Gate {
         }
     }
 
+    /// Also keeps from the agent any answer holding one of `secrets`, the
+    /// way answers holding a declared header's value are kept: for the
+    /// values a stdio server's environment holds (`env_secret_refs`).
+    #[must_use]
+    pub fn withholding(mut self, secrets: impl IntoIterator<Item = String>) -> Gate {
+        self.credentials = self.credentials.withholding(secrets);
+        self
+    }
+
     /// Puts gated calls to `approver`.
     #[must_use]
     pub fn with_approver(mut self, approver: impl Approver) -> Gate {
@@ -507,7 +516,7 @@ impl Inner {
                 StatusCode::BAD_GATEWAY,
                 Reason::UpstreamEchoedSecret,
                 format!(
-                    "MCP server {server:?} sent back the value of a header the Constle gate adds for it; it was not relayed"
+                    "MCP server {server:?} sent back a secret it holds (a header the Constle gate adds for it, or a value of its env_secret_refs); it was not relayed"
                 ),
             ),
             Upstream::Exited(why) => (

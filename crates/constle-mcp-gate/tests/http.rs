@@ -1296,6 +1296,26 @@ async fn an_answer_carrying_a_credential_back_is_not_relayed() {
     assert!(said.contains("first"), "{said}");
 }
 
+#[tokio::test]
+async fn an_answer_carrying_a_withheld_secret_back_is_not_relayed() {
+    // A stdio server's environment, say: the gate adds nothing, but the
+    // server holds the value and may show it.
+    let result = format!(r#"{{"jsonrpc":"2.0","id":5,"result":{{"env":"GH_PAT={TOKEN}"}}}}"#);
+    let answer = now(&format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{result}",
+        result.len()
+    ));
+    let server = declared(&raw_server(vec![answer], false).await.0);
+    let gate = Gate::new(&server, policy(&server), &|_| None)
+        .unwrap()
+        .withholding([String::new(), TOKEN.to_owned()]);
+    let response = post(&start_gate(gate).await, PING, &[]).await;
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    let said = seen(response).await;
+    shows_no_secret(&said);
+    assert!(said.contains("mcp_upstream_echoed_secret"), "{said}");
+}
+
 // ------------------------------------------------ who may drive the gate
 
 /// What the conformance suite's `dns-rebinding-protection` scenario sends:

@@ -70,10 +70,10 @@ impl PreparedGates {
             let gate = match prepared {
                 Prepared::Built(gate) => gate,
                 Prepared::AwaitingBridge(policy) => {
-                    let bridge = stdio.bridge(id.as_str()).ok_or_else(|| {
+                    let (bridge, secrets) = stdio.bridge(id.as_str()).ok_or_else(|| {
                         RunError::Sandbox(format!("MCP server {id} was not started"))
                     })?;
-                    Gate::with_transport(policy, bridge.clone())
+                    Gate::with_transport(policy, bridge.clone()).withholding(secrets.to_vec())
                 }
             };
             Ok((id, gate))

@@ -108,6 +108,9 @@ pub(crate) struct StdioServers {
 struct Running {
     id: String,
     bridge: StdioBridge,
+    /// The values of its `env_secret_refs`, which its gate keeps from the
+    /// agent.
+    secrets: Vec<String>,
     /// How its processes start; its spec names the work directory.
     plan: Arc<LaunchPlan>,
     /// Whether the work directory is the Agentfile's (else removed).
@@ -138,9 +141,11 @@ impl StdioServers {
         Ok(StdioServers { servers })
     }
 
-    /// The bridge of server `id`, when it is a stdio server.
-    pub(crate) fn bridge(&self, id: &str) -> Option<&StdioBridge> {
-        self.servers.iter().find(|s| s.id == id).map(|s| &s.bridge)
+    /// The bridge of server `id`, when it is a stdio server, and the
+    /// secrets of its environment.
+    pub(crate) fn bridge(&self, id: &str) -> Option<(&StdioBridge, &[String])> {
+        let server = self.servers.iter().find(|s| s.id == id)?;
+        Some((&server.bridge, &server.secrets))
     }
 
     /// Stops every server and waits until each is gone and its last
@@ -211,6 +216,7 @@ impl Running {
                 Some(Proxy::start(&policy, cx.options, cx.sockets, cx.log, Some(&id)).await?)
             }
         };
+        let secrets = env.values().cloned().collect();
         let env = match proxy {
             Some(_) => proxied_env(env.into_iter()),
             None => env,
@@ -258,6 +264,7 @@ impl Running {
         Ok(Running {
             id,
             bridge,
+            secrets,
             plan,
             declared_workdir: stdio.workdir.is_some(),
             proxy,
