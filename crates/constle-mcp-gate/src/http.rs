@@ -599,7 +599,7 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
     let request = inner.request(method.clone(), forwarded(&headers), Bytes::new());
     // The GET stream is the server's standing channel: silence is normal.
     let sse_idle = (method != Method::GET).then_some(inner.response_timeout);
-    exchange(inner, request, headers, None, sse_idle).await
+    exchange(inner, request, headers, Named::default(), sse_idle).await
 }
 
 /// The revision the agent's `MCP-Protocol-Version` names, if it sent one;
@@ -643,7 +643,7 @@ async fn post(
         Inspection::Forward(forward) => forward,
     };
     let asked = asked(&forward);
-    let reply_id = asked.id.cloned();
+    let named = Named::of(asked);
     if let Some(call) = forward.gated() {
         if let Some(closed) = inner.refuse_if_closed(asked).await {
             return closed;
@@ -690,7 +690,7 @@ async fn post(
         Bytes::from(forward.into_bytes()),
     );
     let sse_idle = Some(inner.response_timeout);
-    exchange(inner, request, headers, reply_id, sse_idle).await
+    exchange(inner, request, headers, named, sse_idle).await
 }
 
 /// Answers an inspected body the gate refused, once it is recorded.
@@ -727,18 +727,42 @@ fn asked(forward: &Forward) -> Asked<'_> {
     asked
 }
 
+/// What a forwarded request asked, for the record of a refusal after all
+/// (owned: the body it was read from is on its way); the id is the one to
+/// answer a single request's errors with.
+#[derive(Default)]
+struct Named {
+    method: Option<String>,
+    tool: Option<String>,
+    id: Option<RequestId>,
+}
+
+impl Named {
+    fn of(asked: Asked<'_>) -> Named {
+        Named {
+            method: asked.method.map(str::to_owned),
+            tool: asked.tool.map(str::to_owned),
+            id: asked.id.cloned(),
+        }
+    }
+}
+
 /// Sends `request` to the server, unless the gates are closed by now, and
 /// relays its answer, within the response timeout.
 async fn exchange(
     inner: Arc<Inner>,
     request: Request<Bytes>,
     agent_headers: HeaderMap,
-    reply_id: Option<RequestId>,
+    named: Named,
     sse_idle: Option<Duration>,
 ) -> Response {
+    let http_method = request.method().clone();
+    let reply_id = named.id;
     let asked = Asked {
+        http_method: &http_method,
+        method: named.method.as_deref(),
+        tool: named.tool.as_deref(),
         id: reply_id.as_ref(),
-        ..Asked::http(request.method())
     };
     if let Some(closed) = inner.refuse_if_closed(asked).await {
         return closed;
@@ -746,6 +770,14 @@ async fn exchange(
     let deadline = Instant::now() + inner.response_timeout;
     let upstream = match tokio::time::timeout_at(deadline, inner.transport.send(request)).await {
         Ok(Ok(upstream)) => upstream,
+        Ok(Err(TransportError::Refused {
+            status,
+            reason,
+            message,
+        })) => {
+            let response = rpc_error(status, asked.id, reason, &message);
+            return inner.refuse(asked, reason, response).await;
+        }
         Ok(Err(TransportError::Unreachable)) => {
             return inner.upstream_error(Upstream::Unreachable, reply_id.as_ref());
         }

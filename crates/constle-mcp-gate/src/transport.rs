@@ -14,6 +14,7 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::{Request, Response, Uri};
 
 use crate::GateError;
+use crate::rpc::Reason;
 use crate::upstream::{self, Client};
 
 /// A server's response body, as a transport hands it to the gate.
@@ -35,6 +36,18 @@ pub enum TransportError {
     Exited {
         /// How it ended, for the agent's error message.
         why: String,
+    },
+    /// The transport refused the request itself (the stdio bridge: no
+    /// session, an id already in flight). The gate answers it like its own
+    /// refusals: a JSON-RPC error with `status`, recorded (`mcp_refused`)
+    /// before the agent hears of it.
+    Refused {
+        /// The HTTP status of the answer.
+        status: hyper::StatusCode,
+        /// Why, as `error.data.reason`.
+        reason: Reason,
+        /// What the agent is told; it must not hold a secret.
+        message: String,
     },
 }
 

@@ -130,9 +130,8 @@ impl Shared {
             Method::POST => self.post(&parts.headers, body).await,
             Method::GET => self.get(&parts.headers).await,
             Method::DELETE => self.delete(&parts.headers).await,
-            _ => Ok(refusal(
+            _ => Err(refusal(
                 StatusCode::METHOD_NOT_ALLOWED,
-                None,
                 Reason::InvalidMessage,
                 "only POST, GET and DELETE",
             )),
@@ -142,9 +141,8 @@ impl Shared {
     async fn post(&self, headers: &HeaderMap, bytes: Bytes) -> Answered {
         let Some(body) = Body::parse(&bytes) else {
             let message = "the stdio bridge cannot route this body";
-            return Ok(refusal(
+            return Err(refusal(
                 StatusCode::BAD_REQUEST,
-                None,
                 Reason::InvalidMessage,
                 message,
             ));
@@ -153,16 +151,15 @@ impl Shared {
             true => self.new_session().await?,
             false if body.initializes() => {
                 let message = "initialize cannot be part of a batch";
-                return Ok(refusal(
+                return Err(refusal(
                     StatusCode::BAD_REQUEST,
-                    None,
                     Reason::InvalidMessage,
                     message,
                 ));
             }
             false => match self.session(headers).await {
                 Ok(link) => (link, None),
-                Err(why) => return Ok(self.no_session(why)),
+                Err(why) => return Err(self.no_session(why)),
             },
         };
         for id in body.cancelled() {
@@ -172,7 +169,7 @@ impl Shared {
         let waits = match link.expect(&ids, self.timeout) {
             Ok(waits) => waits,
             Err(Refused::Ended(why)) => return Err(TransportError::Exited { why }),
-            Err(Refused::DuplicateId(id)) => return Ok(self.duplicate(&body, &id)),
+            Err(Refused::DuplicateId(id)) => return Err(self.duplicate(&body, &id)),
         };
         if let Err(why) = link.send(&message::to_line(&bytes)).await {
             link.forget(&ids);
@@ -244,11 +241,10 @@ impl Shared {
     /// The refusal of a request outside the current session: 400 without a
     /// session id, 404 for one that is not the current session's (MCP
     /// clients start a new session on a 404).
-    fn no_session(&self, why: NoSession) -> Response<TransportBody> {
+    fn no_session(&self, why: NoSession) -> TransportError {
         match why {
             NoSession::Missing => refusal(
                 StatusCode::BAD_REQUEST,
-                None,
                 Reason::SessionRequired,
                 &format!(
                     "MCP server {:?} has one session at a time: send initialize first, then \
@@ -258,7 +254,6 @@ impl Shared {
             ),
             NoSession::Unknown => refusal(
                 StatusCode::NOT_FOUND,
-                None,
                 Reason::SessionUnknown,
                 &format!(
                     "this is not the current session of MCP server {:?} (it ended, or a newer \
@@ -273,7 +268,7 @@ impl Shared {
     async fn get(&self, headers: &HeaderMap) -> Answered {
         let link = match self.session(headers).await {
             Ok(link) => link,
-            Err(why) => return Ok(self.no_session(why)),
+            Err(why) => return Err(self.no_session(why)),
         };
         let messages = link
             .open_stream()
@@ -300,7 +295,7 @@ impl Shared {
         let running = {
             let mut current = self.current.lock().await;
             if let Err(why) = check_session(current.as_ref(), headers) {
-                return Ok(self.no_session(why));
+                return Err(self.no_session(why));
             }
             current.take()
         };
@@ -310,19 +305,19 @@ impl Shared {
         Ok(empty(StatusCode::OK))
     }
 
-    /// The answer to a body with an id already in flight.
-    fn duplicate(&self, body: &Body, id: &RequestId) -> Response<TransportBody> {
+    /// The refusal of a body with an id already in flight: in a batch 400,
+    /// else 200 (the gate answers a single request's error with its id).
+    fn duplicate(&self, body: &Body, id: &RequestId) -> TransportError {
         let message = format!(
             "request id {id} is already waiting for an answer from MCP server {:?}; \
              use an id that is not in flight",
             self.server
         );
-        let reply = (!body.batch).then_some(id);
-        let status = match reply {
-            Some(_) => StatusCode::OK,
-            None => StatusCode::BAD_REQUEST,
+        let status = match body.batch {
+            false => StatusCode::OK,
+            true => StatusCode::BAD_REQUEST,
         };
-        refusal(status, reply, Reason::DuplicateId, &message)
+        refusal(status, Reason::DuplicateId, &message)
     }
 }
 
@@ -356,13 +351,13 @@ fn cancelled(id: &RequestId) -> Bytes {
     error_body(Some(id), Reason::RequestCancelled, message).into()
 }
 
-fn refusal(
-    status: StatusCode,
-    id: Option<&RequestId>,
-    reason: Reason,
-    message: &str,
-) -> Response<TransportBody> {
-    json(status, error_body(id, reason, message).into())
+/// A refusal of the bridge's own, which the gate answers and records.
+fn refusal(status: StatusCode, reason: Reason, message: &str) -> TransportError {
+    TransportError::Refused {
+        status,
+        reason,
+        message: message.to_owned(),
+    }
 }
 
 fn json(status: StatusCode, body: Bytes) -> Response<TransportBody> {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use constle_manifest::{
     HumanGates, McpServer, McpTransport, Pricing, ServerId, StdioServer, ToolName,
 };
-use constle_mcp_gate::{Gate, ServerPolicy};
+use constle_mcp_gate::{Gate, RecordFuture, Recorder, RefusedRequest, ServerPolicy};
 use constle_mcp_stdio::{ExitCause, Launch, LaunchFuture, Process, ServerEvent, StdioBridge};
 use constle_testkit::mcp::{client_main, stdio_server_main};
 use libtest_mimic::{Arguments, Trial};
@@ -114,13 +114,38 @@ fn declared() -> McpServer {
     }
 }
 
-/// A gate on 127.0.0.1 over a bridge to `launch`; its URL, the bridge
-/// and the bridge's events, all on a runtime of their own.
+/// A gate on 127.0.0.1 over a bridge to `launch`; its URL, the bridge,
+/// the bridge's events and what the gate recorded as refused, all on a
+/// runtime of their own.
 struct Fixture {
     url: String,
     bridge: StdioBridge,
     events: Arc<Mutex<Vec<String>>>,
+    refused: Refusals,
     runtime: tokio::runtime::Runtime,
+}
+
+/// The gate's recorder: keeps every refusal.
+#[derive(Clone, Default)]
+struct Refusals(Arc<Mutex<Vec<RefusedRequest>>>);
+
+impl Recorder for Refusals {
+    fn refused<'a>(&'a self, refused: &'a RefusedRequest) -> RecordFuture<'a> {
+        self.0.lock().unwrap().push(refused.clone());
+        Box::pin(std::future::ready(()))
+    }
+}
+
+impl Refusals {
+    /// Each refusal's reason code, method, tool and id, in order.
+    fn seen(&self) -> Vec<(&'static str, Option<String>, Option<String>, Option<String>)> {
+        let refused = self.0.lock().unwrap();
+        let row = |r: &RefusedRequest| {
+            let id = r.request_id.as_ref().map(ToString::to_string);
+            (r.reason.as_str(), r.method.clone(), r.tool.clone(), id)
+        };
+        refused.iter().map(row).collect()
+    }
 }
 
 impl Fixture {
@@ -131,6 +156,7 @@ impl Fixture {
             .build()
             .unwrap();
         let events = Arc::new(Mutex::new(Vec::new()));
+        let refused = Refusals::default();
         let (bridge, url) = runtime.block_on(async {
             let (sender, mut receiver) = mpsc::unbounded_channel();
             let bridge = StdioBridge::start("books", launch, timeout, sender)
@@ -144,7 +170,9 @@ impl Fixture {
             });
             let server = declared();
             let policy = ServerPolicy::new(&server, &HumanGates::default());
-            let gate = Gate::with_transport(policy, bridge.clone()).with_response_timeout(timeout);
+            let gate = Gate::with_transport(policy, bridge.clone())
+                .with_response_timeout(timeout)
+                .with_recorder(refused.clone());
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let url = format!("http://{}/mcp", listener.local_addr().unwrap());
             tokio::spawn(gate.serve(listener));
@@ -154,6 +182,7 @@ impl Fixture {
             url,
             bridge,
             events,
+            refused,
             runtime,
         }
     }
@@ -303,6 +332,15 @@ fn sessions() {
         (404, "mcp_session_unknown"),
         "{body}"
     );
+    // Each recorded as the gate's own refusals are.
+    let list_refused = |reason| (reason, Some("tools/list".into()), None, Some("1".into()));
+    assert_eq!(
+        fx.refused.seen(),
+        [
+            list_refused("mcp_session_required"),
+            list_refused("mcp_session_unknown")
+        ]
+    );
 
     let first = fx.initialize();
     let (status, _, body) = fx.post(Some(&first), &list);
@@ -419,6 +457,13 @@ fn ids_in_flight() {
     let (status, _, body) = fx.post(Some(&session), &call(9, "fast", json!({})));
     assert_eq!((status, reason(&body)), (200, "mcp_duplicate_id"), "{body}");
     assert_eq!(body["id"], 9);
+    let duplicate = (
+        "mcp_duplicate_id",
+        Some("tools/call".into()),
+        Some("fast".into()),
+        Some("9".into()),
+    );
+    assert_eq!(fx.refused.seen(), [duplicate]);
     let (status, _, body) = fx.post(Some(&session), &call(10, "fast", json!({})));
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"]["content"][0]["text"], "done");
