@@ -136,9 +136,12 @@ impl Recorder for Refusals {
     }
 }
 
+/// A refusal's reason code, method, tool and id.
+type Seen = (&'static str, Option<String>, Option<String>, Option<String>);
+
 impl Refusals {
-    /// Each refusal's reason code, method, tool and id, in order.
-    fn seen(&self) -> Vec<(&'static str, Option<String>, Option<String>, Option<String>)> {
+    /// Each refusal, in order.
+    fn seen(&self) -> Vec<Seen> {
         let refused = self.0.lock().unwrap();
         let row = |r: &RefusedRequest| {
             let id = r.request_id.as_ref().map(ToString::to_string);
