@@ -1,14 +1,19 @@
 //! `sandbox.limits` in a run: the run's cgroups made before anything else
-//! starts, watched while the agent runs, and emptied when it ends.
+//! starts, watched while the agent runs, and emptied when it ends; and the
+//! same limits for each stdio MCP server, in cgroups of its own.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use constle_audit::{Event, EventError};
+use constle_audit::{AuditLog, Event, EventError};
 use constle_limits::{LimitHit, LimitKind, Limits, RunCgroup};
 use constle_manifest::Manifest;
+use tokio::task::JoinHandle;
 
 use crate::error::RunError;
+use crate::run::record;
 
 /// How often the cgroups' counters are read while the agent runs.
 const POLL: Duration = Duration::from_millis(250);
@@ -20,13 +25,27 @@ impl RunLimits {
     /// Makes the run's cgroups with the Agentfile's limits, or refuses the
     /// run with why a declared limit cannot be enforced here.
     pub(crate) fn create(manifest: &Manifest) -> Result<RunLimits, RunError> {
+        RunLimits::labelled(manifest, manifest.name.as_str())
+    }
+
+    /// The cgroups of stdio MCP server `id`, with the same limits as the
+    /// agent's: the server's use counts against its own, not the agent's.
+    pub(crate) fn for_server(manifest: &Manifest, id: &str) -> Result<RunLimits, RunError> {
+        // A cgroup label is at most 64 bytes; agent names are ASCII.
+        let agent = manifest.name.as_str();
+        let room = 64usize.saturating_sub(id.len() + "-mcp-".len());
+        let label = format!("{}-mcp-{id}", &agent[..agent.len().min(room)]);
+        RunLimits::labelled(manifest, &label)
+    }
+
+    fn labelled(manifest: &Manifest, label: &str) -> Result<RunLimits, RunError> {
         let declared = &manifest.sandbox.limits;
         let limits = Limits {
             memory_bytes: declared.memory_bytes,
             pids: declared.pids,
             cpu_millis: declared.cpu_millis,
         };
-        RunCgroup::create(manifest.name.as_str(), &limits)
+        RunCgroup::create(label, &limits)
             .map(RunLimits)
             .map_err(RunError::Limits)
     }
@@ -58,6 +77,79 @@ impl RunLimits {
         let _ = self.0.kill_all();
         let _ = self.0.remove();
     }
+}
+
+/// A stdio server's limits, watched while it runs: the first time each
+/// limit is reached is recorded (`limit_reached` with `server`), and the
+/// run goes on. Memory ends the server's process (the kernel's OOM
+/// killer), which its bridge reports as an exit.
+pub(crate) struct ServerLimits {
+    limits: Arc<RunLimits>,
+    recorded: Arc<tokio::sync::Mutex<HashSet<LimitKind>>>,
+    watch: JoinHandle<()>,
+    log: Arc<AuditLog>,
+    server: String,
+}
+
+impl ServerLimits {
+    pub(crate) fn watch(limits: RunLimits, log: &Arc<AuditLog>, server: &str) -> ServerLimits {
+        let limits = Arc::new(limits);
+        let recorded = Arc::default();
+        let watch = tokio::spawn({
+            let (limits, recorded, log) =
+                (Arc::clone(&limits), Arc::clone(&recorded), Arc::clone(log));
+            let server = server.to_owned();
+            async move {
+                loop {
+                    tokio::time::sleep(POLL).await;
+                    if record_new(&limits, &recorded, &log, &server).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        ServerLimits {
+            limits,
+            recorded,
+            watch,
+            log: Arc::clone(log),
+            server: server.to_owned(),
+        }
+    }
+
+    /// Once the server is stopped: records a limit reached since the last
+    /// look, then empties and removes the cgroups.
+    pub(crate) async fn end(self) -> Result<(), RunError> {
+        self.watch.abort();
+        // Gone once awaited: its hold on the cgroups with it.
+        let _ = self.watch.await;
+        let recorded = record_new(&self.limits, &self.recorded, &self.log, &self.server).await;
+        if let Ok(limits) = Arc::try_unwrap(self.limits) {
+            limits.end();
+        }
+        recorded
+    }
+}
+
+/// Records each limit `limits` reached that is not in `recorded` yet.
+async fn record_new(
+    limits: &RunLimits,
+    recorded: &tokio::sync::Mutex<HashSet<LimitKind>>,
+    log: &AuditLog,
+    server: &str,
+) -> Result<(), RunError> {
+    let Ok(hits) = limits.0.hits() else {
+        return Ok(());
+    };
+    let mut recorded = recorded.lock().await;
+    for hit in hits {
+        if recorded.insert(hit.limit)
+            && let Ok(reached) = limit_event(&hit).and_then(|e| e.with("server", server))
+        {
+            record(log, reached).await?;
+        }
+    }
+    Ok(())
 }
 
 /// `limit_reached`: which limit, how often, and its value.

@@ -195,7 +195,7 @@ async fn supervise(
         .flatten();
     let hold = OutputHold::default();
     let meter = SpendMeter::open(manifest, &options.home, log).await;
-    let servers = StdioServers::start(
+    let mut servers = StdioServers::start(
         &stdio::Context {
             manifest,
             options,
@@ -220,7 +220,16 @@ async fn supervise(
     spec.cgroup_procs = limits.procs_files();
     let proxy_start = lap();
     let (mut agent, output, lifeline) = start_sandbox(&spec, &hold)?;
-    let result = watch(&mut agent, proxy.as_mut(), &mut gates, &limits, stop, log).await;
+    let result = watch(
+        &mut agent,
+        proxy.as_mut(),
+        &mut servers,
+        &mut gates,
+        &limits,
+        stop,
+        log,
+    )
+    .await;
     let sandbox = lap();
     // Whatever ended the run, nothing more leaves the sandbox from here on,
     // even what is still on its way while the sandbox is torn down.
@@ -359,6 +368,26 @@ pub(crate) struct Proxy {
 }
 
 impl Proxy {
+    /// Resolves when the proxy stops working: Squid exited, or its
+    /// decisions can no longer be recorded.
+    pub(crate) async fn trouble(&mut self) -> ProxyTrouble {
+        let Some(recorder) = self.recorder.as_mut() else {
+            return ProxyTrouble::Died(exit_description(self.squid.exited().await));
+        };
+        tokio::select! {
+            status = self.squid.exited() => ProxyTrouble::Died(exit_description(status)),
+            result = recorder => {
+                // The recorder only ends early when the audit log fails or
+                // Squid's log closed because Squid is going away.
+                self.recorder = None;
+                match recorded(result) {
+                    Err(err) => ProxyTrouble::NotRecorded(err.to_string()),
+                    Ok(()) => ProxyTrouble::Died(exit_description(self.squid.exited().await)),
+                }
+            }
+        }
+    }
+
     /// The agent's proxy, or with `server` a stdio MCP server's (its
     /// decisions recorded with the server's id).
     pub(crate) async fn start(
@@ -494,29 +523,23 @@ pub(crate) fn proxied_env(
 async fn watch(
     agent: &mut tokio::process::Child,
     mut proxy: Option<&mut Proxy>,
+    servers: &mut StdioServers,
     gates: &mut McpGates,
     limits: &RunLimits,
     stop: &mut StopSignals,
     log: &AuditLog,
 ) -> Result<i32, RunError> {
+    // The agent's proxy, or a stdio server's: either failing ends the run.
     let trouble = async {
-        let Some(proxy) = proxy.as_deref_mut() else {
-            return std::future::pending().await;
-        };
-        let Some(recorder) = proxy.recorder.as_mut() else {
-            return ProxyTrouble::Died(exit_description(proxy.squid.exited().await));
+        let agent = async {
+            match proxy.as_deref_mut() {
+                Some(proxy) => (None, proxy.trouble().await),
+                None => std::future::pending().await,
+            }
         };
         tokio::select! {
-            status = proxy.squid.exited() => ProxyTrouble::Died(exit_description(status)),
-            result = recorder => {
-                // The recorder only ends early when the audit log fails or
-                // Squid's log closed because Squid is going away.
-                proxy.recorder = None;
-                match recorded(result) {
-                    Err(err) => ProxyTrouble::NotRecorded(err.to_string()),
-                    Ok(()) => ProxyTrouble::Died(exit_description(proxy.squid.exited().await)),
-                }
-            }
+            trouble = agent => trouble,
+            (server, trouble) = servers.proxy_trouble() => (Some(server), trouble),
         }
     };
     tokio::select! {
@@ -533,13 +556,18 @@ async fn watch(
             let _ = agent.start_kill();
             limit_reached(log, &hit).await
         }
-        trouble = trouble => {
+        (server, trouble) = trouble => {
             let _ = agent.start_kill();
+            let whose = server.as_ref().map_or_else(
+                || "the proxy".to_owned(),
+                |id| format!("the proxy of MCP server {id}"),
+            );
             let reason = match trouble {
-                ProxyTrouble::Died(status) => format!("the proxy exited: {status}"),
-                ProxyTrouble::NotRecorded(error) => format!("the proxy's decisions could not be recorded: {error}"),
+                ProxyTrouble::Died(status) => format!("{whose} exited: {status}"),
+                ProxyTrouble::NotRecorded(error) => format!("{whose}'s decisions could not be recorded: {error}"),
             };
-            if let Ok(failed) = event("egress_failed").with("reason", reason.clone()) {
+            let failed = event("egress_failed").with("reason", reason.clone());
+            if let Ok(failed) = failed.and_then(|e| of_server(e, server.as_deref())) {
                 record(log, failed).await?;
             }
             Err(RunError::EgressDied(reason))
@@ -611,7 +639,7 @@ fn recorded(
     }
 }
 
-enum ProxyTrouble {
+pub(crate) enum ProxyTrouble {
     Died(String),
     NotRecorded(String),
 }

@@ -35,7 +35,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::error::{RunError, io};
-use crate::run::{Proxy, RunOptions, event, private_dir, proxied_env, record, sweep_setid};
+use crate::limits::{RunLimits, ServerLimits};
+use crate::run::{
+    Proxy, ProxyTrouble, RunOptions, event, private_dir, proxied_env, record, sweep_setid,
+};
 
 /// The most of a run's stderr kept per server; the rest is dropped (and
 /// said so in the file).
@@ -117,6 +120,8 @@ struct Running {
     declared_workdir: bool,
     /// Its egress proxy, with `network.allowed_hosts`.
     proxy: Option<Proxy>,
+    /// Its cgroups, with `sandbox.limits`.
+    limits: ServerLimits,
     log: Arc<AuditLog>,
     recorder: JoinHandle<Result<(), AuditError>>,
     flush: oneshot::Sender<()>,
@@ -148,6 +153,21 @@ impl StdioServers {
         Some((&server.bridge, &server.secrets))
     }
 
+    /// Resolves when a server's proxy stops working, with the server's id;
+    /// never, when no server has one.
+    pub(crate) async fn proxy_trouble(&mut self) -> (String, ProxyTrouble) {
+        let troubles = self.servers.iter_mut().filter_map(|server| {
+            let proxy = server.proxy.as_mut()?;
+            let id = server.id.clone();
+            Some(Box::pin(async move { (id, proxy.trouble().await) }))
+        });
+        let troubles: Vec<_> = troubles.collect();
+        if troubles.is_empty() {
+            return std::future::pending().await;
+        }
+        futures_util::future::select_all(troubles).await.0
+    }
+
     /// Stops every server and waits until each is gone and its last
     /// events are recorded; then clears set-id bits in each declared work
     /// directory, as in the agent's (files changed since `began`).
@@ -155,6 +175,7 @@ impl StdioServers {
         let mut recorded = Ok(());
         for server in self.servers {
             server.bridge.stop().await;
+            recorded = recorded.and(server.limits.end().await);
             if server.declared_workdir {
                 let swept = sweep_setid(&server.plan.spec, began, &server.log, Some(&server.id));
                 recorded = recorded.and(swept.await);
@@ -209,6 +230,7 @@ impl Running {
             }
         };
         let stage = private_dir("constle-stage-")?;
+        let limits = RunLimits::for_server(cx.manifest, &id)?;
         let proxy = match stdio.allowed_hosts.as_slice() {
             [] => None,
             hosts => {
@@ -231,7 +253,7 @@ impl Running {
             constle_exe: cx.options.constle_exe.clone(),
             private: server_private(cx, &id),
             stage: stage.path().to_path_buf(),
-            cgroup_procs: Vec::new(),
+            cgroup_procs: limits.procs_files(),
         };
         dirs.push(stage);
         spec.check_dirs()
@@ -261,6 +283,7 @@ impl Running {
         let bridge = StdioBridge::start(&id, launch, DEFAULT_RESPONSE_TIMEOUT, events)
             .await
             .map_err(|e| RunError::Sandbox(format!("MCP server {id} could not start: {e}")))?;
+        let limits = ServerLimits::watch(limits, cx.log, &id);
         Ok(Running {
             id,
             bridge,
@@ -268,6 +291,7 @@ impl Running {
             plan,
             declared_workdir: stdio.workdir.is_some(),
             proxy,
+            limits,
             log: Arc::clone(cx.log),
             recorder,
             flush,

@@ -148,7 +148,7 @@ impl Default for McpServerOptions {
 }
 
 /// The tools only the stdio server has ([`stdio_server_main`]).
-pub const STDIO_TOOLS: [&str; 4] = ["env_digest", "list_dir", "exit", "connect"];
+pub const STDIO_TOOLS: [&str; 5] = ["env_digest", "list_dir", "exit", "connect", "hog"];
 
 /// A `tools/call` that reached the server.
 #[derive(Debug, Clone, PartialEq)]
@@ -402,7 +402,19 @@ fn stdio_tools() -> Vec<Tool> {
             "Open a tunnel to a host's port 443 through the proxy in HTTPS_PROXY",
             one_string("host", "The host name"),
         ),
+        Tool::new(
+            "hog",
+            "Take this many MiB of memory, then let go of it",
+            one_string("mib", "How many MiB, as a string"),
+        ),
     ]
+}
+
+/// `hog`: takes `mib` MiB, every page touched (a memory limit ends the
+/// process first).
+fn hog(mib: usize) -> CallToolResponse {
+    let held: Vec<Vec<u8>> = (0..mib).map(|_| vec![1u8; 1 << 20]).collect();
+    text_result(format!("held {} MiB", held.len()))
 }
 
 /// `connect`: what the proxy, then the host, said.
@@ -592,6 +604,10 @@ fn stdio_call(name: &str, arguments: Option<&JsonObject>) -> Option<CallToolResp
         "exit" => match string_argument(arguments, "code").map(str::parse::<i32>) {
             Ok(Ok(code)) => std::process::exit(code),
             _ => tool_error("invalid arguments: code must be a number, as a string"),
+        },
+        "hog" => match string_argument(arguments, "mib").map(str::parse::<usize>) {
+            Ok(Ok(mib)) => hog(mib),
+            _ => tool_error("invalid arguments: mib must be a number, as a string"),
         },
         _ => return None,
     };

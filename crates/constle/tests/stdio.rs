@@ -62,6 +62,14 @@ fn main() {
             "a_server_dies_with_constle_killed_by_sigkill",
             dies_with_constle,
         ),
+        e2e(
+            "a_server_at_its_memory_limit_is_ended_and_recorded",
+            memory_limit,
+        ),
+        e2e(
+            "when_a_servers_proxy_dies_the_run_fails_closed",
+            server_proxy_dies,
+        ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }
@@ -118,6 +126,11 @@ impl Fixture {
     /// With `server` (YAML lines, indented for the server's mapping) added
     /// to the server's entry.
     fn agentfile_with(&self, server: &str, steps: &[String]) -> PathBuf {
+        self.agentfile_limited("", server, steps)
+    }
+
+    /// With `limits` (YAML lines, indented for the `sandbox` mapping) too.
+    fn agentfile_limited(&self, limits: &str, server: &str, steps: &[String]) -> PathBuf {
         let script = steps.join("\n");
         self.case.agentfile(&format!(
             r#"sandbox:
@@ -125,14 +138,14 @@ impl Fixture {
   workdir: ./work
   network:
     egress: none
-mcp:
+{limits}mcp:
   servers:
     - id: accounting
       command: ["./server", "{SERVER_SUBCOMMAND}", "{marker}"]
       workdir: ./server-work
       env_secret_refs:
         BOOKS_TOKEN: {SECRET_VAR}
-      tools: [list_invoices, get_invoice, pay_invoice, env_digest, list_dir, exit, connect]
+      tools: [list_invoices, get_invoice, pay_invoice, env_digest, list_dir, exit, connect, hog]
 {server}
 human_gates:
   enabled: true
@@ -281,6 +294,7 @@ fn behind_the_gate() {
             "env_digest",
             "exit",
             "get_invoice",
+            "hog",
             "list_dir",
             "list_invoices",
             "pay_invoice"
@@ -542,4 +556,89 @@ fn dies_with_constle() {
     until("the server outlived constle", &|| {
         processes_with(&fx.marker).is_empty()
     });
+}
+
+/// `sandbox.limits` holds for a stdio server too, in cgroups of its own: a
+/// server that takes more memory than the limit is killed by the kernel,
+/// the call gets an error naming it, the limit is recorded with the
+/// server's id, and the run goes on (the agent's own limit was not
+/// reached) with a fresh server for the next session.
+fn memory_limit() {
+    let fx = Fixture::new();
+    let webhook = fx.webhook();
+    let steps = [
+        call("hog", "hog", r#"{"mib":"400"}"#),
+        call("after", "get_invoice", INVOICE),
+    ];
+    let file = fx.agentfile_limited("  limits: {memory: 96m}\n", "", &steps);
+    let (out, _) = fx.run(&file, &webhook);
+    let report = report(&out);
+    assert!(out.status.success(), "{report}");
+    let stdout = text(&out.stdout);
+    let (said, status) = outcome(&stdout, "hog", &report);
+    assert_eq!(status, 3, "{said}");
+    assert!(
+        said.contains("MCP server \"accounting\" is not running"),
+        "{said}"
+    );
+    assert_eq!(
+        outcome(&stdout, "after", &report),
+        ("result: invoice INV-0042: 120.00 EUR\n".into(), 0)
+    );
+    let reached = fx.case.events("limit_reached");
+    assert_eq!(reached.len(), 1, "{reached:?}");
+    assert_eq!(
+        (&reached[0]["server"], &reached[0]["limit"]),
+        (&Value::from("accounting"), &Value::from("memory"))
+    );
+    let exited = fx.case.events("mcp_server_exited");
+    // Killed (the sandbox's init reports the signal as 128 + 9).
+    let killed = |e: &&Value| e["signal"] == 9 || e["exit_code"] == 137;
+    assert_eq!(exited.iter().filter(killed).count(), 1, "{exited:?}");
+}
+
+/// A stdio server's proxy killed mid-run ends the run as the agent's
+/// would: `egress_failed` naming the server, exit 125, and the log still
+/// closed with `run_finished`.
+fn server_proxy_dies() {
+    let fx = Fixture::new();
+    let webhook = fx.webhook();
+    let network = "      network:\n        allowed_hosts: [api.example.com]\n";
+    let file = fx.agentfile_with(network, &["touch started; exec sleep 1000".to_owned()]);
+    let constle = fx
+        .case
+        .command(&["run", file.to_str().unwrap()])
+        .env(SECRET_VAR, &fx.secret)
+        .env(WEBHOOK_VAR, webhook.url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !fx.case.path("work/started").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The agent has no proxy (egress: none): this is the server's Squid.
+    let squid = format!("constle{}x", constle.id());
+    let killed = std::process::Command::new("pkill")
+        .args(["-KILL", "-f", &squid])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "no Squid named {squid}");
+    let out = constle.wait_with_output().unwrap();
+    let report = report(&out);
+    assert_eq!(out.status.code(), Some(125), "{report}");
+    assert!(
+        text(&out.stderr).contains("the proxy of MCP server accounting exited"),
+        "{report}"
+    );
+    let failed = fx.case.events("egress_failed");
+    assert_eq!(failed.len(), 1, "{report}");
+    assert_eq!(failed[0]["server"], "accounting");
+    assert_eq!(fx.case.log().last().unwrap()["event"], "run_finished");
 }
