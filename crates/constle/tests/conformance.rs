@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use constle_testkit::npm::{MCP_TOOLS_DIR, NodeHttpServer, mcp_package, require_mcp_tools};
-use constle_testkit::{find_tool, require_root};
+use constle_testkit::{find_tool, require_nothing_missing, require_root};
 use libtest_mimic::{Arguments, Trial};
 use serde_json::Value;
 
@@ -168,11 +168,26 @@ fn main() {
 fn e2e(name: &str, test: fn()) -> Trial {
     let name = name.to_owned();
     Trial::test(name.clone(), move || {
-        if require_root(&name, &["bwrap", "node"]) && require_mcp_tools(&name) {
+        if require_root(&name, &["bwrap", "node"])
+            && require_mcp_tools(&name)
+            && require_packages(&name)
+        {
             test();
         }
         Ok(())
     })
+}
+
+/// Whether the npm packages these tests run are installed, each of them
+/// (`scripts/setup.sh` installs them); otherwise what
+/// [`require_nothing_missing`] does.
+fn require_packages(test: &str) -> bool {
+    let missing: Vec<String> = ["conformance", "sdk", "server-everything"]
+        .into_iter()
+        .filter(|name| !mcp_package(name).join("package.json").is_file())
+        .map(|name| format!("@modelcontextprotocol/{name} (scripts/setup.sh)"))
+        .collect();
+    require_nothing_missing(test, &missing)
 }
 
 /// Our server directly over HTTP, and through the gate both as a URL
