@@ -191,8 +191,8 @@ fn require_packages(test: &str) -> bool {
 }
 
 /// Our server directly over HTTP, and through the gate both as a URL
-/// server and as a stdio server; each gated run in a case of its own, for
-/// its own audit log.
+/// server and as a stdio server: each gated run with a case, and so an
+/// audit log and a results directory, of its own.
 fn our_server() {
     let case = Case::new();
     let script = install_our_server(&case);
