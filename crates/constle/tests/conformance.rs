@@ -2,9 +2,8 @@
 //! the real suite (`@modelcontextprotocol/conformance`), run on the host
 //! straight at a server, and inside the sandbox of a real `constle run` at
 //! `$CONSTLE_MCP_<ID>_URL`, with every tool the server offers or the
-//! scenarios call declared and
-//! every method the scenarios use allowed. Each check must end the same
-//! both ways, but for the differences the gate makes on purpose, each
+//! scenarios call declared and every method the scenarios use allowed.
+//! Each check must end the same both ways, but for the differences the gate makes on purpose, each
 //! named here with its reason ([`Difference`]):
 //!
 //! - our own server (`tests/mcp/conformance-server.mjs`, on the official
