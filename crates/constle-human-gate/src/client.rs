@@ -10,7 +10,8 @@ use reqwest::{Client, Response, StatusCode, Url, redirect};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::decision::{MAX_DECISION_BYTES, MalformedDecision, Verdict, verify_decision};
-use crate::request::PendingRequest;
+use crate::quorum::{Ballot, BallotRequest, verify_vote};
+use crate::request::{PendingRequest, RequestId};
 
 /// The longest any one HTTP exchange may take, within the deadline.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -87,13 +88,13 @@ impl WebhookUrl {
     }
 
     /// `<url>/<request_id>/decision`.
-    fn decision_url(&self, request: &PendingRequest) -> Url {
+    fn decision_url(&self, request_id: &RequestId) -> Url {
         let mut url = self.0.clone();
         url.set_fragment(None);
         if let Ok(mut segments) = url.path_segments_mut() {
             segments
                 .pop_if_empty()
-                .push(request.request_id().as_str())
+                .push(request_id.as_str())
                 .push("decision");
         }
         url
@@ -190,30 +191,91 @@ impl WebhookClient {
         deadline: Instant,
         poll_interval: Duration,
     ) -> WebhookOutcome {
+        let exchange = Exchange {
+            url,
+            body: request.post_body().to_vec(),
+            decision_url: url.decision_url(request.request_id()),
+        };
+        let mut pending = Some(request);
+        let decided = self
+            .exchange(&exchange, deadline, poll_interval, |body| {
+                let request = pending.take()?;
+                match verify_decision(request, approver, &body) {
+                    Ok(verdict) => Some(Ok(verdict)),
+                    Err(undecided) => {
+                        pending = Some(undecided.pending);
+                        Some(Err(undecided.problem))
+                    }
+                }
+            })
+            .await;
+        match decided {
+            Ok(verdict) => WebhookOutcome::Decided(verdict),
+            Err(reason) => WebhookOutcome::NoDecision(reason),
+        }
+    }
+
+    /// Version 2: POST `request` to `url`, then poll for this endpoint's
+    /// one decision until `deadline`, checked by [`verify_vote`] against
+    /// the keys in force (`approvers`). The first decision that is one,
+    /// counted or rejected, ends this endpoint's part; a body that is no
+    /// decision keeps the polling going. `NoDecision` only once the
+    /// deadline has passed.
+    pub async fn ballot(
+        &self,
+        url: &WebhookUrl,
+        request: &BallotRequest,
+        approvers: &[DidKey],
+        deadline: Instant,
+        poll_interval: Duration,
+    ) -> Result<Ballot, NoDecisionReason> {
+        let exchange = Exchange {
+            url,
+            body: request.post_body().to_vec(),
+            decision_url: url.decision_url(request.request_id()),
+        };
+        self.exchange(&exchange, deadline, poll_interval, |body| {
+            Some(verify_vote(
+                request,
+                approvers,
+                jiff::Timestamp::now(),
+                &body,
+            ))
+        })
+        .await
+    }
+
+    /// POSTs once (retried at each interval until it succeeds), then polls
+    /// until `check` makes a decision of a 200 body (`Ok`) or the deadline
+    /// passes. `check` says `Err` for a body that is no decision, `None`
+    /// when it can check no more.
+    async fn exchange<T>(
+        &self,
+        exchange: &Exchange<'_>,
+        deadline: Instant,
+        poll_interval: Duration,
+        mut check: impl FnMut(Vec<u8>) -> Option<Result<T, MalformedDecision>>,
+    ) -> Result<T, NoDecisionReason> {
         let poll_interval = poll_interval.max(MIN_POLL_INTERVAL);
-        let decision_url = url.decision_url(&request);
-        let mut pending = request;
         let mut posted = false;
         let mut last = NoDecisionReason::Timeout;
         while Instant::now() < deadline {
             let next = Instant::now() + poll_interval;
             if !posted {
-                match timeout_at(deadline, self.post(url, &pending)).await {
+                match timeout_at(deadline, self.post(exchange)).await {
                     Ok(Ok(())) => posted = true,
                     Ok(Err(reason)) => last = reason,
                     Err(_) => break,
                 }
             }
             if posted {
-                match timeout_at(deadline, self.poll(&decision_url)).await {
+                match timeout_at(deadline, self.poll(&exchange.decision_url)).await {
                     Ok(Poll::NotYet) => last = NoDecisionReason::Timeout,
                     Ok(Poll::Problem(reason)) => last = reason,
-                    Ok(Poll::Body(body)) => match verify_decision(pending, approver, &body) {
-                        Ok(verdict) => return WebhookOutcome::Decided(verdict),
-                        Err(undecided) => {
-                            pending = undecided.pending;
-                            last = NoDecisionReason::Malformed(undecided.problem);
-                        }
+                    Ok(Poll::Body(body)) => match check(body) {
+                        Some(Ok(decided)) => return Ok(decided),
+                        Some(Err(problem)) => last = NoDecisionReason::Malformed(problem),
+                        None => break,
                     },
                     Err(_) => break,
                 }
@@ -221,19 +283,15 @@ impl WebhookClient {
             sleep_until(next.min(deadline)).await;
         }
         sleep_until(deadline).await;
-        WebhookOutcome::NoDecision(last)
+        Err(last)
     }
 
-    async fn post(
-        &self,
-        url: &WebhookUrl,
-        request: &PendingRequest,
-    ) -> Result<(), NoDecisionReason> {
+    async fn post(&self, exchange: &Exchange<'_>) -> Result<(), NoDecisionReason> {
         let response = self
             .http
-            .post(url.0.clone())
+            .post(exchange.url.0.clone())
             .header(CONTENT_TYPE, "application/json")
-            .body(request.post_body().to_vec())
+            .body(exchange.body.clone())
             .send()
             .await
             .map_err(|_| NoDecisionReason::Unreachable)?;
@@ -263,6 +321,13 @@ impl WebhookClient {
             other => Poll::Problem(NoDecisionReason::UnexpectedStatus(other.as_u16())),
         }
     }
+}
+
+/// Where one request goes: its POST and its decision URL.
+struct Exchange<'a> {
+    url: &'a WebhookUrl,
+    body: Vec<u8>,
+    decision_url: Url,
 }
 
 enum Poll {

@@ -59,6 +59,20 @@ pub enum DenialReason {
     /// Signed and matching, with a decision other than the exact word
     /// `approved`.
     Denied,
+    /// (v2) Signed by a key that is not one of the approvers in force.
+    ApproverUnknown,
+    /// (v2) Signed for another agent.
+    AgentMismatch,
+    /// (v2) Signed for another MCP server.
+    ServerMismatch,
+    /// (v2) Signed for another tool.
+    ToolMismatch,
+    /// (v2) Signed under another policy (Agentfile).
+    PolicyMismatch,
+    /// (v2) Signed with another expiry than the request's.
+    ExpiryMismatch,
+    /// (v2) Arrived after the request expired.
+    Expired,
 }
 
 impl DenialReason {
@@ -69,6 +83,13 @@ impl DenialReason {
             DenialReason::RequestIdMismatch => "gate_request_id_mismatch",
             DenialReason::DigestMismatch => "gate_digest_mismatch",
             DenialReason::Denied => "denied",
+            DenialReason::ApproverUnknown => "gate_approver_unknown",
+            DenialReason::AgentMismatch => "gate_agent_mismatch",
+            DenialReason::ServerMismatch => "gate_server_mismatch",
+            DenialReason::ToolMismatch => "gate_tool_mismatch",
+            DenialReason::PolicyMismatch => "gate_policy_mismatch",
+            DenialReason::ExpiryMismatch => "gate_expiry_mismatch",
+            DenialReason::Expired => "gate_request_expired",
         }
     }
 }
@@ -269,7 +290,7 @@ fn check(
 
 /// A serde_json error as short, printable text: the endpoint's bytes may
 /// appear in it, so control characters are escaped and the length bounded.
-fn describe(e: &serde_json::Error) -> String {
+pub(crate) fn describe(e: &serde_json::Error) -> String {
     let text: String = e
         .to_string()
         .chars()

@@ -59,6 +59,7 @@
 
 mod client;
 mod decision;
+pub mod quorum;
 mod request;
 mod subject;
 mod terminal;

@@ -21,7 +21,7 @@ pub const REQUEST_ID_PREFIX: &str = "hgr_";
 pub struct RequestId(pub(crate) String);
 
 impl RequestId {
-    fn mint() -> Result<RequestId, RequestError> {
+    pub(crate) fn mint() -> Result<RequestId, RequestError> {
         let mut bits = [0u8; 16];
         getrandom::fill(&mut bits).map_err(|_| RequestError::Random)?;
         Ok(RequestId(format!(
@@ -208,7 +208,7 @@ impl fmt::Debug for PendingRequest {
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ`.
-fn rfc3339(t: Timestamp) -> String {
+pub(crate) fn rfc3339(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 

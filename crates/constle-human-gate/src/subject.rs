@@ -13,7 +13,7 @@ const MAX_EXACT_INTEGER: u64 = (1 << 53) - 1;
 ///
 /// Computed by [`subject_digest`]; printed and compared as that string.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct SubjectDigest([u8; 32]);
+pub struct SubjectDigest(pub(crate) [u8; 32]);
 
 impl SubjectDigest {
     /// The 32 bytes of the SHA-256 digest.
@@ -94,7 +94,7 @@ pub fn canonical_subject(
 
 /// Refuse integers that JCS cannot write exactly. Iterative, so a deeply
 /// nested value cannot exhaust the stack here.
-fn check_numbers(value: &Value) -> Result<(), SubjectError> {
+pub(crate) fn check_numbers(value: &Value) -> Result<(), SubjectError> {
     let mut stack = vec![value];
     while let Some(value) = stack.pop() {
         match value {
