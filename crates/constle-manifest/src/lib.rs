@@ -72,10 +72,11 @@ use std::path::{Path, PathBuf};
 pub use diagnostic::{CODES, Diagnostic, Location, Severity};
 pub use model::{
     A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, GateMatch, GatedTool, HumanGates,
-    Identity, Limits, MAX_APPROVAL_TIMEOUT_SECONDS, MAX_CPU_MILLIS, MAX_PIDS,
+    Identity, Limits, MAX_APPROVAL_TIMEOUT_SECONDS, MAX_APPROVERS, MAX_CPU_MILLIS, MAX_PIDS,
     MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MCP_BASE_SERVER_REQUESTS, MIN_CPU_MILLIS,
-    MIN_MEMORY_BYTES, MIN_PIDS, Manifest, Mcp, McpServer, McpTransport, Network, Notify,
-    NotifyChannel, OnTimeout, Pricing, Sandbox, SecretHeader, Spending, StdioServer,
+    MIN_MEMORY_BYTES, MIN_PIDS, Manifest, Mcp, McpServer, McpTransport, NamedApprover, Network,
+    Notify, NotifyChannel, OnTimeout, PolicyDigest, Pricing, Quorum, Sandbox, SecretHeader,
+    Spending, StdioServer,
 };
 pub use secret::SecretHeaderError;
 pub use validate::RESERVED_ENV;
@@ -222,6 +223,7 @@ pub fn parse_str(
                     root: root.pos,
                     base_dir: base_dir_of(path),
                     agentfile: path.to_path_buf(),
+                    policy_digest: PolicyDigest::of(source.as_bytes()),
                     env,
                 };
                 manifest = validate::validate(raw, input, &mut sink);

@@ -37,6 +37,35 @@ pub struct Manifest {
     /// The directory holding the Agentfile (made absolute); relative paths in
     /// the Agentfile are resolved against it.
     pub base_dir: PathBuf,
+    /// The digest of the Agentfile's text as parsed: the policy in force,
+    /// which a v2 approval signs.
+    pub policy_digest: PolicyDigest,
+}
+
+/// `sha256:<hex>` of an Agentfile's exact bytes: any change to it, a
+/// comment included, is another policy. Anyone can recompute it
+/// (`sha256sum agent.yaml`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PolicyDigest([u8; 32]);
+
+impl PolicyDigest {
+    /// The digest of `text`.
+    pub fn of(text: &[u8]) -> PolicyDigest {
+        use sha2::Digest as _;
+        PolicyDigest(sha2::Sha256::digest(text).into())
+    }
+}
+
+impl std::fmt::Display for PolicyDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sha256:{}", hex::encode(self.0))
+    }
+}
+
+impl std::fmt::Debug for PolicyDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PolicyDigest({self})")
+    }
 }
 
 /// `identity`.
@@ -295,15 +324,18 @@ impl Pricing {
 
 /// `human_gates`.
 ///
-/// Invariant: when [`HumanGates::is_active`] is true, `approver_pubkey` is set.
+/// Invariant: at most one of `approver_pubkey` and `quorum` is set, and
+/// when [`HumanGates::is_active`] is true, one is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HumanGates {
     /// The master switch; default false.
     pub enabled: bool,
     /// Exact tool names whose calls wait for a decision (when `enabled`); unique.
     pub require_approval_for: Vec<ToolName>,
-    /// The key that signs webhook decisions.
+    /// The one key that signs webhook decisions (protocol v1).
     pub approver_pubkey: Option<DidKey>,
+    /// Several approvers and a threshold (protocol v2).
+    pub quorum: Option<Quorum>,
     /// Where gated requests are also sent.
     pub notify: Vec<Notify>,
     /// How long a gate waits; 1 to 86400, default 300.
@@ -318,12 +350,40 @@ impl Default for HumanGates {
             enabled: false,
             require_approval_for: Vec::new(),
             approver_pubkey: None,
+            quorum: None,
             notify: Vec::new(),
             approval_timeout_seconds: DEFAULT_APPROVAL_TIMEOUT_SECONDS,
             on_timeout: OnTimeout::Abort,
         }
     }
 }
+
+/// `human_gates.approvers` with `threshold` and `terminal_approves`.
+///
+/// Invariant: `approvers` is not empty, their keys and labels are
+/// distinct, and `1 <= threshold <= approvers.len()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Quorum {
+    /// Who may decide, in Agentfile order.
+    pub approvers: Vec<NamedApprover>,
+    /// How many distinct approvers must approve a call.
+    pub threshold: usize,
+    /// Whether an approval at the terminal counts as one vote (a denial
+    /// there always denies).
+    pub terminal_approves: bool,
+}
+
+/// One of `human_gates.approvers`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedApprover {
+    /// The key that signs this approver's decisions.
+    pub did: DidKey,
+    /// Who holds it: 1 to 64 printable characters, for people to read.
+    pub label: String,
+}
+
+/// Most entries in `human_gates.approvers`.
+pub const MAX_APPROVERS: usize = 64;
 
 /// Default of `human_gates.approval_timeout_seconds`.
 pub const DEFAULT_APPROVAL_TIMEOUT_SECONDS: u32 = 300;

@@ -17,14 +17,15 @@ use crate::diagnostic::{Pos, Sink, did_you_mean, show, show_url, suggest};
 use crate::model::{
     A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, HumanGates, Identity, Limits,
     MAX_APPROVAL_TIMEOUT_SECONDS, MAX_PIDS, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MIN_PIDS,
-    Manifest, Mcp, McpServer, Network, Notify, NotifyChannel, OnTimeout, Pricing, Sandbox,
-    SecretHeader, Spending,
+    Manifest, Mcp, McpServer, Network, Notify, NotifyChannel, OnTimeout, PolicyDigest, Pricing,
+    Sandbox, SecretHeader, Spending,
 };
 use crate::raw::{
     RawA2a, RawHeader, RawHumanGates, RawLimits, RawManifest, RawMcp, RawNetwork, RawPricing,
     RawSandbox, RawServer, RawSpending, Strings,
 };
 use crate::secret::SecretHeaderError;
+mod quorum;
 mod stdio;
 
 use crate::values::{
@@ -50,6 +51,8 @@ pub(crate) struct Input<'a> {
     pub base_dir: PathBuf,
     /// The Agentfile itself, which no directory the sandbox mounts may hold.
     pub agentfile: PathBuf,
+    /// The digest of the text being validated.
+    pub policy_digest: PolicyDigest,
     pub env: &'a dyn Fn(&str) -> Option<String>,
 }
 
@@ -72,6 +75,7 @@ pub(crate) fn validate(raw: RawManifest, input: Input<'_>, sink: &mut Sink) -> O
         agent_workdir: None,
     };
     let root = input.root;
+    let input_digest = input.policy_digest;
 
     let name = v
         .required(
@@ -141,6 +145,7 @@ pub(crate) fn validate(raw: RawManifest, input: Input<'_>, sink: &mut Sink) -> O
         spending: spending?,
         a2a: a2a?,
         base_dir: v.base_dir,
+        policy_digest: input_digest,
     })
 }
 
@@ -911,11 +916,16 @@ impl V<'_, '_> {
             .as_ref()
             .map(|l| l.value.as_slice())
             .unwrap_or(&[]);
-        if enabled && !entries.is_empty() && h.approver_pubkey.0.is_none() {
+        let quorum = self.quorum(raw);
+        if enabled
+            && !entries.is_empty()
+            && h.approver_pubkey.0.is_none()
+            && h.approvers.0.is_none()
+        {
             self.sink.error(
                 "missing_approver_pubkey",
                 raw.key_pos(),
-                "human_gates gates tool calls but has no approver_pubkey",
+                "human_gates gates tool calls but has no approver_pubkey (or approvers)",
                 Some(
                     "run `constle webhook-keygen approver` and write the did:key it prints as approver_pubkey"
                         .to_string(),
@@ -982,6 +992,7 @@ impl V<'_, '_> {
             enabled,
             require_approval_for: gated?,
             approver_pubkey: approver?,
+            quorum: quorum?,
             notify,
             approval_timeout_seconds: timeout?,
             on_timeout: on_timeout?,

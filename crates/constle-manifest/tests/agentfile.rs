@@ -1983,3 +1983,94 @@ fn stdio_server_mistakes() {
         [("reserved_env_name", 8, 25), ("reserved_env_name", 8, 41)]
     );
 }
+
+const KEY_A: &str = "did:key:z6MktwupdmLXVVqTzCw4i46r4uGyosGXRnR3XjN4Zq7oMMsw";
+const KEY_B: &str = "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp";
+
+/// An Agentfile gating `pay` with these `human_gates` lines added.
+fn gated(lines: &str) -> String {
+    format!(
+        "name: a\nsandbox:\n  command: [x]\nmcp:\n  servers:\n    - id: books\n      url: https://books.example.com/mcp\n      tools: [pay]\nhuman_gates:\n  enabled: true\n  require_approval_for: [pay]\n{lines}"
+    )
+}
+
+#[test]
+fn several_approvers_and_a_threshold() {
+    let two = format!(
+        "  approvers:\n    - {{did: {KEY_A}, label: alice}}\n    - {{did: {KEY_B}, label: bob}}\n  threshold: 2\n  terminal_approves: true\n"
+    );
+    let quorum = ok(&gated(&two)).manifest.human_gates.quorum.unwrap();
+    assert_eq!((quorum.threshold, quorum.terminal_approves), (2, true));
+    let labels: Vec<&str> = quorum.approvers.iter().map(|a| a.label.as_str()).collect();
+    assert_eq!(labels, ["alice", "bob"]);
+    // The threshold defaults to one.
+    let one = format!("  approvers:\n    - {{did: {KEY_A}, label: alice}}\n");
+    assert_eq!(
+        ok(&gated(&one))
+            .manifest
+            .human_gates
+            .quorum
+            .unwrap()
+            .threshold,
+        1
+    );
+}
+
+#[test]
+fn a_quorum_that_cannot_work_is_refused() {
+    let cases = [
+        (
+            format!(
+                "  approver_pubkey: {KEY_A}\n  approvers:\n    - {{did: {KEY_B}, label: bob}}\n"
+            ),
+            "approvers_conflict",
+        ),
+        (
+            format!("  approver_pubkey: {KEY_A}\n  threshold: 1\n"),
+            "quorum_without_approvers",
+        ),
+        (
+            format!("  approvers:\n    - {{did: {KEY_A}, label: alice}}\n  threshold: 2\n"),
+            "out_of_range",
+        ),
+        (
+            format!("  approvers:\n    - {{did: {KEY_A}, label: alice}}\n  threshold: 0\n"),
+            "out_of_range",
+        ),
+        (
+            format!(
+                "  approvers:\n    - {{did: {KEY_A}, label: alice}}\n    - {{did: {KEY_A}, label: bob}}\n"
+            ),
+            "duplicate_approver",
+        ),
+        (
+            format!(
+                "  approvers:\n    - {{did: {KEY_A}, label: alice}}\n    - {{did: {KEY_B}, label: alice}}\n"
+            ),
+            "duplicate_approver",
+        ),
+        (
+            format!("  approvers:\n    - {{did: {KEY_A}, label: \" alice\"}}\n"),
+            "invalid_label",
+        ),
+        ("  approvers: []\n".to_owned(), "out_of_range"),
+        (
+            "  approvers:\n    - {label: alice}\n".to_owned(),
+            "missing_field",
+        ),
+    ];
+    for (lines, code) in cases {
+        assert_eq!(codes(&rejected(&gated(&lines)).errors), [code], "{lines}");
+    }
+}
+
+#[test]
+fn the_policy_digest_is_of_the_exact_text() {
+    let src = gated(&format!("  approver_pubkey: {KEY_A}\n"));
+    let digest = ok(&src).manifest.policy_digest;
+    assert_eq!(digest, constle_manifest::PolicyDigest::of(src.as_bytes()));
+    assert_ne!(
+        digest,
+        ok(&format!("{src}# a comment\n")).manifest.policy_digest
+    );
+}
