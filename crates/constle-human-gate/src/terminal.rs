@@ -109,6 +109,25 @@ impl PromptRequest {
         }
     }
 
+    /// The prompt for a version 2 request (several approvers), as
+    /// [`PromptRequest::new`].
+    pub fn for_ballot(
+        request: &crate::quorum::BallotRequest,
+        timeout: Duration,
+        on_timeout: TimeoutAction,
+    ) -> PromptRequest {
+        let binding = request.binding();
+        PromptRequest {
+            agent: binding.agent.clone(),
+            server: binding.server.clone(),
+            tool: binding.tool.clone(),
+            arguments: request.arguments().clone(),
+            subject_digest: request.subject_digest().clone(),
+            timeout,
+            on_timeout,
+        }
+    }
+
     /// Whether the arguments are too large to show in full. Such a call can
     /// be denied at the terminal, never approved there.
     pub fn too_large_to_show(&self) -> bool {

@@ -21,7 +21,7 @@ use constle_human_gate::{
     WebhookUrl, ask_terminal,
 };
 use constle_identity::DidKey;
-use constle_manifest::{HumanGates, OnTimeout};
+use constle_manifest::{Manifest, OnTimeout};
 use constle_mcp_gate::{Approval, ApprovalFuture, Approver, Shutoff, ToolCall};
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt as _;
@@ -29,38 +29,52 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::output::OutputHold;
+use crate::quorum::QuorumGate;
 use crate::stop::{GateStop, GateStops};
 
 /// How often the webhook is polled for a decision.
-const POLL_INTERVAL: Duration = Duration::from_millis(500);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
 /// The human gates of one run, shared by the MCP gates of all its servers
 /// (one terminal, one prompt at a time).
 #[derive(Clone)]
 pub(crate) struct HumanGate(Arc<Inner>);
 
-struct Inner {
-    agent: String,
-    approver: DidKey,
-    timeout: Duration,
-    on_timeout: OnTimeout,
-    webhook: Option<(WebhookClient, WebhookUrl)>,
-    terminal: Option<Mutex<HostTty>>,
+pub(crate) struct Inner {
+    pub(crate) agent: String,
+    /// Who decides: one key (protocol v1), or several and a threshold (v2).
+    pub(crate) mode: Mode,
+    pub(crate) timeout: Duration,
+    pub(crate) on_timeout: OnTimeout,
+    pub(crate) terminal: Option<Mutex<HostTty>>,
     /// Held while the terminal asks, so that the agent's output cannot sit
     /// beside the question.
-    hold: OutputHold,
+    pub(crate) hold: OutputHold,
     said_no_terminal: AtomicBool,
-    log: Arc<AuditLog>,
+    pub(crate) log: Arc<AuditLog>,
     /// Thrown on an abort, before the refusal is answered.
     shutoff: Shutoff,
     stops: GateStops,
+}
+
+/// Who decides a gated call.
+pub(crate) enum Mode {
+    /// `approver_pubkey`, and the first usable webhook (protocol v1, byte
+    /// for byte as the seed has it).
+    Single {
+        approver: DidKey,
+        webhook: Option<(WebhookClient, WebhookUrl)>,
+    },
+    /// `approvers` and `threshold`: every usable webhook asked at once
+    /// (protocol v2).
+    Quorum(QuorumGate),
 }
 
 /// Why a gated call could not even be put to a person. The call is
 /// refused: a gate that cannot ask, or cannot record, never forwards; the
 /// MCP gate records the refusal ([`Approval::Failed`]).
 #[derive(Debug, thiserror::Error)]
-enum GateFailure {
+pub(crate) enum GateFailure {
     #[error("the request could not be built: {0}")]
     Request(#[from] RequestError),
     #[error("the decision could not be recorded: {0}")]
@@ -75,29 +89,37 @@ impl HumanGate {
     /// URL; without one, only the terminal (and `on_timeout`) decide. An
     /// abort throws `shutoff`, then says so on `stops`.
     pub(crate) fn new(
-        agent: &str,
-        gates: &HumanGates,
+        manifest: &Manifest,
         log: &Arc<AuditLog>,
         terminal: Option<(HostTty, OutputHold)>,
         shutoff: &Shutoff,
         stops: &GateStops,
     ) -> Option<HumanGate> {
-        let approver = gates
-            .approver_pubkey
-            .clone()
-            .filter(|_| gates.is_active())?;
-        let webhook = gates
+        let gates = &manifest.human_gates;
+        if !gates.is_active() {
+            return None;
+        }
+        let mut webhooks = gates
             .notify
             .iter()
-            .find_map(|notify| WebhookUrl::from_env(notify.url_secret_ref.as_str()).ok())
-            .and_then(|url| Some((WebhookClient::new().ok()?, url)));
+            .filter_map(|notify| WebhookUrl::from_env(notify.url_secret_ref.as_str()).ok())
+            .filter_map(|url| Some((WebhookClient::new().ok()?, url)));
+        let mode = match (&gates.approver_pubkey, &gates.quorum) {
+            (Some(approver), _) => Mode::Single {
+                approver: approver.clone(),
+                webhook: webhooks.next(),
+            },
+            (None, Some(quorum)) => {
+                Mode::Quorum(QuorumGate::new(manifest, quorum, webhooks.collect()))
+            }
+            (None, None) => return None,
+        };
         let (terminal, hold) = terminal.unzip();
         let inner = Inner {
-            agent: agent.to_owned(),
-            approver,
+            agent: manifest.name.to_string(),
+            mode,
             timeout: gates.approval_timeout(),
             on_timeout: gates.on_timeout,
-            webhook,
             terminal: terminal.map(Mutex::new),
             hold: hold.unwrap_or_default(),
             said_no_terminal: AtomicBool::new(false),
@@ -127,7 +149,7 @@ impl Approver for HumanGate {
 }
 
 /// What the MCP gate does once the decision is on disk.
-enum Action {
+pub(crate) enum Action {
     Forward,
     /// Refuse, telling the agent why.
     Refuse(&'static str),
@@ -136,7 +158,7 @@ enum Action {
 }
 
 /// What ended the wait.
-enum Outcome {
+pub(crate) enum Outcome {
     Terminal(TerminalOutcome),
     Webhook(Verdict),
     /// The deadline, with what the webhook last saw if there is one.
@@ -149,23 +171,47 @@ impl Inner {
         let expires_at = jiff::Timestamp::now()
             + jiff::SignedDuration::try_from(self.timeout).unwrap_or(jiff::SignedDuration::MAX);
         let deadline = Instant::now() + self.timeout;
-        let pending =
-            PendingRequest::new(&self.agent, &call.server, &call.tool, arguments, expires_at)?;
-        let subject = subject_fields(&pending);
-        let channels = serde_json::json!({
-            "terminal": self.terminal.is_some(),
-            "webhook": self.webhook.is_some(),
-        });
-        let triggered = event("gate_triggered", &subject)?
-            .with("expires_at", constle_audit::format_timestamp(expires_at))?
-            .with("channels", channels)?;
-        self.record(triggered).await?;
-
-        let outcome = self.race(pending, deadline).await;
-        let (decided, action) = self.conclude(&subject, outcome)?;
+        let (decided, action) = match &self.mode {
+            Mode::Single { approver, webhook } => {
+                let pending = PendingRequest::new(
+                    &self.agent,
+                    &call.server,
+                    &call.tool,
+                    arguments,
+                    expires_at,
+                )?;
+                let subject = subject_fields(
+                    pending.request_id().as_str(),
+                    call,
+                    &pending.subject_digest().to_string(),
+                );
+                let channels = serde_json::json!({
+                    "terminal": self.terminal.is_some(),
+                    "webhook": webhook.is_some(),
+                });
+                let triggered = event("gate_triggered", &subject)?
+                    .with("expires_at", constle_audit::format_timestamp(expires_at))?
+                    .with("channels", channels)?;
+                self.record(triggered).await?;
+                let outcome = self
+                    .race(pending, approver, webhook.as_ref(), deadline)
+                    .await;
+                self.conclude(&subject, outcome)?
+            }
+            Mode::Quorum(quorum) => {
+                quorum
+                    .decide(self, call, arguments, expires_at, deadline)
+                    .await?
+            }
+        };
         // On disk before the gate acts on it.
         self.record(decided).await?;
-        Ok(match action {
+        Ok(self.act(call, action))
+    }
+
+    /// What the gate answers once the decision is on disk.
+    fn act(&self, call: &ToolCall, action: Action) -> Approval {
+        match action {
             Action::Forward => Approval::Approved,
             Action::Refuse(why) => refused(call, why),
             Action::Abort => {
@@ -186,20 +232,26 @@ impl Inner {
                     "no decision arrived in time (on_timeout: abort); the run is stopped",
                 )
             }
-        })
+        }
     }
 
-    async fn record(&self, event: Event) -> Result<(), AuditError> {
+    pub(crate) async fn record(&self, event: Event) -> Result<(), AuditError> {
         self.log.submit(event).written().await.map(|_| ())
     }
 
     /// Both channels at once; the first decision wins and the other channel
     /// is dropped mid-wait, which decides nothing.
-    async fn race(&self, pending: PendingRequest, deadline: Instant) -> Outcome {
+    async fn race(
+        &self,
+        pending: PendingRequest,
+        approver: &DidKey,
+        webhook: Option<&(WebhookClient, WebhookUrl)>,
+        deadline: Instant,
+    ) -> Outcome {
         let prompt = PromptRequest::new(&pending, self.timeout, timeout_action(self.on_timeout));
         let outcome = tokio::select! {
             outcome = self.ask_terminal(&prompt, deadline) => outcome,
-            outcome = self.ask_webhook(pending, deadline) => outcome,
+            outcome = ask_webhook(webhook, pending, approver, deadline) => outcome,
         };
         self.tell_terminal(&outcome).await;
         outcome
@@ -207,7 +259,7 @@ impl Inner {
 
     /// Resolves only on a decision; a terminal that cannot decide leaves
     /// the wait to the webhook and the deadline.
-    async fn ask_terminal(&self, prompt: &PromptRequest, deadline: Instant) -> Outcome {
+    pub(crate) async fn ask_terminal(&self, prompt: &PromptRequest, deadline: Instant) -> Outcome {
         let Some(terminal) = &self.terminal else {
             if !self.said_no_terminal.swap(true, Ordering::Relaxed) {
                 // Once per run, on constle's own stderr: nobody can answer here.
@@ -224,21 +276,6 @@ impl Inner {
         }
     }
 
-    /// Resolves at the latest at the deadline.
-    async fn ask_webhook(&self, pending: PendingRequest, deadline: Instant) -> Outcome {
-        let Some((client, url)) = &self.webhook else {
-            tokio::time::sleep_until(deadline).await;
-            return Outcome::Timeout(None);
-        };
-        match client
-            .ask(url, pending, &self.approver, deadline, POLL_INTERVAL)
-            .await
-        {
-            WebhookOutcome::Decided(verdict) => Outcome::Webhook(verdict),
-            WebhookOutcome::NoDecision(reason) => Outcome::Timeout(Some(reason)),
-        }
-    }
-
     /// Closes a prompt another channel (or the clock) answered, so the
     /// terminal never shows a question that no longer counts.
     async fn tell_terminal(&self, outcome: &Outcome) {
@@ -248,6 +285,12 @@ impl Inner {
             Outcome::Webhook(_) => "denied through the webhook",
             Outcome::Timeout(_) => "no decision before the deadline",
         };
+        self.note_terminal(note).await;
+    }
+
+    /// A line under the prompt, when the terminal is not asking another
+    /// call's question.
+    pub(crate) async fn note_terminal(&self, note: &str) {
         // Locked by another call's prompt means this call's prompt, queued
         // behind it, was never shown: there is nothing to close.
         if let Some(mut tty) = self.terminal.as_ref().and_then(|t| t.try_lock().ok()) {
@@ -320,28 +363,52 @@ fn refused(call: &ToolCall, why: &str) -> Approval {
     }
 }
 
+/// Resolves at the latest at the deadline.
+async fn ask_webhook(
+    webhook: Option<&(WebhookClient, WebhookUrl)>,
+    pending: PendingRequest,
+    approver: &DidKey,
+    deadline: Instant,
+) -> Outcome {
+    let Some((client, url)) = webhook else {
+        tokio::time::sleep_until(deadline).await;
+        return Outcome::Timeout(None);
+    };
+    match client
+        .ask(url, pending, approver, deadline, POLL_INTERVAL)
+        .await
+    {
+        WebhookOutcome::Decided(verdict) => Outcome::Webhook(verdict),
+        WebhookOutcome::NoDecision(reason) => Outcome::Timeout(Some(reason)),
+    }
+}
+
 /// The members every gate entry of one call shares.
-fn subject_fields(pending: &PendingRequest) -> Map<String, Value> {
+pub(crate) fn subject_fields(
+    request_id: &str,
+    call: &ToolCall,
+    digest: &str,
+) -> Map<String, Value> {
     let mut fields = Map::new();
     let mut put = |key: &str, value: &str| fields.insert(key.to_owned(), Value::from(value));
-    put("request_id", pending.request_id().as_str());
-    put("server", pending.server());
-    put("tool", pending.tool());
-    put("subject_digest", &pending.subject_digest().to_string());
+    put("request_id", request_id);
+    put("server", &call.server);
+    put("tool", &call.tool);
+    put("subject_digest", digest);
     fields
 }
 
-fn merged(subject: &Map<String, Value>, more: Map<String, Value>) -> Map<String, Value> {
+pub(crate) fn merged(subject: &Map<String, Value>, more: Map<String, Value>) -> Map<String, Value> {
     let mut fields = subject.clone();
     fields.extend(more);
     fields
 }
 
-fn channel_webhook() -> Map<String, Value> {
+pub(crate) fn channel_webhook() -> Map<String, Value> {
     Map::from_iter([("channel".to_owned(), Value::from("webhook"))])
 }
 
-fn event(name: &str, fields: &Map<String, Value>) -> Result<Event, EventError> {
+pub(crate) fn event(name: &str, fields: &Map<String, Value>) -> Result<Event, EventError> {
     fields
         .iter()
         .try_fold(Event::new(name)?, |event, (key, value)| {
@@ -349,14 +416,14 @@ fn event(name: &str, fields: &Map<String, Value>) -> Result<Event, EventError> {
         })
 }
 
-fn timeout_action(on_timeout: OnTimeout) -> TimeoutAction {
+pub(crate) fn timeout_action(on_timeout: OnTimeout) -> TimeoutAction {
     match on_timeout {
         OnTimeout::Abort => TimeoutAction::Abort,
         OnTimeout::Proceed => TimeoutAction::Proceed,
     }
 }
 
-fn on_timeout_word(on_timeout: OnTimeout) -> &'static str {
+pub(crate) fn on_timeout_word(on_timeout: OnTimeout) -> &'static str {
     match on_timeout {
         OnTimeout::Abort => "abort",
         OnTimeout::Proceed => "proceed",

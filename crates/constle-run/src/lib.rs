@@ -13,6 +13,7 @@ mod limits;
 mod mcp;
 mod output;
 mod plan;
+mod quorum;
 mod refusals;
 mod run;
 mod spend;

@@ -115,8 +115,7 @@ impl McpGates {
         let shutoff = Shutoff::new();
         let (stops, stopped) = mpsc::unbounded_channel();
         let human = HumanGate::new(
-            manifest.name.as_str(),
-            &manifest.human_gates,
+            manifest,
             log,
             terminal.map(|tty| (tty, hold.clone())),
             &shutoff,

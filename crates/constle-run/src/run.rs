@@ -136,7 +136,8 @@ fn run_started(manifest: &Manifest) -> Event {
         .and_then(|e| e.with("workdir", manifest.sandbox.workdir.display().to_string()))
         .and_then(|e| e.with("egress", egress))
         .and_then(|e| e.with("allowed_hosts", hosts))
-        .and_then(|e| e.with("constle_version", env!("CARGO_PKG_VERSION")));
+        .and_then(|e| e.with("constle_version", env!("CARGO_PKG_VERSION")))
+        .and_then(|e| e.with("policy_digest", manifest.policy_digest.to_string()));
     started.unwrap_or_else(|_| event("run_started"))
 }
 

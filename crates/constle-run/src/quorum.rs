@@ -1,0 +1,299 @@
+//! Human gates with several approvers (`human_gates.approvers`, protocol
+//! v2): a gated call is put to every webhook and the terminal at once, each
+//! decision that arrives is checked and recorded as it comes
+//! (`gate_vote`), and the call is settled by the first of: `threshold`
+//! distinct approvers approving, one verified denial, a denial at the
+//! terminal, or the deadline (`on_timeout`).
+
+use constle_audit::Event;
+use constle_human_gate::quorum::{
+    Approver, Ballot, BallotRequest, Binding, Progress, QuorumApproval, RejectedVote, Tally,
+    VerifiedVote,
+};
+use constle_human_gate::{
+    DenialReason, NoDecisionReason, PromptRequest, TerminalOutcome, WebhookClient, WebhookUrl,
+};
+use constle_identity::DidKey;
+use constle_manifest::{Manifest, OnTimeout, Quorum};
+use constle_mcp_gate::ToolCall;
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+
+use crate::human::{
+    Action, GateFailure, Inner, Outcome, POLL_INTERVAL, channel_webhook, event, merged,
+    on_timeout_word, subject_fields, timeout_action,
+};
+
+/// The approvers of a run and what every request of theirs is bound to.
+pub(crate) struct QuorumGate {
+    approvers: Vec<Approver>,
+    keys: Vec<DidKey>,
+    threshold: usize,
+    terminal_approves: bool,
+    webhooks: Vec<(WebhookClient, WebhookUrl)>,
+    agent_did: Option<String>,
+    policy_digest: String,
+}
+
+/// What one channel said.
+enum Said {
+    Ballot(Ballot),
+    /// A webhook that gave no decision by the deadline.
+    Nothing(NoDecisionReason),
+    Terminal(TerminalOutcome),
+}
+
+/// Where the wait ended.
+enum Settled {
+    Approved(QuorumApproval),
+    Denied(VerifiedVote),
+    DeniedAtTerminal,
+    /// How many votes approved, and what each silent webhook last saw.
+    Timeout {
+        approvals: usize,
+        webhooks: Vec<String>,
+    },
+}
+
+impl QuorumGate {
+    pub(crate) fn new(
+        manifest: &Manifest,
+        quorum: &Quorum,
+        webhooks: Vec<(WebhookClient, WebhookUrl)>,
+    ) -> QuorumGate {
+        let approvers = quorum.approvers.iter().map(|a| Approver {
+            did: a.did.to_string(),
+            label: a.label.clone(),
+        });
+        QuorumGate {
+            approvers: approvers.collect(),
+            keys: quorum.approvers.iter().map(|a| a.did.clone()).collect(),
+            threshold: quorum.threshold,
+            terminal_approves: quorum.terminal_approves,
+            webhooks,
+            agent_did: manifest.identity.as_ref().map(|i| i.did.to_string()),
+            policy_digest: manifest.policy_digest.to_string(),
+        }
+    }
+
+    /// Asks, counts and concludes: the entry to record and what to do.
+    pub(crate) async fn decide(
+        &self,
+        gate: &Inner,
+        call: &ToolCall,
+        arguments: Value,
+        expires_at: jiff::Timestamp,
+        deadline: Instant,
+    ) -> Result<(Event, Action), GateFailure> {
+        let binding = Binding {
+            agent: gate.agent.clone(),
+            agent_did: self.agent_did.clone(),
+            server: call.server.clone(),
+            tool: call.tool.clone(),
+            policy_digest: self.policy_digest.clone(),
+            expires_at,
+        };
+        let request = BallotRequest::new(binding, arguments, &self.approvers, self.threshold)?;
+        let subject = subject_fields(
+            request.request_id().as_str(),
+            call,
+            &request.subject_digest().to_string(),
+        );
+        let channels = serde_json::json!({
+            "terminal": gate.terminal.is_some(),
+            "webhooks": self.webhooks.len(),
+        });
+        let triggered = event("gate_triggered", &subject)?
+            .with("expires_at", request.expires_at())?
+            .with("channels", channels)?
+            .with("version", 2)?
+            .with("threshold", self.threshold)?
+            .with("approvers", self.labelled())?
+            .with("policy_digest", self.policy_digest.as_str())?;
+        gate.record(triggered).await?;
+        let settled = self.count(gate, &request, &subject, deadline).await?;
+        Ok(self.conclude(gate, &subject, settled)?)
+    }
+
+    /// Every channel at once, each vote recorded as it arrives, until the
+    /// call is settled.
+    async fn count(
+        &self,
+        gate: &Inner,
+        request: &BallotRequest,
+        subject: &Map<String, Value>,
+        deadline: Instant,
+    ) -> Result<Settled, GateFailure> {
+        let prompt =
+            PromptRequest::for_ballot(request, gate.timeout, timeout_action(gate.on_timeout));
+        let mut channels: FuturesUnordered<_> = self
+            .webhooks
+            .iter()
+            .map(|(client, url)| {
+                Box::pin(async move {
+                    match client
+                        .ballot(url, request, &self.keys, deadline, POLL_INTERVAL)
+                        .await
+                    {
+                        Ok(ballot) => Said::Ballot(ballot),
+                        Err(nothing) => Said::Nothing(nothing),
+                    }
+                })
+                    as std::pin::Pin<Box<dyn std::future::Future<Output = Said> + Send + '_>>
+            })
+            .collect();
+        channels.push(Box::pin(async {
+            match gate.ask_terminal(&prompt, deadline).await {
+                Outcome::Terminal(outcome) => Said::Terminal(outcome),
+                _ => std::future::pending().await,
+            }
+        }));
+        let mut tally = Tally::new(self.threshold);
+        let mut silent = Vec::new();
+        let sleep = tokio::time::sleep_until(deadline);
+        tokio::pin!(sleep);
+        loop {
+            let said = tokio::select! {
+                said = channels.next() => said,
+                () = &mut sleep => None,
+            };
+            let Some(said) = said else {
+                return Ok(Settled::Timeout {
+                    approvals: tally.approvals(),
+                    webhooks: silent,
+                });
+            };
+            let progress = match said {
+                Said::Nothing(reason) => {
+                    silent.push(reason.to_string());
+                    continue;
+                }
+                Said::Ballot(Ballot::Rejected(rejected)) => {
+                    gate.record(rejected_vote(subject, &rejected)?).await?;
+                    continue;
+                }
+                Said::Ballot(Ballot::Counted(vote)) => {
+                    gate.record(counted_vote(subject, &vote)?).await?;
+                    tally.add(vote)
+                }
+                Said::Terminal(TerminalOutcome::Approved) if self.terminal_approves => {
+                    gate.record(terminal_vote(subject, "approved")?).await?;
+                    tally.add_terminal()
+                }
+                Said::Terminal(TerminalOutcome::Approved) => {
+                    gate.record(terminal_vote(subject, "approved")?.with("counted", false)?)
+                        .await?;
+                    gate.note_terminal(
+                        "an approval here does not count (terminal_approves: false)",
+                    )
+                    .await;
+                    continue;
+                }
+                Said::Terminal(_) => {
+                    gate.record(terminal_vote(subject, "denied")?).await?;
+                    return Ok(Settled::DeniedAtTerminal);
+                }
+            };
+            match progress {
+                Progress::Approved(quorum) => return Ok(Settled::Approved(quorum)),
+                Progress::Denied(vote) => return Ok(Settled::Denied(vote)),
+                Progress::Waiting(_) | Progress::AlreadyCounted => {}
+            }
+        }
+    }
+
+    fn conclude(
+        &self,
+        gate: &Inner,
+        subject: &Map<String, Value>,
+        settled: Settled,
+    ) -> Result<(Event, Action), constle_audit::EventError> {
+        Ok(match settled {
+            Settled::Approved(quorum) => {
+                let approvers: Vec<&str> = quorum
+                    .votes()
+                    .iter()
+                    .map(|v| v.approver().as_str())
+                    .collect();
+                let approved = event("gate_approved", subject)?
+                    .with("decided_by", "quorum")?
+                    .with("approvers", approvers)?
+                    .with("terminal", quorum.terminal())?
+                    .with("threshold", self.threshold)?;
+                (approved, Action::Forward)
+            }
+            Settled::Denied(vote) => {
+                let denied = event("gate_denied", subject)?
+                    .with("decided_by", "webhook")?
+                    .with("approver", vote.approver().as_str())?
+                    .with("reason", DenialReason::Denied.audit_reason())?;
+                (denied, Action::Refuse("an approver denied it"))
+            }
+            Settled::DeniedAtTerminal => {
+                let denied = event("gate_denied", subject)?
+                    .with("decided_by", "terminal")?
+                    .with("reason", DenialReason::Denied.audit_reason())?;
+                (denied, Action::Refuse("denied at the terminal"))
+            }
+            Settled::Timeout {
+                approvals,
+                webhooks,
+            } => {
+                let timeout = event("gate_timeout", subject)?
+                    .with("on_timeout", on_timeout_word(gate.on_timeout))?
+                    .with("timeout_seconds", gate.timeout.as_secs() as i64)?
+                    .with("approvals", approvals)?
+                    .with("threshold", self.threshold)?
+                    .with("webhooks", webhooks)?;
+                let action = match gate.on_timeout {
+                    OnTimeout::Proceed => Action::Forward,
+                    OnTimeout::Abort => Action::Abort,
+                };
+                (timeout, action)
+            }
+        })
+    }
+
+    /// `[{did, label}]`, as `gate_triggered` records them.
+    fn labelled(&self) -> Value {
+        let approvers = self
+            .approvers
+            .iter()
+            .map(|a| serde_json::json!({"did": a.did, "label": a.label}));
+        Value::Array(approvers.collect())
+    }
+}
+
+/// `gate_vote` for a decision whose every check passed: the signed members,
+/// re-verifiable by `constle audit verify`.
+fn counted_vote(
+    subject: &Map<String, Value>,
+    vote: &VerifiedVote,
+) -> Result<Event, constle_audit::EventError> {
+    event("gate_vote", &merged(subject, vote.audit_fields()))?
+        .with("decided_by", "webhook")?
+        .with("verified", true)
+}
+
+/// `gate_vote` for a decision that failed a check: who it named (not
+/// believed) and why; it counts for nothing.
+fn rejected_vote(
+    subject: &Map<String, Value>,
+    rejected: &RejectedVote,
+) -> Result<Event, constle_audit::EventError> {
+    event("gate_vote", &merged(subject, channel_webhook()))?
+        .with("verified", false)?
+        .with("approver", rejected.approver.clone())?
+        .with("reason", rejected.reason.audit_reason())
+}
+
+fn terminal_vote(
+    subject: &Map<String, Value>,
+    decision: &str,
+) -> Result<Event, constle_audit::EventError> {
+    event("gate_vote", subject)?
+        .with("decided_by", "terminal")?
+        .with("decision", decision)
+}
