@@ -153,6 +153,7 @@ fn verify(c: &mut Criterion) {
         agent: Some(agent()),
         agent_did: Some(key().did().clone()),
         approver: None,
+        approvers: None,
         pinned: true,
     };
     let first_line = bytes

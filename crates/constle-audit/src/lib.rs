@@ -29,6 +29,7 @@ mod layout;
 mod read;
 mod snapshot;
 mod verify;
+mod votes;
 mod writer;
 
 pub use entry::{Entry, Event, EventError, LineError, LineHash, format_timestamp, parse_line};

@@ -19,6 +19,7 @@ use crate::head::{Head, SignedHead};
 use crate::layout::DayFile;
 use crate::read::{ReadError, read_log_file};
 use crate::snapshot::{LoadedHead, Snapshot};
+use crate::votes::Votes;
 
 /// What the verifier is told to trust, from the Agentfile (`--agentfile`).
 /// With nothing pinned, verification can only show the file is internally
@@ -32,6 +33,9 @@ pub struct TrustAnchors {
     pub agent_did: Option<DidKey>,
     /// The key that must have signed every webhook decision in the log.
     pub approver: Option<DidKey>,
+    /// With several approvers (`human_gates.approvers`): the keys that may
+    /// sign a recorded vote, and the threshold a quorum's approval needs.
+    pub approvers: Option<(Vec<DidKey>, usize)>,
     /// Whether the fields above come from an Agentfile.
     pub pinned: bool,
 }
@@ -70,6 +74,10 @@ pub enum FindingCode {
     AnchorInvalid,
     /// A recorded webhook decision was not signed by the approver key.
     ApprovalSignatureInvalid,
+    /// A recorded vote is for another policy than its run's.
+    VoteMismatch,
+    /// A call recorded as approved by a quorum lacks the verified votes.
+    QuorumUnproven,
 }
 
 impl FindingCode {
@@ -91,6 +99,8 @@ impl FindingCode {
             FindingCode::AnchorMissing => "anchor_missing",
             FindingCode::AnchorInvalid => "anchor_invalid",
             FindingCode::ApprovalSignatureInvalid => "approval_signature_invalid",
+            FindingCode::VoteMismatch => "vote_mismatch",
+            FindingCode::QuorumUnproven => "quorum_unproven",
         }
     }
 
@@ -123,6 +133,12 @@ impl FindingCode {
             FindingCode::AnchorInvalid => "the head anchor was edited or replaced",
             FindingCode::ApprovalSignatureInvalid => {
                 "the approval was not signed by the pinned approver key"
+            }
+            FindingCode::VoteMismatch => {
+                "a recorded vote was signed for another policy than its run's"
+            }
+            FindingCode::QuorumUnproven => {
+                "a call was recorded as approved without the votes that approve it"
             }
         }
     }
@@ -295,6 +311,11 @@ impl<'a> Check<'a> {
             .map(|a| a.to_string());
         let mut problems = Vec::new();
         let mut seen = std::collections::HashMap::new();
+        let (approvers, threshold) = match &self.anchors.approvers {
+            Some((keys, k)) => (Some(keys.as_slice()), Some(*k)),
+            None => (None, None),
+        };
+        let mut votes = Votes::new(approvers, threshold);
         for (index, line) in self.lines.iter().enumerate() {
             let number = Some(line.number);
             let entry = match &line.entry {
@@ -366,6 +387,9 @@ impl<'a> Check<'a> {
             }
             if let Some(detail) = self.approval_problem(entry) {
                 find(FindingCode::ApprovalSignatureInvalid, detail);
+            }
+            if let Some((code, detail)) = votes.check(entry) {
+                find(code, detail);
             }
         }
         self.findings.extend(problems);

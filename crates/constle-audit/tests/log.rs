@@ -75,6 +75,7 @@ fn pinned(seed: u8) -> TrustAnchors {
         agent: Some(agent()),
         agent_did: Some(key(seed).did().clone()),
         approver: None,
+        approvers: None,
         pinned: true,
     }
 }

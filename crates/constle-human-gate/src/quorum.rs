@@ -352,9 +352,9 @@ pub enum Ballot {
 
 /// Checks a version 2 decision body for `request`, in the specification's
 /// order: the key is one of `approvers`; the signature verifies over the
-/// message rebuilt from the body's own members; then request id, subject
-/// digest, agent, server, tool, policy and expiry each equal the request's;
-/// and `now` is before the expiry.
+/// message rebuilt from the body's own members; `now` is before the expiry
+/// it signed and the request's; then request id, subject digest, agent,
+/// server, tool, policy and expiry each equal the request's.
 ///
 /// # Errors
 ///
@@ -390,11 +390,14 @@ pub fn verify_vote(
     if !signature_verifies(key, &fields, &signature) {
         return reject(DenialReason::SignatureInvalid);
     }
+    // A decision for a request that is over, whichever: it may not count.
+    match fields.expires_at.parse::<Timestamp>() {
+        Ok(expiry) if now < expiry && now < request.binding.expires_at => {}
+        Ok(_) => return reject(DenialReason::Expired),
+        Err(_) => return reject(DenialReason::ExpiryMismatch),
+    }
     if let Some(reason) = mismatch(&request.expected(&fields.decision), &fields) {
         return reject(reason);
-    }
-    if now >= request.binding.expires_at {
-        return reject(DenialReason::Expired);
     }
     Ok(Ballot::Counted(VerifiedVote(Box::new(Vote {
         approver: key.clone(),

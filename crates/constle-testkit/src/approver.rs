@@ -8,7 +8,10 @@
 //! id, then with the decision its [`Answer`] for that tool says. Besides
 //! honest approvals and denials it can misbehave the ways the gate must
 //! survive: a signature by another key, a decision for another request id
-//! or another digest, or no decision ever.
+//! or another digest, or no decision ever. A version 2 request (several
+//! approvers) gets a version 2 decision, which can also be for another
+//! tool, server or policy, signed for an expired request, or carry a v1
+//! signature.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -22,6 +25,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
+use constle_human_gate::quorum::SignedFields;
 use constle_identity::SigningIdentity;
 use serde_json::{Value, json};
 
@@ -40,6 +44,17 @@ pub enum Answer {
     WrongRequestId,
     /// A correctly signed `approved` for another subject digest.
     WrongDigest,
+    /// (v2) A correctly signed `approved` for another tool.
+    WrongTool,
+    /// (v2) A correctly signed `approved` for another server.
+    WrongServer,
+    /// (v2) A correctly signed `approved` under another policy.
+    WrongPolicy,
+    /// (v2) A correctly signed `approved` whose signed expiry has passed.
+    Expired,
+    /// (v2) `approved` signed as a v1 decision (`id.approved.digest`),
+    /// sent in a v2 body.
+    V1Signature,
 }
 
 /// The endpoint. Stops when dropped.
@@ -136,10 +151,26 @@ async fn decision(State(endpoint): State<Arc<Endpoint>>, Path(id): Path<String>)
         .get(tool)
         .copied()
         .unwrap_or(endpoint.otherwise);
+    if request["version"] == 2 {
+        return match answer {
+            Answer::Never => StatusCode::NOT_FOUND.into_response(),
+            answer => (
+                StatusCode::OK,
+                axum::Json(v2_decision(&endpoint, &request, answer)),
+            )
+                .into_response(),
+        };
+    }
     let digest = request["subject_digest"].as_str().unwrap_or_default();
     let (signer, word, id, digest) = match answer {
         Answer::Never => return StatusCode::NOT_FOUND.into_response(),
-        Answer::Approve => (&endpoint.signer, "approved", id, digest.to_owned()),
+        // The v2 misbehaviours are plain approvals to a v1 request.
+        Answer::Approve
+        | Answer::WrongTool
+        | Answer::WrongServer
+        | Answer::WrongPolicy
+        | Answer::Expired
+        | Answer::V1Signature => (&endpoint.signer, "approved", id, digest.to_owned()),
         Answer::Deny => (&endpoint.signer, "denied", id, digest.to_owned()),
         Answer::ForgedSignature => (&endpoint.forger, "approved", id, digest.to_owned()),
         Answer::WrongRequestId => (
@@ -165,4 +196,48 @@ async fn decision(State(endpoint): State<Arc<Endpoint>>, Path(id): Path<String>)
         "signature": signature,
     });
     (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+/// A version 2 decision for `request` by `answer`.
+fn v2_decision(endpoint: &Endpoint, request: &Value, answer: Answer) -> Value {
+    let text = |name: &str| request[name].as_str().unwrap_or_default().to_owned();
+    let mut fields = SignedFields {
+        request_id: text("request_id"),
+        decision: "approved".into(),
+        subject_digest: text("subject_digest"),
+        agent: text("agent"),
+        agent_did: request["agent_did"].as_str().map(str::to_owned),
+        server: text("server"),
+        tool: text("tool"),
+        policy_digest: text("policy_digest"),
+        expires_at: text("expires_at"),
+    };
+    let mut signer = &endpoint.signer;
+    match answer {
+        Answer::Deny => fields.decision = "denied".into(),
+        Answer::ForgedSignature => signer = &endpoint.forger,
+        Answer::WrongRequestId => fields.request_id = format!("hgr_{}", "0".repeat(32)),
+        Answer::WrongDigest => fields.subject_digest = format!("sha256:{}", "0".repeat(64)),
+        Answer::WrongTool => fields.tool = format!("{}_other", fields.tool),
+        Answer::WrongServer => fields.server = format!("{}-other", fields.server),
+        Answer::WrongPolicy => fields.policy_digest = format!("sha256:{}", "0".repeat(64)),
+        Answer::Expired => fields.expires_at = "2026-01-01T00:00:00Z".into(),
+        Answer::Approve | Answer::Never | Answer::V1Signature => {}
+    }
+    let message = match answer {
+        Answer::V1Signature => {
+            format!("{}.approved.{}", fields.request_id, fields.subject_digest).into_bytes()
+        }
+        _ => fields.message(),
+    };
+    let signature =
+        base64::engine::general_purpose::STANDARD.encode(signer.sign(&message).to_bytes());
+    let mut body = match serde_json::to_value(&fields) {
+        Ok(Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    body.insert("version".into(), json!(2));
+    body.insert("approver".into(), json!(signer.did().as_str()));
+    body.insert("signature".into(), json!(signature));
+    Value::Object(body)
 }

@@ -50,6 +50,10 @@ fn pinned_anchors(path: &Path) -> anyhow::Result<TrustAnchors> {
     Ok(TrustAnchors {
         agent_did: manifest.identity.as_ref().map(|i| i.did.clone()),
         approver: manifest.human_gates.approver_pubkey.clone(),
+        approvers: manifest.human_gates.quorum.as_ref().map(|q| {
+            let keys = q.approvers.iter().map(|a| a.did.clone()).collect();
+            (keys, q.threshold)
+        }),
         agent: Some(manifest.name),
         pinned: true,
     })
