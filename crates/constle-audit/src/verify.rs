@@ -399,7 +399,10 @@ impl<'a> Check<'a> {
     /// approver key (or, unpinned, the key the entry names).
     fn approval_problem(&self, entry: &Entry) -> Option<String> {
         let expected = recorded_decision(&entry.event)?;
-        if entry.fields.get("decided_by").and_then(Value::as_str) != Some("webhook") {
+        // A decision of several approvers (protocol v2) is in its votes,
+        // which `Votes` checks.
+        let v2 = entry.fields.get("version").and_then(Value::as_u64) == Some(2);
+        if v2 || entry.fields.get("decided_by").and_then(Value::as_str) != Some("webhook") {
             return None;
         }
         let text = |key: &str| entry.fields.get(key).and_then(Value::as_str);
@@ -711,7 +714,9 @@ fn read_chunk<'a>(first_number: usize, raw: &[&'a [u8]]) -> Vec<Line<'a>> {
             number: first_number + i,
             bytes,
             hash: LineHash::of(bytes),
-            entry: parse_line_cached(bytes, &mut dids, |event| recorded_decision(event).is_some()),
+            entry: parse_line_cached(bytes, &mut dids, |event| {
+                recorded_decision(event).is_some() || Votes::reads(event)
+            }),
             signature_valid: false,
         })
         .collect();

@@ -37,6 +37,12 @@ impl<'a> Votes<'a> {
         }
     }
 
+    /// Whether entries named `event` are read here (their fields must be
+    /// parsed).
+    pub(crate) fn reads(event: &str) -> bool {
+        matches!(event, "run_started" | "gate_vote" | "gate_approved")
+    }
+
     /// What is wrong with `entry`, if it is a vote or a quorum's approval.
     pub(crate) fn check(&mut self, entry: &Entry) -> Option<(FindingCode, String)> {
         let text = |key: &str| entry.fields.get(key).and_then(Value::as_str);

@@ -317,13 +317,19 @@ impl VerifiedVote {
     }
 
     /// The audit fields, from which [`verify_recorded_vote`] re-verifies
-    /// it: `version`, `approver`, `signature` and every signed member.
+    /// it: `version`, `approver`, `signature` and every signed member (the
+    /// agent's name as `agent_name`).
     pub fn audit_fields(&self) -> Map<String, Value> {
         let vote = &self.0;
         let mut fields = match serde_json::to_value(&vote.fields) {
             Ok(Value::Object(map)) => map,
             _ => Map::new(),
         };
+        // `agent` names the entry's agent in an audit log line; the signed
+        // member goes as `agent_name`.
+        if let Some(agent) = fields.remove("agent") {
+            fields.insert("agent_name".into(), agent);
+        }
         fields.insert("version".into(), Value::from(VERSION));
         fields.insert("approver".into(), Value::from(vote.approver.as_str()));
         fields.insert("signature".into(), Value::from(vote.signature.as_str()));
@@ -470,7 +476,7 @@ pub fn verify_recorded_vote(
         request_id: string(member("request_id")?)?,
         decision: string(member("decision")?)?,
         subject_digest: string(member("subject_digest")?)?,
-        agent: string(member("agent")?)?,
+        agent: string(member("agent_name")?)?,
         agent_did: match member("agent_did")? {
             Value::Null => None,
             other => Some(string(other)?),

@@ -218,6 +218,7 @@ impl QuorumGate {
                     .map(|v| v.approver().as_str())
                     .collect();
                 let approved = event("gate_approved", subject)?
+                    .with("version", 2)?
                     .with("decided_by", "quorum")?
                     .with("approvers", approvers)?
                     .with("terminal", quorum.terminal())?
@@ -226,6 +227,7 @@ impl QuorumGate {
             }
             Settled::Denied(vote) => {
                 let denied = event("gate_denied", subject)?
+                    .with("version", 2)?
                     .with("decided_by", "webhook")?
                     .with("approver", vote.approver().as_str())?
                     .with("reason", DenialReason::Denied.audit_reason())?;
@@ -233,6 +235,7 @@ impl QuorumGate {
             }
             Settled::DeniedAtTerminal => {
                 let denied = event("gate_denied", subject)?
+                    .with("version", 2)?
                     .with("decided_by", "terminal")?
                     .with("reason", DenialReason::Denied.audit_reason())?;
                 (denied, Action::Refuse("denied at the terminal"))
@@ -242,6 +245,7 @@ impl QuorumGate {
                 webhooks,
             } => {
                 let timeout = event("gate_timeout", subject)?
+                    .with("version", 2)?
                     .with("on_timeout", on_timeout_word(gate.on_timeout))?
                     .with("timeout_seconds", gate.timeout.as_secs() as i64)?
                     .with("approvals", approvals)?

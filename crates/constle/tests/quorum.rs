@@ -1,0 +1,396 @@
+//! Several approvers and a threshold (`human_gates.approvers`, protocol
+//! v2), end to end: the real `constle run`, the testkit's rmcp client in the
+//! sandbox calling a real MCP server through the gate, and simulated
+//! decision endpoints signing with real keys, honestly or not. Then
+//! `constle audit verify --agentfile` on the log, and on the log rewritten
+//! and re-signed by whoever holds the agent key. Loopback only.
+
+// A harness-less test binary is not compiled with `cfg(test)`, so clippy's
+// test allowances do not apply; the tests report through panics.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+use constle_audit::{Appender, Event, parse_line};
+use constle_identity::{Name, SigningIdentity};
+use constle_testkit::{Answer, McpServerOptions, SimulatedApprover, TestMcpServer, require_root};
+use libtest_mimic::{Arguments, Trial};
+use serde_json::Value;
+
+mod common;
+use common::mcp::{call, outcome};
+use common::{Case, report, text};
+
+const INVOICE: &str = r#"{"invoice_id":"INV-0042"}"#;
+
+fn main() {
+    common::mcp::be_the_client_if_asked();
+    let tests = vec![
+        e2e(
+            "two_of_three_approve_once_one_denial_denies_and_misbound_votes_count_for_nothing",
+            two_of_three,
+        ),
+        e2e(
+            "one_key_twice_an_expired_a_v1_and_an_outsider_signature_are_not_a_quorum",
+            not_a_quorum,
+        ),
+    ];
+    libtest_mimic::run(&Arguments::from_args(), tests).exit();
+}
+
+fn e2e(name: &str, test: fn()) -> Trial {
+    let name = name.to_owned();
+    Trial::test(name.clone(), move || {
+        if require_root(&name, &["bwrap"]) {
+            test();
+        }
+        Ok(())
+    })
+}
+
+/// An agent with an identity whose three gated tools need two of three
+/// approvers, and the invoice server it calls.
+struct Fixture {
+    case: Case,
+    approvers: [SigningIdentity; 3],
+    agent_did: String,
+    server: TestMcpServer,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let case = Case::new();
+        case.install_mcp_client();
+        let agent_did = case.keygen(&["keygen", "agent"]);
+        Fixture {
+            case,
+            approvers: std::array::from_fn(|_| SigningIdentity::generate()),
+            agent_did,
+            server: TestMcpServer::start(McpServerOptions::default()).unwrap(),
+        }
+    }
+
+    /// The Agentfile, its webhooks in `TEST_QUORUM_WEBHOOK_<n>` for
+    /// `endpoints` endpoints.
+    fn agentfile(&self, endpoints: usize, steps: &[String]) -> PathBuf {
+        let script = serde_json::to_string(&steps.join("\n")).unwrap();
+        let approvers: String = ["alice", "bob", "carol"]
+            .iter()
+            .zip(&self.approvers)
+            .map(|(label, key)| format!("    - {{did: {}, label: {label}}}\n", key.did()))
+            .collect();
+        let notify: String = (0..endpoints)
+            .map(|n| {
+                format!("    - {{channel: webhook, url_secret_ref: TEST_QUORUM_WEBHOOK_{n}}}\n")
+            })
+            .collect();
+        self.case.agentfile(&format!(
+            r#"identity:
+  did: {did}
+sandbox:
+  command: ["sh", "-c", {script}]
+  workdir: ./work
+  network:
+    egress: none
+mcp:
+  servers:
+    - id: accounting
+      url: {url}
+      tools: [list_invoices, get_invoice, pay_invoice]
+human_gates:
+  enabled: true
+  require_approval_for: [list_invoices, get_invoice, pay_invoice]
+  approvers:
+{approvers}  threshold: 2
+  notify:
+{notify}  approval_timeout_seconds: 4
+"#,
+            did = self.agent_did,
+            url = self.server.url(),
+        ))
+    }
+
+    /// An endpoint signing with approver `n`'s key (or `key`).
+    fn endpoint(&self, key: &SigningIdentity, answers: &[(&str, Answer)]) -> SimulatedApprover {
+        let key = SigningIdentity::from_pkcs8_pem(&key.to_pkcs8_pem()).unwrap();
+        let answers = answers.iter().map(|(tool, a)| ((*tool).to_owned(), *a));
+        SimulatedApprover::start(key, answers, Answer::Never).unwrap()
+    }
+
+    fn run(&self, file: &Path, endpoints: &[&SimulatedApprover]) -> Output {
+        let mut command = self.case.command(&["run", file.to_str().unwrap()]);
+        for (n, endpoint) in endpoints.iter().enumerate() {
+            command.env(format!("TEST_QUORUM_WEBHOOK_{n}"), endpoint.url());
+        }
+        command.stdin(Stdio::null()).output().unwrap()
+    }
+
+    /// How often `tool` reached the server.
+    fn reached(&self, tool: &str) -> usize {
+        self.server
+            .calls()
+            .iter()
+            .filter(|c| c.tool == tool)
+            .count()
+    }
+
+    /// `constle audit verify --agentfile` on `log`: its status and output.
+    fn verify(&self, file: &Path, log: &Path) -> (Option<i32>, String) {
+        let agentfile = format!("--agentfile={}", file.display());
+        let out = self
+            .case
+            .run(&["audit", "verify", &agentfile, log.to_str().unwrap()]);
+        (out.status.code(), report(&out))
+    }
+}
+
+/// The `gate_vote` entries for `tool`: each vote's approver, and its
+/// reason when it was rejected.
+fn votes(case: &Case, tool: &str) -> Vec<(Option<String>, Option<String>)> {
+    let triggered = case.events("gate_triggered");
+    let request = triggered.iter().find(|e| e["tool"] == tool).unwrap()["request_id"].clone();
+    case.events("gate_vote")
+        .iter()
+        .filter(|v| v["request_id"] == request)
+        .map(|v| {
+            let text = |k: &str| v[k].as_str().map(str::to_owned);
+            (text("approver"), text("reason"))
+        })
+        .collect()
+}
+
+fn two_of_three() {
+    let fx = Fixture::new();
+    let [a, b, c] = &fx.approvers;
+    use Answer::{Approve, Deny, Never, WrongPolicy, WrongServer, WrongTool};
+    let alice = fx.endpoint(
+        a,
+        &[
+            ("pay_invoice", Approve),
+            ("get_invoice", Approve),
+            ("list_invoices", WrongPolicy),
+        ],
+    );
+    let bob = fx.endpoint(
+        b,
+        &[
+            ("pay_invoice", Approve),
+            ("get_invoice", Deny),
+            ("list_invoices", WrongTool),
+        ],
+    );
+    let carol = fx.endpoint(
+        c,
+        &[
+            ("pay_invoice", Never),
+            ("get_invoice", Never),
+            ("list_invoices", WrongServer),
+        ],
+    );
+    let steps = [
+        call("pay", "pay_invoice", INVOICE),
+        call("get", "get_invoice", INVOICE),
+        call("list", "list_invoices", "{}"),
+    ];
+    let file = fx.agentfile(3, &steps);
+    let out = fx.run(&file, &[&alice, &bob, &carol]);
+    let report = report(&out);
+    let stdout = text(&out.stdout);
+    // Two approvals forward the call, once.
+    assert_eq!(outcome(&stdout, "pay", &report).1, 0, "{report}");
+    assert_eq!(fx.reached("pay_invoice"), 1, "{report}");
+    // One verified denial denies, whatever the approvals.
+    let (said, status) = outcome(&stdout, "get", &report);
+    assert_eq!(status, 3, "{said}");
+    assert!(said.contains("an approver denied it"), "{said}");
+    assert_eq!(fx.reached("get_invoice"), 0);
+    // Votes for another policy, tool or server count for nothing: no
+    // quorum by the deadline, and on_timeout: abort stops the run.
+    assert_eq!(out.status.code(), Some(125), "{report}");
+    assert_eq!(fx.reached("list_invoices"), 0);
+    let reasons: BTreeSet<Option<String>> = votes(&fx.case, "list_invoices")
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    let expected = [
+        "gate_policy_mismatch",
+        "gate_tool_mismatch",
+        "gate_server_mismatch",
+    ];
+    assert_eq!(
+        reasons,
+        expected.iter().map(|r| Some((*r).to_owned())).collect(),
+        "{report}"
+    );
+    let approved = fx.case.events("gate_approved");
+    assert_eq!(approved.len(), 1);
+    assert_eq!(approved[0]["decided_by"], "quorum");
+    let mut quorum: Vec<&str> = approved[0]["approvers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    quorum.sort_unstable();
+    let mut expected = [a.did().as_str(), b.did().as_str()];
+    expected.sort_unstable();
+    assert_eq!(quorum, expected);
+    // The salt went to the endpoints and nowhere into the log.
+    let salt = alice.requests()[0]["salt"].as_str().unwrap().to_owned();
+    assert_eq!(salt.len(), 64);
+    assert!(
+        !fs::read_to_string(fx.case.log_file())
+            .unwrap()
+            .contains(&salt)
+    );
+
+    let log = fx.case.log_file();
+    assert_eq!(
+        fx.verify(&file, &log).0,
+        Some(0),
+        "{}",
+        fx.verify(&file, &log).1
+    );
+    caught_when_rewritten(&fx, &file);
+}
+
+/// The log rewritten and re-signed with the agent's own key, as its holder
+/// could: a vote relabeled to another tool, a denial edited into an
+/// approval, a vote of the quorum removed. Each is caught.
+fn caught_when_rewritten(fx: &Fixture, file: &Path) {
+    type Edit = Box<dyn FnMut(&mut Value) -> bool>;
+    let (pay, get) = (
+        request_of(&fx.case, "pay_invoice"),
+        request_of(&fx.case, "get_invoice"),
+    );
+    let relabel: Edit = Box::new({
+        let pay = pay.clone();
+        move |e| {
+            if vote_of(e, &pay) {
+                e["tool"] = Value::from("get_invoice");
+            }
+            true
+        }
+    });
+    let approve_denial: Edit = Box::new(move |e| {
+        if vote_of(e, &get) && e["decision"] == "denied" {
+            e["decision"] = Value::from("approved");
+        }
+        true
+    });
+    let mut removed = false;
+    let remove_vote: Edit = Box::new(move |e| {
+        let first = !removed && vote_of(e, &pay);
+        removed |= first;
+        !first
+    });
+    let edits = [
+        ("relabeled", relabel, "approval_signature_invalid"),
+        (
+            "denial_edited",
+            approve_denial,
+            "approval_signature_invalid",
+        ),
+        ("vote_removed", remove_vote, "quorum_unproven"),
+    ];
+    for (name, edit, finding) in edits {
+        let rewritten = rewrite(fx, name, edit);
+        let (status, said) = fx.verify(file, &rewritten);
+        assert_eq!(status, Some(1), "{name}: {said}");
+        assert!(said.contains(finding), "{name}: {said}");
+    }
+}
+
+fn request_of(case: &Case, tool: &str) -> Value {
+    case.events("gate_triggered")
+        .iter()
+        .find(|e| e["tool"] == tool)
+        .unwrap()["request_id"]
+        .clone()
+}
+
+fn vote_of(entry: &Value, request: &Value) -> bool {
+    entry["event"] == "gate_vote" && entry["request_id"] == *request && entry["verified"] == true
+}
+
+/// The run's log written again by a writer holding the agent's key, each
+/// entry as `keep` leaves it (edited in place), those it returns false
+/// for left out: the day file of the new log.
+fn rewrite(fx: &Fixture, name: &str, mut keep: Box<dyn FnMut(&mut Value) -> bool>) -> PathBuf {
+    let key = fs::read_to_string(fx.case.home().join("keys/agent/agent.pem")).unwrap();
+    let key = SigningIdentity::from_pkcs8_pem(&key).unwrap();
+    let dir = fx.case.path(&format!("rewritten-{name}"));
+    fs::create_dir(&dir).unwrap();
+    let mut events = Vec::new();
+    for line in fs::read_to_string(fx.case.log_file()).unwrap().lines() {
+        assert!(parse_line(line.as_bytes()).is_ok());
+        let mut entry: Value = serde_json::from_str(line).unwrap();
+        if !keep(&mut entry) {
+            continue;
+        }
+        let name = entry["event"].as_str().unwrap().to_owned();
+        let fields = entry.as_object().unwrap().iter().filter(|(k, _)| {
+            !["v", "seq", "ts", "agent", "event", "prev", "did", "sig"].contains(&k.as_str())
+        });
+        let event = fields.fold(Event::new(&name).unwrap(), |event, (k, v)| {
+            event.with(k, v.clone()).unwrap()
+        });
+        events.push(event);
+    }
+    let written = Appender::new(&dir, Name::new("test-agent").unwrap(), Some(key))
+        .unwrap()
+        .append(events)
+        .unwrap();
+    written[0].path.clone()
+}
+
+fn not_a_quorum() {
+    let fx = Fixture::new();
+    let [a, b, c] = &fx.approvers;
+    let outsider = SigningIdentity::generate();
+    let pay = |answer| [("pay_invoice", answer)];
+    let endpoints = [
+        fx.endpoint(a, &pay(Answer::Approve)),
+        // The same approver's signature relayed by a second endpoint.
+        fx.endpoint(a, &pay(Answer::Approve)),
+        fx.endpoint(b, &pay(Answer::Expired)),
+        fx.endpoint(c, &pay(Answer::V1Signature)),
+        fx.endpoint(&outsider, &pay(Answer::Approve)),
+    ];
+    let file = fx.agentfile(endpoints.len(), &[call("pay", "pay_invoice", INVOICE)]);
+    let out = fx.run(&file, &endpoints.iter().collect::<Vec<_>>());
+    let report = report(&out);
+    assert_eq!(out.status.code(), Some(125), "{report}");
+    assert_eq!(fx.reached("pay_invoice"), 0, "{report}");
+    let mut seen = votes(&fx.case, "pay_invoice");
+    seen.sort();
+    let mut expected = vec![
+        (Some(a.did().to_string()), None),
+        (Some(a.did().to_string()), None),
+        (
+            Some(b.did().to_string()),
+            Some("gate_request_expired".to_owned()),
+        ),
+        (
+            Some(c.did().to_string()),
+            Some("gate_signature_invalid".to_owned()),
+        ),
+        (
+            Some(outsider.did().to_string()),
+            Some("gate_approver_unknown".to_owned()),
+        ),
+    ];
+    expected.sort();
+    assert_eq!(seen, expected, "{report}");
+    let timeout = fx.case.events("gate_timeout");
+    assert_eq!(
+        (
+            timeout[0]["approvals"].as_u64(),
+            timeout[0]["threshold"].as_u64()
+        ),
+        (Some(1), Some(2))
+    );
+}
