@@ -393,8 +393,8 @@ mod tests {
         assert!(parse(&f).unwrap_err().contains("trailing"));
         let f = file().to_bytes();
         let two = String::from_utf8(f).unwrap_or_default().replacen(
-            &identity(2).did().to_string(),
-            &identity(1).did().to_string(),
+            identity(2).did().as_str(),
+            identity(1).did().as_str(),
             1,
         );
         assert!(parse(two.as_bytes()).unwrap_err().contains("listed twice"));

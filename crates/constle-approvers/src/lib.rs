@@ -69,7 +69,7 @@ pub use error::{ApproverSetError, Location, Signers};
 pub use file::{SignatureEntry, VersionFile};
 pub use store::{
     ApproverSets, InForce, newest_version, read_version_file, read_versions, rewrite_version,
-    verify_files, version_file_name, write_new_version,
+    store_dir, verify_files, version_file_name, write_new_version,
 };
 pub use verify::{SignatureCheck, SignatureOutcome, VerifiedVersion, verify_chain};
 

@@ -43,6 +43,12 @@ pub fn version_file_name(n: u64) -> String {
     format!("{n}{SUFFIX}")
 }
 
+/// Where constle keeps the versions accepted for `pin`:
+/// `<home>/approvers/<pin hex>/`, `home` being `$CONSTLE_HOME`.
+pub fn store_dir(home: &Path, pin: &SetPin) -> PathBuf {
+    home.join("approvers").join(pin.hex())
+}
+
 /// The version of the approver set in force: the newest one the set
 /// directory offers, verified along the whole chain from the pin, not
 /// expired, and no older than any version accepted before. Only

@@ -1,5 +1,6 @@
 //! `ApproverSets::load`: the set directory against the store of versions
 //! accepted before. Rollbacks, forks and damage are refused, never reset.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

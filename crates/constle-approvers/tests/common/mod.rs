@@ -1,5 +1,6 @@
 //! What the tests share: fixed keys, versions made from them, and files
 //! signed by chosen keys.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use constle_approvers::{Approver, Label, SetBody, SetPin, VersionFile};
