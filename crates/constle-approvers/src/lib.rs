@@ -63,6 +63,9 @@ mod file;
 mod store;
 mod verify;
 
+#[cfg(test)]
+mod vectors;
+
 pub use body::{Approver, Label, MAX_VERSION, SetBody, parse_expiry};
 pub use digest::{DigestParseError, SetDigest, SetPin};
 pub use error::{ApproverSetError, Location, Signers};
