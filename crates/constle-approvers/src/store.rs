@@ -14,6 +14,10 @@
 //! by an attacker or a stale checkout, and someone should look before a
 //! run goes on. The error says where the copies are.
 //!
+//! A load holds an exclusive `flock` on `<store>/lock` from reading the
+//! store to writing it, so two runs that offer two different versions N
+//! cannot both have theirs accepted.
+//!
 //! Any damage to the store is refused with its path, never repaired or
 //! reset: a version file that does not parse or chain, a version missing
 //! below a higher one, a copy that differs from the set directory's
@@ -21,10 +25,11 @@
 //! signed), a directory that other users can reach.
 
 use std::collections::BTreeMap;
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, DirBuilder, File, OpenOptions, TryLockError};
 use std::io::{self, Read as _, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use constle_identity::DidKey;
 use jiff::Timestamp;
@@ -37,6 +42,7 @@ use crate::file::VersionFile;
 use crate::verify::{VerifiedVersion, verify_next};
 
 const SUFFIX: &str = ".approvers.json";
+const LOCK: &str = "lock";
 
 /// The file name of version `n`: `<n>.approvers.json`.
 pub fn version_file_name(n: u64) -> String {
@@ -145,6 +151,10 @@ impl ApproverSets {
             });
         }
         let chain = verify_files(pin, &offered)?;
+        // Under the store's lock, so two runs offering two different
+        // versions N cannot both be accepted.
+        create_store_dir(store_dir)?;
+        let _lock = lock_store(store_dir)?;
         let seen = read_store(store_dir, pin)?;
         for (n, (stored, path)) in seen.iter().enumerate() {
             let Some(here) = chain.get(n) else { break };
@@ -167,7 +177,6 @@ impl ApproverSets {
             });
         }
         if chain.len() > seen.len() {
-            create_store_dir(store_dir)?;
             for version in &chain[seen.len()..] {
                 write_atomically(
                     store_dir,
@@ -367,6 +376,42 @@ fn read_store(
         chain.push((version, path));
     }
     Ok(chain)
+}
+
+/// How long a load waits for another process's lock on the store. A load
+/// holds it for a few small reads and writes.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// An exclusive `flock` on `<store>/lock`, released on drop.
+fn lock_store(dir: &Path) -> Result<File, ApproverSetError> {
+    let path = dir.join(LOCK);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(ApproverSetError::io("open lock file", &path))?;
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(ApproverSetError::Io {
+                    op: "lock",
+                    path,
+                    source: io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("another process held it for {} s", LOCK_WAIT.as_secs()),
+                    ),
+                });
+            }
+            Err(TryLockError::Error(err)) => return Err(ApproverSetError::io("lock", &path)(err)),
+        }
+    }
 }
 
 fn create_store_dir(dir: &Path) -> Result<(), ApproverSetError> {

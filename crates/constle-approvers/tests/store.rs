@@ -71,11 +71,21 @@ fn loads_the_newest_version_and_keeps_copies() {
     }
     // Again: nothing changes.
     assert_eq!(d.load(&pin).unwrap().digest(), in_force.digest());
-    let names: Vec<_> = fs::read_dir(&d.store)
+    let mut names: Vec<_> = fs::read_dir(&d.store)
         .unwrap()
-        .map(|e| e.unwrap().file_name())
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert_eq!(names.len(), 3, "{names:?}");
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "1.approvers.json",
+            "2.approvers.json",
+            "3.approvers.json",
+            "lock"
+        ],
+        "no temporary file is left"
+    );
 }
 
 #[test]
@@ -316,4 +326,34 @@ fn new_versions_are_never_overwritten() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(names.len(), 1, "no temporary file is left: {names:?}");
+}
+
+#[test]
+fn two_loads_offering_two_versions_two_cannot_both_succeed() {
+    let (pin, files) = rotation();
+    let other = signed(&body(2, &[1, 2], 2, FAR), &[1, 2]);
+    for _ in 0..10 {
+        let d = dirs();
+        let second = d.set.with_file_name("set-b");
+        fs::create_dir(&second).unwrap();
+        d.put(1, &files[0]);
+        d.put(2, &files[1]);
+        fs::write(second.join("1.approvers.json"), &files[0]).unwrap();
+        fs::write(second.join("2.approvers.json"), &other).unwrap();
+        let barrier = std::sync::Barrier::new(2);
+        let results: Vec<bool> = std::thread::scope(|s| {
+            let loads: Vec<_> = [d.set.clone(), second]
+                .into_iter()
+                .map(|set| {
+                    let (barrier, store) = (&barrier, &d.store);
+                    s.spawn(move || {
+                        barrier.wait();
+                        ApproverSets::load(&set, &pin, store, Timestamp::now()).is_ok()
+                    })
+                })
+                .collect();
+            loads.into_iter().map(|l| l.join().unwrap()).collect()
+        });
+        assert_eq!(results.iter().filter(|ok| **ok).count(), 1, "{results:?}");
+    }
 }
