@@ -58,6 +58,91 @@ pub enum Command {
     /// approve or deny (docs/approver.md).
     #[command(subcommand)]
     Approver(ApproverCommand),
+    /// Approver sets: signed, versioned lists of approver keys and a
+    /// threshold, rotated without editing the Agentfile (docs/approver.md).
+    #[command(subcommand)]
+    Approvers(ApproversCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApproversCommand {
+    /// Write version 1 of a new approver set, unsigned, as DIR/1.approvers.json.
+    Init(ApproversInitArgs),
+    /// Write the next version, unsigned, from the newest one in DIR.
+    Next(ApproversNextArgs),
+    /// Sign a version with an approver key (replacing that key's old
+    /// signature).
+    Sign(ApproversSignArgs),
+    /// Verify the versions in DIR as a chain and print them, with the pin
+    /// for the Agentfile.
+    Show(ApproversShowArgs),
+}
+
+/// When a new version expires.
+#[derive(Debug, Args)]
+pub struct ExpiryArgs {
+    /// The expiry: RFC 3339, UTC, whole seconds, e.g. 2027-06-01T00:00:00Z.
+    #[arg(long, conflicts_with = "expires_in_days")]
+    pub expires: Option<String>,
+    /// The expiry, in days from now.
+    #[arg(long, value_name = "N", default_value_t = 365)]
+    pub expires_in_days: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproversInitArgs {
+    /// The set directory (created if missing; must hold no version yet).
+    pub dir: PathBuf,
+    /// How many distinct approvers must agree.
+    #[arg(long)]
+    pub threshold: usize,
+    /// An approver, DID=LABEL (the did:key from `constle webhook-keygen`);
+    /// give one --approver per key.
+    #[arg(long = "approver", value_name = "DID=LABEL", required = true)]
+    pub approvers: Vec<String>,
+    #[command(flatten)]
+    pub expiry: ExpiryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproversNextArgs {
+    /// The set directory.
+    pub dir: PathBuf,
+    /// An approver to add, DID=LABEL.
+    #[arg(long = "add", value_name = "DID=LABEL")]
+    pub add: Vec<String>,
+    /// An approver to remove (revoke), by did:key.
+    #[arg(long = "remove", value_name = "DID")]
+    pub remove: Vec<String>,
+    /// The new threshold (default: the newest version's).
+    #[arg(long)]
+    pub threshold: Option<usize>,
+    #[command(flatten)]
+    pub expiry: ExpiryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproversSignArgs {
+    /// The version file, DIR/N.approvers.json.
+    pub file: PathBuf,
+    /// The approver key's name (`$CONSTLE_HOME/keys/approver/NAME.pem`).
+    #[arg(long)]
+    pub key: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproversShowArgs {
+    /// The set directory.
+    pub dir: PathBuf,
+    /// The Agentfile's pin (sha256:…). With it, the set is also checked
+    /// against the versions this machine accepted before and new ones are
+    /// recorded (`$CONSTLE_HOME/approvers/`), as a run does; without it,
+    /// version 1 is taken as it is, and its digest printed as the pin.
+    #[arg(long)]
+    pub pin: Option<String>,
+    /// Output format; `json` prints one JSON object per line.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
 }
 
 #[derive(Debug, Subcommand)]

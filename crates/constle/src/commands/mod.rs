@@ -2,6 +2,7 @@
 
 mod a2a;
 mod approver;
+mod approvers;
 mod audit;
 mod keygen;
 mod run;
@@ -9,7 +10,9 @@ mod spend;
 mod validate;
 
 use crate::Outcome;
-use crate::cli::{A2aCommand, ApproverCommand, AuditCommand, Cli, Command, SpendCommand};
+use crate::cli::{
+    A2aCommand, ApproverCommand, ApproversCommand, AuditCommand, Cli, Command, SpendCommand,
+};
 
 /// Runs the command the user asked for.
 pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
@@ -25,6 +28,10 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::A2a(A2aCommand::Send(args)) => a2a::send(&args),
         Command::A2a(A2aCommand::Listen(args)) => a2a::listen(&args),
         Command::Approver(ApproverCommand::Serve(args)) => approver::serve(&args),
+        Command::Approvers(ApproversCommand::Init(args)) => approvers::init(&args),
+        Command::Approvers(ApproversCommand::Next(args)) => approvers::next(&args),
+        Command::Approvers(ApproversCommand::Sign(args)) => approvers::sign(&args),
+        Command::Approvers(ApproversCommand::Show(args)) => approvers::show(&args),
     }
 }
 
