@@ -37,6 +37,7 @@ pub use head::{Head, HeadError, SignedHead};
 pub use layout::{DayFile, day_file_name, head_path};
 pub use read::{MAX_LOG_FILE_BYTES, ReadError, read_log_file};
 pub use verify::{
-    Finding, FindingCode, TrustAnchors, Verdict, VerifiedLog, verify_contents, verify_file,
+    Approvers, Finding, FindingCode, SetVersion, TrustAnchors, Verdict, VerifiedLog,
+    verify_contents, verify_file,
 };
 pub use writer::{Appender, AuditError, AuditLog, Pending, Written};

@@ -33,11 +33,40 @@ pub struct TrustAnchors {
     pub agent_did: Option<DidKey>,
     /// The key that must have signed every webhook decision in the log.
     pub approver: Option<DidKey>,
-    /// With several approvers (`human_gates.approvers`): the keys that may
-    /// sign a recorded vote, and the threshold a quorum's approval needs.
-    pub approvers: Option<(Vec<DidKey>, usize)>,
+    /// With several approvers (protocol v2): who may sign a recorded vote,
+    /// and the threshold a quorum's approval needs.
+    pub approvers: Option<Approvers>,
     /// Whether the fields above come from an Agentfile.
     pub pinned: bool,
+}
+
+/// The approvers an Agentfile pins, for re-verifying recorded votes.
+#[derive(Clone, Debug)]
+pub enum Approvers {
+    /// `human_gates.approvers` and `threshold`.
+    Listed {
+        /// The approvers' keys.
+        keys: Vec<DidKey>,
+        /// How many must approve.
+        threshold: usize,
+    },
+    /// `human_gates.approver_set`: every version of the set, verified as a
+    /// chain from its pin. The log says which was in force
+    /// (`approver_set_in_force`, `gate_triggered.approver_set_version`).
+    Versions(Vec<SetVersion>),
+}
+
+/// One verified version of an approver set.
+#[derive(Clone, Debug)]
+pub struct SetVersion {
+    /// Its number, from 1.
+    pub version: u64,
+    /// `sha256:<hex>` of its signed part.
+    pub digest: String,
+    /// Its approvers' keys.
+    pub keys: Vec<DidKey>,
+    /// How many must approve.
+    pub threshold: usize,
 }
 
 /// A kind of problem found in a log, with a stable name for scripts.
@@ -78,6 +107,8 @@ pub enum FindingCode {
     VoteMismatch,
     /// A call recorded as approved by a quorum lacks the verified votes.
     QuorumUnproven,
+    /// The log names an approver set version the set does not have.
+    ApproverSetUnknown,
 }
 
 impl FindingCode {
@@ -101,6 +132,7 @@ impl FindingCode {
             FindingCode::ApprovalSignatureInvalid => "approval_signature_invalid",
             FindingCode::VoteMismatch => "vote_mismatch",
             FindingCode::QuorumUnproven => "quorum_unproven",
+            FindingCode::ApproverSetUnknown => "approver_set_unknown",
         }
     }
 
@@ -139,6 +171,9 @@ impl FindingCode {
             }
             FindingCode::QuorumUnproven => {
                 "a call was recorded as approved without the votes that approve it"
+            }
+            FindingCode::ApproverSetUnknown => {
+                "the log names an approver set version that is not in the verified set"
             }
         }
     }
@@ -311,11 +346,7 @@ impl<'a> Check<'a> {
             .map(|a| a.to_string());
         let mut problems = Vec::new();
         let mut seen = std::collections::HashMap::new();
-        let (approvers, threshold) = match &self.anchors.approvers {
-            Some((keys, k)) => (Some(keys.as_slice()), Some(*k)),
-            None => (None, None),
-        };
-        let mut votes = Votes::new(approvers, threshold);
+        let mut votes = Votes::new(self.anchors.approvers.as_ref());
         for (index, line) in self.lines.iter().enumerate() {
             let number = Some(line.number);
             let entry = match &line.entry {

@@ -155,6 +155,7 @@ pub const CODES: &[(&str, Severity)] = &[
     ("quorum_without_approvers", Severity::Error),
     ("duplicate_approver", Severity::Error),
     ("invalid_label", Severity::Error),
+    ("invalid_pin", Severity::Error),
     ("invalid_socket_addr", Severity::Error),
     ("duplicate_peer", Severity::Error),
     ("a2a_requires_identity", Severity::Error),

@@ -358,19 +358,43 @@ impl Default for HumanGates {
     }
 }
 
-/// `human_gates.approvers` with `threshold` and `terminal_approves`.
-///
-/// Invariant: `approvers` is not empty, their keys and labels are
-/// distinct, and `1 <= threshold <= approvers.len()`.
+/// Several approvers (protocol v2): `human_gates.approvers` with
+/// `threshold`, or `human_gates.approver_set`; and `terminal_approves`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Quorum {
-    /// Who may decide, in Agentfile order.
-    pub approvers: Vec<NamedApprover>,
-    /// How many distinct approvers must approve a call.
-    pub threshold: usize,
+    /// Who may decide, and how many must agree.
+    pub source: QuorumSource,
     /// Whether an approval at the terminal counts as one vote (a denial
     /// there always denies).
     pub terminal_approves: bool,
+}
+
+/// Where the approvers of a [`Quorum`] come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuorumSource {
+    /// Listed in the Agentfile.
+    ///
+    /// Invariant: `approvers` is not empty, their keys and labels are
+    /// distinct, and `1 <= threshold <= approvers.len()`.
+    Listed {
+        /// Who may decide, in Agentfile order.
+        approvers: Vec<NamedApprover>,
+        /// How many distinct approvers must approve a call.
+        threshold: usize,
+    },
+    /// A signed, versioned approver set (`docs/spec/approver-set.md`),
+    /// which rotates and revokes keys without editing the Agentfile.
+    Set(ApproverSetRef),
+}
+
+/// `human_gates.approver_set`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApproverSetRef {
+    /// The set directory (`1.approvers.json`, `2.approvers.json`, …),
+    /// resolved against the Agentfile's directory.
+    pub dir: PathBuf,
+    /// `sha256:<64 hex>`: the digest of version 1's signed part.
+    pub pin: String,
 }
 
 /// One of `human_gates.approvers`.

@@ -110,11 +110,19 @@ pub(crate) struct RawHumanGates {
     pub require_approval_for: Field<Strings>,
     pub approver_pubkey: Field<String>,
     pub approvers: Field<Vec<Located<RawApprover>>>,
+    pub approver_set: Field<RawApproverSet>,
     pub threshold: Field<u64>,
     pub terminal_approves: Field<bool>,
     pub notify: Field<Vec<Located<RawNotify>>>,
     pub approval_timeout_seconds: Field<u64>,
     pub on_timeout: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawApproverSet {
+    pub dir: Field<String>,
+    pub pin: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -917,11 +917,9 @@ impl V<'_, '_> {
             .map(|l| l.value.as_slice())
             .unwrap_or(&[]);
         let quorum = self.quorum(raw);
-        if enabled
-            && !entries.is_empty()
-            && h.approver_pubkey.0.is_none()
-            && h.approvers.0.is_none()
-        {
+        let named =
+            h.approver_pubkey.0.is_some() || h.approvers.0.is_some() || h.approver_set.0.is_some();
+        if enabled && !entries.is_empty() && !named {
             self.sink.error(
                 "missing_approver_pubkey",
                 raw.key_pos(),

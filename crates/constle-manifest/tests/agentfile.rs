@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use constle_manifest::{
-    Egress, GateMatch, Limits, OnTimeout, Rejected, Severity, Validated, load_file, parse_str,
+    Egress, GateMatch, Limits, OnTimeout, QuorumSource, Rejected, Severity, Validated, load_file,
+    parse_str,
 };
 use rust_decimal::Decimal;
 
@@ -1999,25 +2000,37 @@ fn several_approvers_and_a_threshold() {
     let two = format!(
         "  approvers:\n    - {{did: {KEY_A}, label: alice}}\n    - {{did: {KEY_B}, label: bob}}\n  threshold: 2\n  terminal_approves: true\n"
     );
-    let quorum = ok(&gated(&two)).manifest.human_gates.quorum.unwrap();
-    assert_eq!((quorum.threshold, quorum.terminal_approves), (2, true));
-    let labels: Vec<&str> = quorum.approvers.iter().map(|a| a.label.as_str()).collect();
+    let listed = |src: &str| {
+        let quorum = ok(&gated(src)).manifest.human_gates.quorum.unwrap();
+        match quorum.source {
+            QuorumSource::Listed {
+                approvers,
+                threshold,
+            } => (approvers, threshold, quorum.terminal_approves),
+            QuorumSource::Set(set) => panic!("listed, not {set:?}"),
+        }
+    };
+    let (approvers, threshold, terminal) = listed(&two);
+    assert_eq!((threshold, terminal), (2, true));
+    let labels: Vec<&str> = approvers.iter().map(|a| a.label.as_str()).collect();
     assert_eq!(labels, ["alice", "bob"]);
     // The threshold defaults to one.
     let one = format!("  approvers:\n    - {{did: {KEY_A}, label: alice}}\n");
-    assert_eq!(
-        ok(&gated(&one))
-            .manifest
-            .human_gates
-            .quorum
-            .unwrap()
-            .threshold,
-        1
-    );
+    assert_eq!(listed(&one).1, 1);
+    // Or a signed, versioned set, its directory resolved against the Agentfile's.
+    let pin = format!("sha256:{}", "ab".repeat(32));
+    let set = format!("  approver_set: {{dir: ./approvers, pin: {pin}}}\n");
+    let quorum = ok(&gated(&set)).manifest.human_gates.quorum.unwrap();
+    let QuorumSource::Set(set) = quorum.source else {
+        panic!("a set");
+    };
+    assert_eq!(set.pin, pin);
+    assert!(set.dir.ends_with("approvers"), "{set:?}");
 }
 
 #[test]
 fn a_quorum_that_cannot_work_is_refused() {
+    let pin = format!("sha256:{}", "0".repeat(64));
     let cases = [
         (
             format!(
@@ -2054,6 +2067,21 @@ fn a_quorum_that_cannot_work_is_refused() {
             "invalid_label",
         ),
         ("  approvers: []\n".to_owned(), "out_of_range"),
+        (
+            format!(
+                "  approver_set: {{dir: ./a, pin: {pin}}}\n  approvers:\n    - {{did: {KEY_A}, label: a}}\n"
+            ),
+            "approvers_conflict",
+        ),
+        (
+            format!("  approver_set: {{dir: ./a, pin: {pin}}}\n  threshold: 1\n"),
+            "approvers_conflict",
+        ),
+        (
+            "  approver_set: {dir: ./a, pin: sha256:ABC}\n".to_owned(),
+            "invalid_pin",
+        ),
+        (format!("  approver_set: {{pin: {pin}}}\n"), "missing_field"),
         (
             "  approvers:\n    - {label: alice}\n".to_owned(),
             "missing_field",

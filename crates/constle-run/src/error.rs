@@ -35,6 +35,10 @@ pub enum RunError {
     /// The sandbox could not be set up or started.
     #[error("the sandbox could not start: {0}")]
     Sandbox(String),
+    /// The approver set (`human_gates.approver_set`) cannot be used: it
+    /// does not verify, rolls back, expired, or its store is damaged.
+    #[error("the approver set cannot be used, so nothing was started: {0}")]
+    ApproverSet(String),
     /// The proxy exited while the agent ran; the agent was stopped.
     #[error(
         "the egress proxy exited during the run ({0}); the agent was stopped, it had no network from then on"

@@ -10,6 +10,7 @@
 //! ([`GateStop::Timeout`]).
 
 use std::io::Write as _;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -28,6 +29,7 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::error::RunError;
 use crate::output::OutputHold;
 use crate::quorum::QuorumGate;
 use crate::stop::{GateStop, GateStops};
@@ -81,6 +83,8 @@ pub(crate) enum GateFailure {
     Audit(#[from] AuditError),
     #[error("the decision could not be recorded: {0}")]
     Event(#[from] EventError),
+    #[error("the approver set cannot be used: {0}")]
+    ApproverSet(String),
 }
 
 impl HumanGate {
@@ -90,14 +94,15 @@ impl HumanGate {
     /// abort throws `shutoff`, then says so on `stops`.
     pub(crate) fn new(
         manifest: &Manifest,
+        home: &Path,
         log: &Arc<AuditLog>,
         terminal: Option<(HostTty, OutputHold)>,
         shutoff: &Shutoff,
         stops: &GateStops,
-    ) -> Option<HumanGate> {
+    ) -> Result<Option<HumanGate>, RunError> {
         let gates = &manifest.human_gates;
         if !gates.is_active() {
-            return None;
+            return Ok(None);
         }
         let mut webhooks = gates
             .notify
@@ -110,9 +115,9 @@ impl HumanGate {
                 webhook: webhooks.next(),
             },
             (None, Some(quorum)) => {
-                Mode::Quorum(QuorumGate::new(manifest, quorum, webhooks.collect()))
+                Mode::Quorum(QuorumGate::new(manifest, quorum, home, webhooks.collect())?)
             }
-            (None, None) => return None,
+            (None, None) => return Ok(None),
         };
         let (terminal, hold) = terminal.unzip();
         let inner = Inner {
@@ -127,7 +132,7 @@ impl HumanGate {
             shutoff: shutoff.clone(),
             stops: stops.clone(),
         };
-        Some(HumanGate(Arc::new(inner)))
+        Ok(Some(HumanGate(Arc::new(inner))))
     }
 }
 

@@ -98,29 +98,23 @@ pub(crate) struct McpGates {
 impl McpGates {
     /// Binds one socket per gate under `sockets` and starts the gate.
     /// Gated calls go to the human gates (with `terminal` as the host
-    /// terminal, if there is one, holding the agent's output back with
-    /// `hold` while it asks); priced calls to `meter`; every request a gate
+    /// terminal, if there is one, and the hold that keeps the agent's
+    /// output back while it asks); priced calls to `meter`; every request a gate
     /// refuses itself to the audit log (`mcp_refused`). All of them share
     /// one [`Shutoff`], thrown when a timeout aborts the run or a refusal
     /// cannot be recorded.
     pub(crate) fn start(
         ready: BridgedGates,
         manifest: &Manifest,
+        home: &Path,
         sockets: &Path,
         log: &Arc<AuditLog>,
-        terminal: Option<constle_human_gate::HostTty>,
-        hold: &OutputHold,
+        terminal: Option<(constle_human_gate::HostTty, OutputHold)>,
         meter: Option<SpendMeter>,
     ) -> Result<McpGates, RunError> {
         let shutoff = Shutoff::new();
         let (stops, stopped) = mpsc::unbounded_channel();
-        let human = HumanGate::new(
-            manifest,
-            log,
-            terminal.map(|tty| (tty, hold.clone())),
-            &shutoff,
-            &stops,
-        );
+        let human = HumanGate::new(manifest, home, log, terminal, &shutoff, &stops)?;
         let refusals = RefusalLog::new(log, &shutoff, &stops);
         let mut gates = McpGates {
             relays: Vec::new(),

@@ -14,13 +14,17 @@ use constle_human_gate::{
     DenialReason, NoDecisionReason, PromptRequest, TerminalOutcome, WebhookClient, WebhookUrl,
 };
 use constle_identity::DidKey;
-use constle_manifest::{Manifest, OnTimeout, Quorum};
+use std::path::{Path, PathBuf};
+
+use constle_approvers::{ApproverSets, InForce, SetPin, store_dir};
+use constle_manifest::{ApproverSetRef, Manifest, OnTimeout, Quorum, QuorumSource};
 use constle_mcp_gate::ToolCall;
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
+use crate::error::RunError;
 use crate::human::{
     Action, GateFailure, Inner, Outcome, POLL_INTERVAL, channel_webhook, event, merged,
     on_timeout_word, subject_fields, timeout_action,
@@ -28,13 +32,64 @@ use crate::human::{
 
 /// The approvers of a run and what every request of theirs is bound to.
 pub(crate) struct QuorumGate {
-    approvers: Vec<Approver>,
-    keys: Vec<DidKey>,
-    threshold: usize,
+    source: Source,
     terminal_approves: bool,
     webhooks: Vec<(WebhookClient, WebhookUrl)>,
     agent_did: Option<String>,
     policy_digest: String,
+}
+
+/// Where the approvers come from.
+enum Source {
+    Listed(InForceNow),
+    /// Loaded again for every gated call, so a version that revokes a key
+    /// is in force from the next call on.
+    Set {
+        dir: PathBuf,
+        pin: SetPin,
+        store: PathBuf,
+        /// The version last recorded as in force.
+        recorded: tokio::sync::Mutex<Option<u64>>,
+    },
+}
+
+/// Who decides one call.
+#[derive(Clone)]
+struct InForceNow {
+    approvers: Vec<Approver>,
+    keys: Vec<DidKey>,
+    threshold: usize,
+    /// The set version, when they come from one: its number and digest.
+    version: Option<(u64, String)>,
+}
+
+impl InForceNow {
+    fn of_set(set: &InForce) -> InForceNow {
+        let approvers = set.approvers().iter().map(|a| Approver {
+            did: a.did.to_string(),
+            label: a.label.to_string(),
+        });
+        InForceNow {
+            approvers: approvers.collect(),
+            keys: set.approvers().iter().map(|a| a.did.clone()).collect(),
+            threshold: set.threshold(),
+            version: Some((set.version(), set.digest().to_string())),
+        }
+    }
+}
+
+/// Loads the set `set` names (the Agentfile's), checking it against and
+/// recording it in `$CONSTLE_HOME` (`home`): what a run checks before
+/// anything starts, and each gated call again.
+pub(crate) fn load_set(set: &ApproverSetRef, home: &Path) -> Result<InForce, RunError> {
+    let pin = SetPin::parse(&set.pin).map_err(|e| RunError::ApproverSet(e.to_string()))?;
+    ApproverSets::load(
+        &set.dir,
+        &pin,
+        &store_dir(home, &pin),
+        jiff::Timestamp::now(),
+    )
+    .map_err(|e| RunError::ApproverSet(e.to_string()))
 }
 
 /// What one channel said.
@@ -61,21 +116,80 @@ impl QuorumGate {
     pub(crate) fn new(
         manifest: &Manifest,
         quorum: &Quorum,
+        home: &Path,
         webhooks: Vec<(WebhookClient, WebhookUrl)>,
-    ) -> QuorumGate {
-        let approvers = quorum.approvers.iter().map(|a| Approver {
-            did: a.did.to_string(),
-            label: a.label.clone(),
-        });
-        QuorumGate {
-            approvers: approvers.collect(),
-            keys: quorum.approvers.iter().map(|a| a.did.clone()).collect(),
-            threshold: quorum.threshold,
+    ) -> Result<QuorumGate, RunError> {
+        let source = match &quorum.source {
+            QuorumSource::Listed {
+                approvers,
+                threshold,
+            } => {
+                let listed = approvers.iter().map(|a| Approver {
+                    did: a.did.to_string(),
+                    label: a.label.clone(),
+                });
+                Source::Listed(InForceNow {
+                    approvers: listed.collect(),
+                    keys: approvers.iter().map(|a| a.did.clone()).collect(),
+                    threshold: *threshold,
+                    version: None,
+                })
+            }
+            QuorumSource::Set(set) => {
+                let pin =
+                    SetPin::parse(&set.pin).map_err(|e| RunError::ApproverSet(e.to_string()))?;
+                Source::Set {
+                    dir: set.dir.clone(),
+                    store: store_dir(home, &pin),
+                    pin,
+                    recorded: tokio::sync::Mutex::new(None),
+                }
+            }
+        };
+        Ok(QuorumGate {
+            source,
             terminal_approves: quorum.terminal_approves,
             webhooks,
             agent_did: manifest.identity.as_ref().map(|i| i.did.to_string()),
             policy_digest: manifest.policy_digest.to_string(),
+        })
+    }
+
+    /// The approvers in force now: a set loaded again (a failure refuses
+    /// the call), and `approver_set_in_force` recorded when its version is
+    /// new to the run.
+    async fn in_force(
+        &self,
+        gate: &Inner,
+    ) -> Result<std::borrow::Cow<'_, InForceNow>, GateFailure> {
+        let (dir, pin, store, recorded) = match &self.source {
+            Source::Listed(listed) => return Ok(std::borrow::Cow::Borrowed(listed)),
+            Source::Set {
+                dir,
+                pin,
+                store,
+                recorded,
+            } => (dir, pin, store, recorded),
+        };
+        let set = ApproverSets::load(dir, pin, store, jiff::Timestamp::now())
+            .map_err(|e| GateFailure::ApproverSet(e.to_string()))?;
+        let mut recorded = recorded.lock().await;
+        if *recorded != Some(set.version()) {
+            let in_force = Event::new("approver_set_in_force")?
+                .with("version", set.version())?
+                .with("digest", set.digest().to_string())?
+                .with("threshold", set.threshold())?
+                .with(
+                    "approvers",
+                    set.approvers()
+                        .iter()
+                        .map(|a| a.did.to_string())
+                        .collect::<Vec<_>>(),
+                )?;
+            gate.record(in_force).await?;
+            *recorded = Some(set.version());
         }
+        Ok(std::borrow::Cow::Owned(InForceNow::of_set(&set)))
     }
 
     /// Asks, counts and concludes: the entry to record and what to do.
@@ -95,7 +209,8 @@ impl QuorumGate {
             policy_digest: self.policy_digest.clone(),
             expires_at,
         };
-        let request = BallotRequest::new(binding, arguments, &self.approvers, self.threshold)?;
+        let now = self.in_force(gate).await?;
+        let request = BallotRequest::new(binding, arguments, &now.approvers, now.threshold)?;
         let subject = subject_fields(
             request.request_id().as_str(),
             call,
@@ -109,12 +224,16 @@ impl QuorumGate {
             .with("expires_at", request.expires_at())?
             .with("channels", channels)?
             .with("version", 2)?
-            .with("threshold", self.threshold)?
-            .with("approvers", self.labelled())?
-            .with("policy_digest", self.policy_digest.as_str())?;
+            .with("threshold", now.threshold)?
+            .with("approvers", labelled(&now.approvers))?
+            .with("policy_digest", self.policy_digest.as_str())?
+            .with(
+                "approver_set_version",
+                now.version.as_ref().map(|(v, _)| *v),
+            )?;
         gate.record(triggered).await?;
-        let settled = self.count(gate, &request, &subject, deadline).await?;
-        Ok(self.conclude(gate, &subject, settled)?)
+        let settled = self.count(gate, &now, &request, &subject, deadline).await?;
+        Ok(conclude(gate, now.threshold, &subject, settled)?)
     }
 
     /// Every channel at once, each vote recorded as it arrives, until the
@@ -122,6 +241,7 @@ impl QuorumGate {
     async fn count(
         &self,
         gate: &Inner,
+        now: &InForceNow,
         request: &BallotRequest,
         subject: &Map<String, Value>,
         deadline: Instant,
@@ -134,7 +254,7 @@ impl QuorumGate {
             .map(|(client, url)| {
                 Box::pin(async move {
                     match client
-                        .ballot(url, request, &self.keys, deadline, POLL_INTERVAL)
+                        .ballot(url, request, &now.keys, deadline, POLL_INTERVAL)
                         .await
                     {
                         Ok(ballot) => Said::Ballot(ballot),
@@ -150,7 +270,7 @@ impl QuorumGate {
                 _ => std::future::pending().await,
             }
         }));
-        let mut tally = Tally::new(self.threshold);
+        let mut tally = Tally::new(now.threshold);
         let mut silent = Vec::new();
         let sleep = tokio::time::sleep_until(deadline);
         tokio::pin!(sleep);
@@ -203,71 +323,6 @@ impl QuorumGate {
             }
         }
     }
-
-    fn conclude(
-        &self,
-        gate: &Inner,
-        subject: &Map<String, Value>,
-        settled: Settled,
-    ) -> Result<(Event, Action), constle_audit::EventError> {
-        Ok(match settled {
-            Settled::Approved(quorum) => {
-                let approvers: Vec<&str> = quorum
-                    .votes()
-                    .iter()
-                    .map(|v| v.approver().as_str())
-                    .collect();
-                let approved = event("gate_approved", subject)?
-                    .with("version", 2)?
-                    .with("decided_by", "quorum")?
-                    .with("approvers", approvers)?
-                    .with("terminal", quorum.terminal())?
-                    .with("threshold", self.threshold)?;
-                (approved, Action::Forward)
-            }
-            Settled::Denied(vote) => {
-                let denied = event("gate_denied", subject)?
-                    .with("version", 2)?
-                    .with("decided_by", "webhook")?
-                    .with("approver", vote.approver().as_str())?
-                    .with("reason", DenialReason::Denied.audit_reason())?;
-                (denied, Action::Refuse("an approver denied it"))
-            }
-            Settled::DeniedAtTerminal => {
-                let denied = event("gate_denied", subject)?
-                    .with("version", 2)?
-                    .with("decided_by", "terminal")?
-                    .with("reason", DenialReason::Denied.audit_reason())?;
-                (denied, Action::Refuse("denied at the terminal"))
-            }
-            Settled::Timeout {
-                approvals,
-                webhooks,
-            } => {
-                let timeout = event("gate_timeout", subject)?
-                    .with("version", 2)?
-                    .with("on_timeout", on_timeout_word(gate.on_timeout))?
-                    .with("timeout_seconds", gate.timeout.as_secs() as i64)?
-                    .with("approvals", approvals)?
-                    .with("threshold", self.threshold)?
-                    .with("webhooks", webhooks)?;
-                let action = match gate.on_timeout {
-                    OnTimeout::Proceed => Action::Forward,
-                    OnTimeout::Abort => Action::Abort,
-                };
-                (timeout, action)
-            }
-        })
-    }
-
-    /// `[{did, label}]`, as `gate_triggered` records them.
-    fn labelled(&self) -> Value {
-        let approvers = self
-            .approvers
-            .iter()
-            .map(|a| serde_json::json!({"did": a.did, "label": a.label}));
-        Value::Array(approvers.collect())
-    }
 }
 
 /// `gate_vote` for a decision whose every check passed: the signed members,
@@ -300,4 +355,68 @@ fn terminal_vote(
     event("gate_vote", subject)?
         .with("decided_by", "terminal")?
         .with("decision", decision)
+}
+
+fn conclude(
+    gate: &Inner,
+    threshold: usize,
+    subject: &Map<String, Value>,
+    settled: Settled,
+) -> Result<(Event, Action), constle_audit::EventError> {
+    Ok(match settled {
+        Settled::Approved(quorum) => {
+            let approvers: Vec<&str> = quorum
+                .votes()
+                .iter()
+                .map(|v| v.approver().as_str())
+                .collect();
+            let approved = event("gate_approved", subject)?
+                .with("version", 2)?
+                .with("decided_by", "quorum")?
+                .with("approvers", approvers)?
+                .with("terminal", quorum.terminal())?
+                .with("threshold", threshold)?;
+            (approved, Action::Forward)
+        }
+        Settled::Denied(vote) => {
+            let denied = event("gate_denied", subject)?
+                .with("version", 2)?
+                .with("decided_by", "webhook")?
+                .with("approver", vote.approver().as_str())?
+                .with("reason", DenialReason::Denied.audit_reason())?;
+            (denied, Action::Refuse("an approver denied it"))
+        }
+        Settled::DeniedAtTerminal => {
+            let denied = event("gate_denied", subject)?
+                .with("version", 2)?
+                .with("decided_by", "terminal")?
+                .with("reason", DenialReason::Denied.audit_reason())?;
+            (denied, Action::Refuse("denied at the terminal"))
+        }
+        Settled::Timeout {
+            approvals,
+            webhooks,
+        } => {
+            let timeout = event("gate_timeout", subject)?
+                .with("version", 2)?
+                .with("on_timeout", on_timeout_word(gate.on_timeout))?
+                .with("timeout_seconds", gate.timeout.as_secs() as i64)?
+                .with("approvals", approvals)?
+                .with("threshold", threshold)?
+                .with("webhooks", webhooks)?;
+            let action = match gate.on_timeout {
+                OnTimeout::Proceed => Action::Forward,
+                OnTimeout::Abort => Action::Abort,
+            };
+            (timeout, action)
+        }
+    })
+}
+
+/// `[{did, label}]`, as `gate_triggered` records them.
+fn labelled(approvers: &[Approver]) -> Value {
+    let approvers = approvers
+        .iter()
+        .map(|a| serde_json::json!({"did": a.did, "label": a.label}));
+    Value::Array(approvers.collect())
 }

@@ -15,6 +15,7 @@ use constle_audit::{Appender, AuditError, AuditLog, Event, EventError};
 use constle_egress::{EgressPolicy, NetworkEvent, Squid};
 use constle_identity::{KeyKind, KeyStore};
 use constle_limits::LimitHit;
+use constle_manifest::QuorumSource;
 use constle_manifest::{Egress, Manifest};
 use constle_sandbox::{CommandIo, Private, Relay, SandboxSpec};
 use tokio::signal::unix::{SignalKind, signal};
@@ -69,6 +70,10 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     // Before anything starts: a server's secret that is not there stops
     // the run here, by the variable's name.
     let secrets = Secrets::read(manifest)?;
+    // And an approver set that does not verify, rolls back or expired.
+    if let Some(QuorumSource::Set(set)) = manifest.human_gates.quorum.as_ref().map(|q| &q.source) {
+        crate::quorum::load_set(set, &options.home)?;
+    }
     let signer = match &manifest.identity {
         Some(identity) => {
             let missing = |source| RunError::KeyMissing {
@@ -208,7 +213,15 @@ async fn supervise(
     )
     .await?;
     let gates = gates.bridged(&servers)?;
-    let mut gates = McpGates::start(gates, manifest, sockets.path(), log, terminal, &hold, meter)?;
+    let mut gates = McpGates::start(
+        gates,
+        manifest,
+        &options.home,
+        sockets.path(),
+        log,
+        terminal.map(|tty| (tty, hold.clone())),
+        meter,
+    )?;
     let a2a = A2aLink::start(manifest, &options.home, sockets.path(), log).await?;
     spec.env = agent_env(manifest, proxy.is_some(), gates.env());
     spec.env.extend(a2a.as_ref().map(A2aLink::env));

@@ -1,49 +1,88 @@
-//! `human_gates.approvers`, `threshold` and `terminal_approves`: several
-//! approvers, of whom `threshold` must approve (protocol v2), instead of
-//! the one `approver_pubkey`.
+//! `human_gates.approvers` with `threshold`, or `approver_set`, and
+//! `terminal_approves`: several approvers, of whom a threshold must approve
+//! (protocol v2), instead of the one `approver_pubkey`.
 
 use std::collections::HashSet;
 
 use super::V;
 use crate::de::Located;
-use crate::model::{MAX_APPROVERS, NamedApprover, Quorum};
-use crate::raw::{RawApprover, RawHumanGates};
+use crate::diagnostic::Pos;
+use crate::model::{ApproverSetRef, MAX_APPROVERS, NamedApprover, Quorum, QuorumSource};
+use crate::raw::{RawApprover, RawApproverSet, RawHumanGates};
 use crate::values::InvalidValue;
 
 /// Longest approver label, in bytes.
 const MAX_LABEL_BYTES: usize = 64;
 
 impl V<'_, '_> {
-    /// The quorum `h` declares: `Some(None)` when it names no
-    /// `approvers` (nor `threshold` or `terminal_approves`), `None` when
-    /// it is invalid (each error reported).
+    /// The quorum `h` declares: `Some(None)` when it names neither
+    /// `approvers` nor `approver_set` (nor `threshold` or
+    /// `terminal_approves`), `None` when it is invalid (each error
+    /// reported).
     pub(super) fn quorum(&mut self, raw: &Located<RawHumanGates>) -> Option<Option<Quorum>> {
         let h = &raw.value;
-        let Some(list) = &h.approvers.0 else {
-            for (present, field) in [
-                (h.threshold.0.as_ref().map(|t| t.pos), "threshold"),
-                (
-                    h.terminal_approves.0.as_ref().map(|t| t.pos),
-                    "terminal_approves",
-                ),
-            ] {
-                if let Some(pos) = present {
-                    let message = format!("human_gates.{field} is set but there are no approvers");
-                    let help = "list the approvers (did and label) under human_gates.approvers, or remove it";
+        let source = match (&h.approvers.0, &h.approver_set.0) {
+            (None, None) => return self.no_quorum(h),
+            (Some(_), Some(set)) => return self.conflict(set.pos, "approvers and approver_set"),
+            (_, _) if h.approver_pubkey.0.is_some() => {
+                let pos = h.approver_pubkey.0.as_ref().map_or(raw.pos, |p| p.pos);
+                return self.conflict(pos, "approver_pubkey and several approvers");
+            }
+            (Some(list), None) => self.listed(list, h)?,
+            (None, Some(set)) => {
+                if let Some(t) = &h.threshold.0 {
+                    let message =
+                        "human_gates.threshold is set, but the approver set gives the threshold";
+                    let help =
+                        "remove threshold: each version of the set says how many must approve";
                     self.sink
-                        .error("quorum_without_approvers", pos, message, Some(help.into()));
+                        .error("approvers_conflict", t.pos, message, Some(help.into()));
                     return None;
                 }
+                QuorumSource::Set(self.approver_set(set)?)
             }
-            return Some(None);
         };
-        if let Some(single) = &h.approver_pubkey.0 {
-            let message = "human_gates has both approver_pubkey and approvers";
-            let help = "keep one: approver_pubkey for one approver, approvers (with threshold) for several";
-            self.sink
-                .error("approvers_conflict", single.pos, message, Some(help.into()));
-            return None;
+        let terminal_approves = h.terminal_approves.0.as_ref().is_some_and(|t| t.value);
+        Some(Some(Quorum {
+            source,
+            terminal_approves,
+        }))
+    }
+
+    /// `Some(None)`, unless `threshold` or `terminal_approves` is set
+    /// without approvers.
+    fn no_quorum(&mut self, h: &RawHumanGates) -> Option<Option<Quorum>> {
+        for (present, field) in [
+            (h.threshold.0.as_ref().map(|t| t.pos), "threshold"),
+            (
+                h.terminal_approves.0.as_ref().map(|t| t.pos),
+                "terminal_approves",
+            ),
+        ] {
+            if let Some(pos) = present {
+                let message = format!("human_gates.{field} is set but there are no approvers");
+                let help = "list the approvers under human_gates.approvers (or name an approver_set), or remove it";
+                self.sink
+                    .error("quorum_without_approvers", pos, message, Some(help.into()));
+                return None;
+            }
         }
+        Some(None)
+    }
+
+    fn conflict(&mut self, pos: Pos, what: &str) -> Option<Option<Quorum>> {
+        let message = format!("human_gates has both {what}");
+        let help = "keep one: approver_pubkey for one approver, approvers (with threshold) for several, or approver_set for a signed, versioned set";
+        self.sink
+            .error("approvers_conflict", pos, message, Some(help.into()));
+        None
+    }
+
+    fn listed(
+        &mut self,
+        list: &Located<Vec<Located<RawApprover>>>,
+        h: &RawHumanGates,
+    ) -> Option<QuorumSource> {
         let approvers = self.approvers(list)?;
         let threshold = match &h.threshold.0 {
             None => 1,
@@ -61,12 +100,25 @@ impl V<'_, '_> {
                 }
             },
         };
-        let terminal_approves = h.terminal_approves.0.as_ref().is_some_and(|t| t.value);
-        Some(Some(Quorum {
+        Some(QuorumSource::Listed {
             approvers,
             threshold,
-            terminal_approves,
-        }))
+        })
+    }
+
+    fn approver_set(&mut self, set: &Located<RawApproverSet>) -> Option<ApproverSetRef> {
+        let s = &set.value;
+        let help = "write approver_set: {dir: ./approvers, pin: sha256:…}, the pin as `constle approvers show` prints it";
+        let dir = self
+            .required(&s.dir, "human_gates.approver_set.dir", set.pos, help)
+            .and_then(|d| self.path(d));
+        let pin = self
+            .required(&s.pin, "human_gates.approver_set.pin", set.pos, help)
+            .and_then(|p| self.check(p, "invalid_pin", check_pin));
+        Some(ApproverSetRef {
+            dir: dir?,
+            pin: pin?,
+        })
     }
 
     fn approvers(
@@ -137,4 +189,16 @@ fn check_label(label: &str) -> Result<String, InvalidValue> {
         });
     }
     Ok(label.to_owned())
+}
+
+fn check_pin(pin: &str) -> Result<String, InvalidValue> {
+    let hex = pin.strip_prefix("sha256:").unwrap_or_default();
+    let lower_hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+    if hex.len() != 64 || !hex.chars().all(lower_hex) {
+        return Err(InvalidValue {
+            message: format!("approver_set.pin {pin:?} is not sha256: and 64 lowercase hex digits"),
+            help: Some("copy the pin `constle approvers show DIR` prints for version 1".into()),
+        });
+    }
+    Ok(pin.to_owned())
 }

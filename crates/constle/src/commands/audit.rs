@@ -3,9 +3,12 @@
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
+use constle_approvers::{SetPin, read_versions, verify_files};
 use constle_audit::{
-    Finding, TrustAnchors, Verdict, VerifiedLog, parse_line, read_log_file, verify_file,
+    Approvers, Finding, SetVersion, TrustAnchors, Verdict, VerifiedLog, parse_line, read_log_file,
+    verify_file,
 };
+use constle_manifest::{ApproverSetRef, QuorumSource};
 use serde_json::Value;
 
 use crate::Outcome;
@@ -14,7 +17,17 @@ use crate::terminal::{self, Paint, escape, paint};
 
 pub fn verify(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     let anchors = match &args.agentfile {
-        Some(path) => pinned_anchors(path)?,
+        Some(path) => match pinned_anchors(path)? {
+            Ok(anchors) => anchors,
+            Err(set_problem) => {
+                terminal::out(&format!(
+                    "{} TAMPERING DETECTED in the approver set: {}",
+                    paint(Paint::Red, "error:"),
+                    escape(&set_problem)
+                ));
+                return Ok(Outcome::PolicyFailure);
+            }
+        },
         None => TrustAnchors::default(),
     };
     let mut outcome = Outcome::Success;
@@ -39,7 +52,9 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     Ok(outcome)
 }
 
-fn pinned_anchors(path: &Path) -> anyhow::Result<TrustAnchors> {
+/// What the Agentfile at `path` pins, or what is wrong with its approver
+/// set (tampering, for `audit verify`); an error if it cannot be read.
+fn pinned_anchors(path: &Path) -> anyhow::Result<Result<TrustAnchors, String>> {
     let manifest = match constle_manifest::load_file(path, &super::host_env) {
         Ok(valid) => valid.manifest,
         Err(rejected) => bail!(
@@ -47,16 +62,42 @@ fn pinned_anchors(path: &Path) -> anyhow::Result<TrustAnchors> {
             path.display()
         ),
     };
-    Ok(TrustAnchors {
+    let approvers = match manifest.human_gates.quorum.as_ref().map(|q| &q.source) {
+        None => None,
+        Some(QuorumSource::Listed {
+            approvers,
+            threshold,
+        }) => Some(Approvers::Listed {
+            keys: approvers.iter().map(|a| a.did.clone()).collect(),
+            threshold: *threshold,
+        }),
+        Some(QuorumSource::Set(set)) => match set_versions(set) {
+            Ok(versions) => Some(Approvers::Versions(versions)),
+            Err(problem) => return Ok(Err(problem)),
+        },
+    };
+    Ok(Ok(TrustAnchors {
         agent_did: manifest.identity.as_ref().map(|i| i.did.clone()),
         approver: manifest.human_gates.approver_pubkey.clone(),
-        approvers: manifest.human_gates.quorum.as_ref().map(|q| {
-            let keys = q.approvers.iter().map(|a| a.did.clone()).collect();
-            (keys, q.threshold)
-        }),
+        approvers,
         agent: Some(manifest.name),
         pinned: true,
-    })
+    }))
+}
+
+/// Every version of the approver set `set` names, verified as a chain from
+/// its pin; what is wrong with it, if it does not verify.
+fn set_versions(set: &ApproverSetRef) -> anyhow::Result<Vec<SetVersion>, String> {
+    let pin = SetPin::parse(&set.pin).map_err(|e| e.to_string())?;
+    let files = read_versions(&set.dir).map_err(|e| e.to_string())?;
+    let chain = verify_files(&pin, &files).map_err(|e| e.to_string())?;
+    let version = |v: &constle_approvers::VerifiedVersion| SetVersion {
+        version: v.version(),
+        digest: v.digest().to_string(),
+        keys: v.approvers().iter().map(|a| a.did.clone()).collect(),
+        threshold: v.threshold(),
+    };
+    Ok(chain.iter().map(version).collect())
 }
 
 fn print_verified(log: &VerifiedLog) {
