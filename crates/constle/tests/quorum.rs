@@ -37,6 +37,10 @@ fn main() {
             "one_key_twice_an_expired_a_v1_and_an_outsider_signature_are_not_a_quorum",
             not_a_quorum,
         ),
+        e2e(
+            "an_approver_set_rotates_a_key_out_and_refuses_rollbacks_and_under_signed_versions",
+            approver_set,
+        ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }
@@ -76,12 +80,21 @@ impl Fixture {
     /// The Agentfile, its webhooks in `TEST_QUORUM_WEBHOOK_<n>` for
     /// `endpoints` endpoints.
     fn agentfile(&self, endpoints: usize, steps: &[String]) -> PathBuf {
-        let script = serde_json::to_string(&steps.join("\n")).unwrap();
-        let approvers: String = ["alice", "bob", "carol"]
+        let listed: String = ["alice", "bob", "carol"]
             .iter()
             .zip(&self.approvers)
             .map(|(label, key)| format!("    - {{did: {}, label: {label}}}\n", key.did()))
             .collect();
+        self.agentfile_with(
+            &format!("  approvers:\n{listed}  threshold: 2\n"),
+            endpoints,
+            steps,
+        )
+    }
+
+    /// With `approvers` (the `human_gates` lines naming them).
+    fn agentfile_with(&self, approvers: &str, endpoints: usize, steps: &[String]) -> PathBuf {
+        let script = serde_json::to_string(&steps.join("\n")).unwrap();
         let notify: String = (0..endpoints)
             .map(|n| {
                 format!("    - {{channel: webhook, url_secret_ref: TEST_QUORUM_WEBHOOK_{n}}}\n")
@@ -103,9 +116,7 @@ mcp:
 human_gates:
   enabled: true
   require_approval_for: [list_invoices, get_invoice, pay_invoice]
-  approvers:
-{approvers}  threshold: 2
-  notify:
+{approvers}  notify:
 {notify}  approval_timeout_seconds: 4
 "#,
             did = self.agent_did,
@@ -393,4 +404,126 @@ fn not_a_quorum() {
         ),
         (Some(1), Some(2))
     );
+}
+
+/// An approver set in a directory: version 1 of alice, bob and carol (2 of
+/// 3); version 2, signed by alice and bob, rotates carol out for dave. A
+/// run under version 2 refuses carol's vote as a stranger's; a directory
+/// put back to version 1 (a rollback) and a version 3 signed by one old
+/// key stop the run before anything starts; and `audit verify` refuses a
+/// log naming a set version the set does not have.
+fn approver_set() {
+    use constle_approvers::{Approver, Label, SetBody, SetPin, VersionFile, write_new_version};
+    let fx = Fixture::new();
+    let [a, b, c] = &fx.approvers;
+    let dave = SigningIdentity::generate();
+    let dir = fx.case.path("approvers");
+    fs::create_dir(&dir).unwrap();
+    let named = |keys: &[(&SigningIdentity, &str)]| -> Vec<Approver> {
+        keys.iter()
+            .map(|(k, l)| Approver {
+                did: k.did().clone(),
+                label: Label::new(l).unwrap(),
+            })
+            .collect()
+    };
+    let expires = "2099-01-01T00:00:00Z".parse().unwrap();
+    let one = SetBody::new(
+        1,
+        expires,
+        2,
+        named(&[(a, "alice"), (b, "bob"), (c, "carol")]),
+    )
+    .unwrap();
+    let mut first = VersionFile::unsigned(one.clone());
+    let pin = SetPin::new(first.digest());
+    first.sign(a);
+    first.sign(b);
+    write_new_version(&dir, &first).unwrap();
+    let lines = format!("  approver_set: {{dir: ./approvers, pin: {pin}}}\n");
+    let file = fx.agentfile_with(&lines, 2, &[call("pay", "pay_invoice", INVOICE)]);
+    use Answer::Approve;
+    let (alice, carol) = (
+        fx.endpoint(a, &[("pay_invoice", Approve)]),
+        fx.endpoint(c, &[("pay_invoice", Approve)]),
+    );
+    // Under version 1, alice and carol make two.
+    let out = fx.run(&file, &[&alice, &carol]);
+    assert!(out.status.success(), "{}", report(&out));
+    assert_eq!(fx.reached("pay_invoice"), 1);
+
+    let two = one
+        .next(named(&[(&dave, "dave")]), &[c.did().clone()], None, expires)
+        .unwrap();
+    let mut second = VersionFile::unsigned(two.clone());
+    second.sign(a);
+    second.sign(b);
+    write_new_version(&dir, &second).unwrap();
+    let out = fx.run(&file, &[&alice, &carol]);
+    assert_eq!(out.status.code(), Some(125), "{}", report(&out));
+    assert_eq!(fx.reached("pay_invoice"), 1, "carol's key is revoked");
+    let reasons: Vec<Option<String>> = fx
+        .case
+        .events("gate_vote")
+        .iter()
+        .rev()
+        .take(2)
+        .map(|v| v["reason"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        reasons.contains(&Some("gate_approver_unknown".into())),
+        "{reasons:?}"
+    );
+    let in_force: Vec<u64> = fx
+        .case
+        .events("approver_set_in_force")
+        .iter()
+        .map(|e| e["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(in_force, [1, 2]);
+    let log = fx.case.log_file();
+    assert_eq!(
+        fx.verify(&file, &log).0,
+        Some(0),
+        "{}",
+        fx.verify(&file, &log).1
+    );
+    let forged = rewrite(
+        fx_ref(&fx),
+        "forged-set",
+        Box::new(|e| {
+            if e["event"] == "approver_set_in_force" && e["version"] == 2 {
+                e["digest"] = Value::from(format!("sha256:{}", "0".repeat(64)));
+            }
+            true
+        }),
+    );
+    let (status, said) = fx.verify(&file, &forged);
+    assert_eq!(status, Some(1), "{said}");
+    assert!(said.contains("approver_set_unknown"), "{said}");
+
+    // Version 2 removed from the directory: a rollback, refused.
+    let kept = dir.join("2.approvers.json");
+    let saved = fs::read(&kept).unwrap();
+    fs::remove_file(&kept).unwrap();
+    let out = fx.run(&file, &[&alice]);
+    assert_eq!(out.status.code(), Some(125), "{}", report(&out));
+    assert!(
+        text(&out.stderr).contains("approver set"),
+        "{}",
+        report(&out)
+    );
+    assert!(text(&out.stderr).contains("version 2"), "{}", report(&out));
+    fs::write(&kept, saved).unwrap();
+    // Version 3 signed by alice alone (version 2 needs two): refused.
+    let three = two
+        .next(Vec::new(), &[b.did().clone()], Some(1), expires)
+        .unwrap();
+    let mut third = VersionFile::unsigned(three);
+    third.sign(a);
+    write_new_version(&dir, &third).unwrap();
+    let out = fx.run(&file, &[&alice]);
+    assert_eq!(out.status.code(), Some(125), "{}", report(&out));
+    assert!(text(&out.stderr).contains("it needs 2"), "{}", report(&out));
+    assert_eq!(fx.reached("pay_invoice"), 1);
 }
