@@ -489,7 +489,7 @@ fn approver_set() {
         fx.verify(&file, &log).1
     );
     let forged = rewrite(
-        fx_ref(&fx),
+        &fx,
         "forged-set",
         Box::new(|e| {
             if e["event"] == "approver_set_in_force" && e["version"] == 2 {
