@@ -248,16 +248,39 @@ impl SignedFields {
         }
         message
     }
+
+    /// The version 2 decision body an endpoint serves for these members:
+    /// `version`, `approver` (the signing key's `did:key`), the nine signed
+    /// members and `signature` (standard base64 of the 64 bytes), as
+    /// compact UTF-8 JSON.
+    pub fn decision_body(&self, approver: &str, signature: &str) -> Vec<u8> {
+        let fields = self.clone();
+        let body = DecisionBody {
+            version: VERSION,
+            approver: approver.to_owned(),
+            request_id: fields.request_id,
+            decision: fields.decision,
+            subject_digest: fields.subject_digest,
+            agent: fields.agent,
+            agent_did: fields.agent_did,
+            server: fields.server,
+            tool: fields.tool,
+            policy_digest: fields.policy_digest,
+            expires_at: fields.expires_at,
+            signature: signature.to_owned(),
+        };
+        // Strings, a null and a number only: serialising cannot fail.
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
 }
 
-/// A version 2 decision body: the signed members, `version`, the signing
-/// key and the signature; parsed strictly.
-#[derive(Deserialize)]
+/// A version 2 decision body: `version`, the signing key, the signed
+/// members and the signature; parsed strictly, written in this order.
+#[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DecisionBody {
     version: u64,
     approver: String,
-    signature: String,
     request_id: String,
     decision: String,
     subject_digest: String,
@@ -267,6 +290,7 @@ struct DecisionBody {
     tool: String,
     policy_digest: String,
     expires_at: String,
+    signature: String,
 }
 
 impl DecisionBody {
@@ -617,14 +641,7 @@ mod tests {
     /// A decision body signing `fields` with `key` (as `approver`).
     fn body(key: &SigningIdentity, approver: &str, fields: &SignedFields) -> Vec<u8> {
         let signature = BASE64.encode(key.sign(&fields.message()).to_bytes());
-        let mut map = match serde_json::to_value(fields) {
-            Ok(Value::Object(map)) => map,
-            _ => Map::new(),
-        };
-        map.insert("version".into(), Value::from(2));
-        map.insert("approver".into(), Value::from(approver));
-        map.insert("signature".into(), Value::from(signature));
-        Value::Object(map).to_string().into_bytes()
+        fields.decision_body(approver, &signature)
     }
 
     fn vote(request: &BallotRequest, key: &SigningIdentity, keys: &[DidKey]) -> Ballot {
