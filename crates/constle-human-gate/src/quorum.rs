@@ -177,6 +177,34 @@ impl BallotRequest {
         &self.body
     }
 
+    /// The "votes so far" report (spec §14) listing `votes` in the order
+    /// counted, each labelled as in `approvers`: unsigned, for endpoints to
+    /// show and never to trust.
+    pub fn votes_report(&self, votes: &[VerifiedVote], approvers: &[Approver]) -> Vec<u8> {
+        let listed: Vec<ReportedVote<'_>> = votes
+            .iter()
+            .map(|vote| {
+                let did = vote.approver().as_str();
+                let label = approvers.iter().find(|a| a.did == did);
+                ReportedVote {
+                    approver: did,
+                    label: label.map_or("", |a| a.label.as_str()),
+                    decision: if vote.approves() {
+                        "approved"
+                    } else {
+                        "denied"
+                    },
+                }
+            })
+            .collect();
+        let report = json!({
+            "version": VERSION,
+            "request_id": self.request_id.as_str(),
+            "votes": listed,
+        });
+        report.to_string().into_bytes()
+    }
+
     /// The fields an approval of this request must sign.
     fn expected(&self, decision: &str) -> SignedFields {
         SignedFields {
@@ -191,6 +219,14 @@ impl BallotRequest {
             expires_at: self.expires_at.clone(),
         }
     }
+}
+
+/// One vote in a "votes so far" report.
+#[derive(Serialize)]
+struct ReportedVote<'a> {
+    approver: &'a str,
+    label: &'a str,
+    decision: &'static str,
 }
 
 /// The salted subject digest: SHA-256 over the RFC 8785 canonical form of
@@ -817,6 +853,33 @@ mod tests {
             edited.insert(member.into(), Value::from("edited"));
             assert!(verify_recorded_vote(&edited).is_err(), "{member}");
         }
+        Ok(())
+    }
+
+    #[test]
+    fn the_votes_report_lists_counted_votes_with_their_labels() -> TestResult {
+        let request = request()?;
+        let (a, b) = (SigningIdentity::generate(), SigningIdentity::generate());
+        let keys = [a.did().clone(), b.did().clone()];
+        let approvers = keys.clone().map(|did| Approver {
+            label: format!("holder of {}", &did.as_str()[8..14]),
+            did: did.as_str().to_owned(),
+        });
+        let yes = counted(vote(&request, &a, &keys));
+        let fields = request.expected("nope");
+        let no = verify_vote(
+            &request,
+            &keys,
+            Timestamp::now(),
+            &body(&b, b.did().as_str(), &fields),
+        )?;
+        let report: Value =
+            serde_json::from_slice(&request.votes_report(&[yes, counted(no)], &approvers))?;
+        let expected = json!({"version": 2, "request_id": request.request_id().as_str(), "votes": [
+            {"approver": keys[0].as_str(), "label": approvers[0].label, "decision": "approved"},
+            {"approver": keys[1].as_str(), "label": approvers[1].label, "decision": "denied"},
+        ]});
+        assert_eq!(report, expected);
         Ok(())
     }
 
