@@ -146,6 +146,18 @@ fn version2_rows(v2: &Version2, expires_at: &str, key: &str) -> String {
     )
 }
 
+/// A version 2 request's description rows and votes so far; nothing for
+/// version 1.
+fn version2_parts(r: &StoredRequest, key: &str) -> (String, String) {
+    match &r.request.v2 {
+        Some(v2) => (
+            version2_rows(v2, &r.request.expires_at, key),
+            votes_so_far(r.reported.as_ref()),
+        ),
+        None => (String::new(), String::new()),
+    }
+}
+
 /// The gate's latest "votes so far", said to be its unverified word.
 fn votes_so_far(reported: Option<&Reported>) -> String {
     let mut html = String::from(
@@ -199,13 +211,7 @@ pub fn requests(
     }
     for r in pending {
         let id = escape(&r.request.request_id);
-        let (v2_rows, votes) = match &r.request.v2 {
-            Some(v2) => (
-                version2_rows(v2, &r.request.expires_at, viewer.key),
-                votes_so_far(r.reported.as_ref()),
-            ),
-            None => (String::new(), String::new()),
-        };
+        let (v2_rows, votes) = version2_parts(r, viewer.key);
         let _ = write!(
             body,
             "<article class=\"request\" id=\"req-{id}\">\
@@ -243,19 +249,14 @@ pub fn requests(
             _ => ("expired", "expired", "nobody decided".to_owned()),
         };
         let at = r.decided_at.unwrap_or(r.request.expires_at_unix);
-        let v2_rows = r
-            .request
-            .v2
-            .as_ref()
-            .map(|v2| version2_rows(v2, &r.request.expires_at, viewer.key))
-            .unwrap_or_default();
+        let (v2_rows, votes) = version2_parts(r, viewer.key);
         let _ = write!(
             body,
             "<li class=\"{class}\" id=\"hist-{id}\"><span class=\"badge\">{word}</span> \
              <b>{tool}</b> on {server} for {agent}, {by}, {at}\
              <details><summary>Details</summary><dl><dt>Request</dt><dd><code>{id}</code></dd>\
              <dt>Subject digest</dt><dd><code class=\"digest\">{digest}</code></dd>{v2_rows}</dl>\
-             <pre class=\"args\">{args}</pre></details></li>",
+             <pre class=\"args\">{args}</pre>{votes}</details></li>",
             id = escape(&r.request.request_id),
             tool = escape(&r.request.tool),
             server = escape(&r.request.server),
