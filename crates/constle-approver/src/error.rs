@@ -38,6 +38,17 @@ pub enum StoreError {
         /// Who runs the approver.
         user: u32,
     },
+    /// The database was written by a newer approver, whose schema this one
+    /// does not know; it is not touched.
+    #[error(
+        "approver database has schema version {found}, newer than the {known} this constle approver knows: it was written by a newer constle; run that one, or give this one another --db"
+    )]
+    NewerSchema {
+        /// The database's `user_version`.
+        found: i64,
+        /// The newest this code knows.
+        known: i64,
+    },
     /// A file of the database could not be created or examined.
     #[error("approver database file {}: {source}", .path.display())]
     Io {

@@ -6,7 +6,8 @@
 
 use std::fmt::Write as _;
 
-use crate::store::StoredRequest;
+use crate::request::Version2;
+use crate::store::{Reported, StoredRequest};
 
 /// HTML-escapes `s` for text content and double-quoted attribute values.
 pub fn escape(s: &str) -> String {
@@ -100,20 +101,107 @@ fn pretty(arguments: &str) -> String {
         .unwrap_or_else(|| arguments.to_owned())
 }
 
+/// Who looks at the page, and with which key this endpoint signs.
+pub struct Viewer<'a> {
+    /// The signed-in user.
+    pub user: &'a str,
+    /// The session's CSRF token.
+    pub csrf: &'a str,
+    /// This endpoint's `did:key`.
+    pub key: &'a str,
+}
+
+/// What a version 2 request adds to its description list: the agent's DID,
+/// the policy digest, the expiry, the threshold and the approvers (this
+/// endpoint's key marked).
+fn version2_rows(v2: &Version2, expires_at: &str, key: &str) -> String {
+    let agent_did = match &v2.agent_did {
+        Some(did) => format!("<code>{}</code>", escape(did)),
+        None => "none".to_owned(),
+    };
+    let mut approvers = String::new();
+    for listed in &v2.approvers {
+        let mine = if listed.did == key {
+            " <b class=\"mine\">(this endpoint's key)</b>"
+        } else {
+            ""
+        };
+        let _ = write!(
+            approvers,
+            "<li>{} <code>{}</code>{mine}</li>",
+            escape(&listed.label),
+            escape(&listed.did)
+        );
+    }
+    format!(
+        "<dt>Agent DID</dt><dd class=\"agent-did\">{agent_did}</dd>\
+         <dt>Policy digest</dt><dd><code class=\"digest policy\">{policy}</code></dd>\
+         <dt>Expires</dt><dd class=\"expires\">{expires}</dd>\
+         <dt>Approvals needed</dt><dd class=\"threshold\">{k} of {n}</dd>\
+         <dt>Approvers</dt><dd><ul class=\"approvers\">{approvers}</ul></dd>",
+        policy = escape(&v2.policy_digest),
+        expires = escape(expires_at),
+        k = v2.threshold,
+        n = v2.approvers.len(),
+    )
+}
+
+/// A version 2 request's description rows and votes so far; nothing for
+/// version 1.
+fn version2_parts(r: &StoredRequest, key: &str) -> (String, String) {
+    match &r.request.v2 {
+        Some(v2) => (
+            version2_rows(v2, &r.request.expires_at, key),
+            votes_so_far(r.reported.as_ref()),
+        ),
+        None => (String::new(), String::new()),
+    }
+}
+
+/// The gate's latest "votes so far", said to be its unverified word.
+fn votes_so_far(reported: Option<&Reported>) -> String {
+    let mut html = String::from(
+        "<h4>Votes so far <span class=\"unverified\">(reported by the gate, not verified)</span></h4>",
+    );
+    let Some(reported) = reported.filter(|r| !r.votes.is_empty()) else {
+        html.push_str("<p class=\"empty votes\">None reported.</p>");
+        return html;
+    };
+    html.push_str("<ul class=\"votes\">");
+    for vote in &reported.votes {
+        let _ = write!(
+            html,
+            "<li class=\"{word}\"><span class=\"badge\">{word}</span> {label} <code>{did}</code></li>",
+            word = if vote.decision == "approved" {
+                "approved"
+            } else {
+                "denied"
+            },
+            label = escape(&vote.label),
+            did = escape(&vote.approver),
+        );
+    }
+    let _ = write!(
+        html,
+        "</ul><p class=\"reported-at\">Reported {}</p>",
+        when(reported.at)
+    );
+    html
+}
+
 /// The main page: pending requests with their buttons, then the history.
 pub fn requests(
-    user: &str,
-    csrf: &str,
+    viewer: &Viewer<'_>,
     pending: &[StoredRequest],
     history: &[StoredRequest],
     now: i64,
 ) -> String {
-    let csrf = escape(csrf);
+    let csrf = escape(viewer.csrf);
     let mut body = format!(
         "<header><h1>Constle approver</h1><div class=\"who\">Signed in as <b>{}</b>\
          <form method=\"post\" action=\"/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
          <button type=\"submit\" class=\"quiet\">Sign out</button></form></div></header><main>",
-        escape(user)
+        escape(viewer.user)
     );
     let _ = write!(body, "<h2>Waiting for a decision ({})</h2>", pending.len());
     if pending.is_empty() {
@@ -123,15 +211,16 @@ pub fn requests(
     }
     for r in pending {
         let id = escape(&r.request.request_id);
+        let (v2_rows, votes) = version2_parts(r, viewer.key);
         let _ = write!(
             body,
             "<article class=\"request\" id=\"req-{id}\">\
              <h3><span class=\"tool\">{tool}</span> <span class=\"on\">on</span> <span class=\"server\">{server}</span></h3>\
-             <dl><dt>Agent</dt><dd>{agent}</dd>\
+             <dl><dt>Agent</dt><dd>{agent}</dd>{v2_rows}\
              <dt>Time left</dt><dd class=\"left\">{left}</dd>\
              <dt>Request</dt><dd><code>{id}</code></dd>\
              <dt>Subject digest</dt><dd><code class=\"digest\">{digest}</code></dd></dl>\
-             <h4>Arguments</h4><pre class=\"args\">{args}</pre>\
+             <h4>Arguments</h4><pre class=\"args\">{args}</pre>{votes}\
              <div class=\"actions\">\
              <form method=\"post\" action=\"/decide\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
              <input type=\"hidden\" name=\"request_id\" value=\"{id}\"><input type=\"hidden\" name=\"decision\" value=\"approved\">\
@@ -160,13 +249,14 @@ pub fn requests(
             _ => ("expired", "expired", "nobody decided".to_owned()),
         };
         let at = r.decided_at.unwrap_or(r.request.expires_at_unix);
+        let (v2_rows, votes) = version2_parts(r, viewer.key);
         let _ = write!(
             body,
             "<li class=\"{class}\" id=\"hist-{id}\"><span class=\"badge\">{word}</span> \
              <b>{tool}</b> on {server} for {agent}, {by}, {at}\
              <details><summary>Details</summary><dl><dt>Request</dt><dd><code>{id}</code></dd>\
-             <dt>Subject digest</dt><dd><code class=\"digest\">{digest}</code></dd></dl>\
-             <pre class=\"args\">{args}</pre></details></li>",
+             <dt>Subject digest</dt><dd><code class=\"digest\">{digest}</code></dd>{v2_rows}</dl>\
+             <pre class=\"args\">{args}</pre>{votes}</details></li>",
             id = escape(&r.request.request_id),
             tool = escape(&r.request.tool),
             server = escape(&r.request.server),

@@ -1,5 +1,6 @@
 //! The HTTP side: the gate's protocol (`POST /gate`,
-//! `GET /gate/<request_id>/decision`) and the person's page (`/`, `/login`,
+//! `GET /gate/<request_id>/decision`, and version 2's optional
+//! `POST /gate/<request_id>/votes`) and the person's page (`/`, `/login`,
 //! `/decide`, `/logout`).
 //!
 //! Only [`decide`] ever signs, and only after it has found a live session
@@ -21,14 +22,17 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
 use constle_escape::escape as escape_line;
-use constle_human_gate::signed_message;
 use constle_identity::SigningIdentity;
 use serde::Deserialize;
 
 use crate::auth::{hash_token, new_token, same_token, verify_password};
 use crate::html;
-use crate::request::{MAX_POST_BYTES, RequestError, parse_gate_request};
-use crate::store::{Decided, Decision, Inserted, Session, Store, StoreError};
+use crate::protocol;
+use crate::request::{
+    GateRequest, MAX_POST_BYTES, MAX_VOTES_BYTES, RequestError, parse_gate_request,
+    parse_votes_report,
+};
+use crate::store::{Decided, Decision, Inserted, ReportOutcome, Session, Store, StoreError};
 use crate::throttle::{Throttle, counted_as};
 
 /// The session cookie. `__Host-` makes the browser insist on `Secure`,
@@ -92,6 +96,10 @@ pub fn router(approver: Arc<Approver>) -> Router {
             post(receive).layer(DefaultBodyLimit::max(MAX_POST_BYTES)),
         )
         .route("/gate/{id}/decision", get(decision))
+        .route(
+            "/gate/{id}/votes",
+            post(votes).layer(DefaultBodyLimit::max(MAX_VOTES_BYTES)),
+        )
         .route("/", get(index))
         .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))
@@ -163,14 +171,39 @@ fn internal(err: impl std::fmt::Display) -> Response {
 // ---------------------------------------------------------------------------
 // The gate's side
 
+/// A refused body: 413 if too large, else 400 saying what is wrong.
+fn bad_body(err: &RequestError) -> Response {
+    match err {
+        RequestError::TooLarge => {
+            (StatusCode::PAYLOAD_TOO_LARGE, "request too large\n").into_response()
+        }
+        err => (StatusCode::BAD_REQUEST, format!("{err}\n")).into_response(),
+    }
+}
+
+/// Why this endpoint cannot take `request`, if it cannot: a version 2
+/// request that does not list this endpoint's key, whose decision the gate
+/// could never count.
+fn not_for_this_key(approver: &Approver, request: &GateRequest) -> Option<Response> {
+    let v2 = request.v2.as_ref()?;
+    let own = approver.signer.did().as_str();
+    if v2.approvers.iter().any(|listed| listed.did == own) {
+        return None;
+    }
+    let text = format!(
+        "this endpoint signs as {own}, which is not one of the request's approvers: its decision could not count\n"
+    );
+    Some((StatusCode::UNPROCESSABLE_ENTITY, text).into_response())
+}
+
 async fn receive(State(approver): State<Arc<Approver>>, body: Bytes) -> Response {
     let request = match parse_gate_request(&body) {
         Ok(request) => request,
-        Err(RequestError::TooLarge) => {
-            return (StatusCode::PAYLOAD_TOO_LARGE, "request too large\n").into_response();
-        }
-        Err(err) => return (StatusCode::BAD_REQUEST, format!("{err}\n")).into_response(),
+        Err(err) => return bad_body(&err),
     };
+    if let Some(refusal) = not_for_this_key(&approver, &request) {
+        return refusal;
+    }
     match approver.store.insert_request(&request, now()) {
         Ok(Inserted::New | Inserted::Same) => StatusCode::ACCEPTED.into_response(),
         Ok(Inserted::Conflict) => (
@@ -187,24 +220,33 @@ async fn decision(State(approver): State<Arc<Approver>>, Path(id): Path<String>)
         Ok(stored) => stored,
         Err(err) => return internal(err),
     };
-    let Some((request, word, signature)) = stored.and_then(|r| {
-        let word = r.decision.clone()?;
-        let signature = r.signature.clone()?;
-        Some((r, word, signature))
-    }) else {
+    let Some(body) = stored.as_ref().and_then(protocol::decision_body) else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let body = serde_json::json!({
-        "request_id": request.request.request_id,
-        "decision": word,
-        "subject_digest": request.request.subject_digest,
-        "signature": signature,
-    });
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The gate's "votes so far" (v2 §14): kept to be shown, marked as the
+/// gate's unverified word; it changes nothing else.
+async fn votes(
+    State(approver): State<Arc<Approver>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let votes = match parse_votes_report(&body, &id) {
+        Ok(votes) => votes,
+        Err(err) => return bad_body(&err),
+    };
+    match approver.store.report_votes(&id, &votes, now()) {
+        Ok(ReportOutcome::Kept) => StatusCode::ACCEPTED.into_response(),
+        Ok(ReportOutcome::NotFound) => (StatusCode::NOT_FOUND, "no such request\n").into_response(),
+        Ok(ReportOutcome::NotVersion2) => (
+            StatusCode::CONFLICT,
+            "a version 1 request has no votes to report\n",
+        )
+            .into_response(),
+        Err(err) => internal(err),
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -258,8 +300,11 @@ async fn index(State(approver): State<Arc<Approver>>, headers: HeaderMap) -> Res
         .and_then(|pending| Ok((pending, approver.store.history(now, HISTORY_LEN)?)));
     match lists {
         Ok((pending, history)) => Html(html::requests(
-            &session.user,
-            &session.csrf,
+            &html::Viewer {
+                user: &session.user,
+                csrf: &session.csrf,
+                key: approver.signer.did().as_str(),
+            },
             &pending,
             &history,
             now,
@@ -441,10 +486,10 @@ async fn decide(
         decision,
         &session.user,
         now(),
-        |id, digest| {
-            let message = signed_message(id, decision.as_str(), digest);
-            base64::engine::general_purpose::STANDARD
-                .encode(signer.sign(message.as_bytes()).to_bytes())
+        signer.did().as_str(),
+        |request| {
+            let message = protocol::message(request, decision.as_str());
+            base64::engine::general_purpose::STANDARD.encode(signer.sign(&message).to_bytes())
         },
     );
     match outcome {

@@ -89,13 +89,15 @@ impl WebhookUrl {
 
     /// `<url>/<request_id>/decision`.
     fn decision_url(&self, request_id: &RequestId) -> Url {
+        self.request_url(request_id, "decision")
+    }
+
+    /// `<url>/<request_id>/<leaf>`, the query string kept.
+    fn request_url(&self, request_id: &RequestId, leaf: &str) -> Url {
         let mut url = self.0.clone();
         url.set_fragment(None);
         if let Ok(mut segments) = url.path_segments_mut() {
-            segments
-                .pop_if_empty()
-                .push(request_id.as_str())
-                .push("decision");
+            segments.pop_if_empty().push(request_id.as_str()).push(leaf);
         }
         url
     }
@@ -243,6 +245,27 @@ impl WebhookClient {
             ))
         })
         .await
+    }
+
+    /// Version 2's "votes so far" (spec §14): POSTs `report` (made by
+    /// [`BallotRequest::votes_report`]) to `<url>/<request_id>/votes` once,
+    /// best effort. Says whether the endpoint took it (a 2xx), which
+    /// changes nothing else.
+    pub async fn report_votes(
+        &self,
+        url: &WebhookUrl,
+        request: &BallotRequest,
+        report: &[u8],
+    ) -> bool {
+        let sent = self
+            .http
+            .post(url.request_url(request.request_id(), "votes"))
+            .header(CONTENT_TYPE, "application/json")
+            .body(report.to_vec())
+            .send()
+            .await;
+        // Never keep the error: its text would contain the URL.
+        sent.is_ok_and(|response| response.status().is_success())
     }
 
     /// POSTs once (retried at each interval until it succeeds), then polls

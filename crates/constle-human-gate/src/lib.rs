@@ -50,6 +50,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! [`quorum`] is version 2 (`docs/spec/human-gates-webhook-v2.md`): several
+//! approvers and a threshold, each decision bound to the whole call, a
+//! salted digest. Both documents' test vectors are recomputed by this
+//! crate's unit tests.
+//!
 //! What this crate does not do: match tool names, race the two channels or
 //! write the audit log. It prints nothing except the prompt on the terminal
 //! it is handed, and it never puts the webhook URL (which often carries a
@@ -65,6 +70,8 @@ mod subject;
 mod terminal;
 #[cfg(test)]
 mod vectors;
+#[cfg(test)]
+mod vectors_v2;
 
 pub use client::{
     ClientError, NoDecisionReason, WebhookClient, WebhookOutcome, WebhookUrl, WebhookUrlError, ask,

@@ -177,6 +177,34 @@ impl BallotRequest {
         &self.body
     }
 
+    /// The "votes so far" report (spec §14) listing `votes` in the order
+    /// counted, each labelled as in `approvers`: unsigned, for endpoints to
+    /// show and never to trust.
+    pub fn votes_report(&self, votes: &[VerifiedVote], approvers: &[Approver]) -> Vec<u8> {
+        let listed: Vec<ReportedVote<'_>> = votes
+            .iter()
+            .map(|vote| {
+                let did = vote.approver().as_str();
+                let label = approvers.iter().find(|a| a.did == did);
+                ReportedVote {
+                    approver: did,
+                    label: label.map_or("", |a| a.label.as_str()),
+                    decision: if vote.approves() {
+                        "approved"
+                    } else {
+                        "denied"
+                    },
+                }
+            })
+            .collect();
+        let report = json!({
+            "version": VERSION,
+            "request_id": self.request_id.as_str(),
+            "votes": listed,
+        });
+        report.to_string().into_bytes()
+    }
+
     /// The fields an approval of this request must sign.
     fn expected(&self, decision: &str) -> SignedFields {
         SignedFields {
@@ -191,6 +219,14 @@ impl BallotRequest {
             expires_at: self.expires_at.clone(),
         }
     }
+}
+
+/// One vote in a "votes so far" report.
+#[derive(Serialize)]
+struct ReportedVote<'a> {
+    approver: &'a str,
+    label: &'a str,
+    decision: &'static str,
 }
 
 /// The salted subject digest: SHA-256 over the RFC 8785 canonical form of
@@ -248,16 +284,39 @@ impl SignedFields {
         }
         message
     }
+
+    /// The version 2 decision body an endpoint serves for these members:
+    /// `version`, `approver` (the signing key's `did:key`), the nine signed
+    /// members and `signature` (standard base64 of the 64 bytes), as
+    /// compact UTF-8 JSON.
+    pub fn decision_body(&self, approver: &str, signature: &str) -> Vec<u8> {
+        let fields = self.clone();
+        let body = DecisionBody {
+            version: VERSION,
+            approver: approver.to_owned(),
+            request_id: fields.request_id,
+            decision: fields.decision,
+            subject_digest: fields.subject_digest,
+            agent: fields.agent,
+            agent_did: fields.agent_did,
+            server: fields.server,
+            tool: fields.tool,
+            policy_digest: fields.policy_digest,
+            expires_at: fields.expires_at,
+            signature: signature.to_owned(),
+        };
+        // Strings, a null and a number only: serialising cannot fail.
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
 }
 
-/// A version 2 decision body: the signed members, `version`, the signing
-/// key and the signature; parsed strictly.
-#[derive(Deserialize)]
+/// A version 2 decision body: `version`, the signing key, the signed
+/// members and the signature; parsed strictly, written in this order.
+#[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DecisionBody {
     version: u64,
     approver: String,
-    signature: String,
     request_id: String,
     decision: String,
     subject_digest: String,
@@ -267,6 +326,7 @@ struct DecisionBody {
     tool: String,
     policy_digest: String,
     expires_at: String,
+    signature: String,
 }
 
 impl DecisionBody {
@@ -626,14 +686,7 @@ mod tests {
     /// A decision body signing `fields` with `key` (as `approver`).
     fn body(key: &SigningIdentity, approver: &str, fields: &SignedFields) -> Vec<u8> {
         let signature = BASE64.encode(key.sign(&fields.message()).to_bytes());
-        let mut map = match serde_json::to_value(fields) {
-            Ok(Value::Object(map)) => map,
-            _ => Map::new(),
-        };
-        map.insert("version".into(), Value::from(2));
-        map.insert("approver".into(), Value::from(approver));
-        map.insert("signature".into(), Value::from(signature));
-        Value::Object(map).to_string().into_bytes()
+        fields.decision_body(approver, &signature)
     }
 
     fn vote(request: &BallotRequest, key: &SigningIdentity, keys: &[DidKey]) -> Ballot {
@@ -809,6 +862,33 @@ mod tests {
             edited.insert(member.into(), Value::from("edited"));
             assert!(verify_recorded_vote(&edited).is_err(), "{member}");
         }
+        Ok(())
+    }
+
+    #[test]
+    fn the_votes_report_lists_counted_votes_with_their_labels() -> TestResult {
+        let request = request()?;
+        let (a, b) = (SigningIdentity::generate(), SigningIdentity::generate());
+        let keys = [a.did().clone(), b.did().clone()];
+        let approvers = keys.clone().map(|did| Approver {
+            label: format!("holder of {}", &did.as_str()[8..14]),
+            did: did.as_str().to_owned(),
+        });
+        let yes = counted(vote(&request, &a, &keys));
+        let fields = request.expected("nope");
+        let no = verify_vote(
+            &request,
+            &keys,
+            Timestamp::now(),
+            &body(&b, b.did().as_str(), &fields),
+        )?;
+        let report: Value =
+            serde_json::from_slice(&request.votes_report(&[yes, counted(no)], &approvers))?;
+        let expected = json!({"version": 2, "request_id": request.request_id().as_str(), "votes": [
+            {"approver": keys[0].as_str(), "label": approvers[0].label, "decision": "approved"},
+            {"approver": keys[1].as_str(), "label": approvers[1].label, "decision": "denied"},
+        ]});
+        assert_eq!(report, expected);
         Ok(())
     }
 

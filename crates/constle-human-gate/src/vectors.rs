@@ -14,7 +14,12 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 /// The value of `name: value` inside the spec's `text` vector block.
 fn vector(name: &str) -> Result<&'static str, String> {
-    let block = SPEC
+    value_in(SPEC, name)
+}
+
+/// The value of `name: value` inside the first `text` block of `spec`.
+pub(crate) fn value_in(spec: &'static str, name: &str) -> Result<&'static str, String> {
+    let block = spec
         .split("```text\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())

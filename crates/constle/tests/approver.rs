@@ -506,3 +506,258 @@ fn a_restart_loses_nothing() {
     let verdict = verify_decision(approved, &did(&case), &before);
     assert!(matches!(verdict, Ok(Verdict::Approved(_))), "{verdict:?}");
 }
+
+// ---------------------------------------------------------------------------
+// Protocol version 2 (`docs/spec/human-gates-webhook-v2.md`): this endpoint
+// is one approver of several; its decisions are checked with the gate's own
+// `quorum::verify_vote` and counted by its `Tally`.
+
+mod v2 {
+    use std::time::{Duration, Instant};
+
+    use constle_human_gate::quorum::{
+        Approver as Listed, Ballot, BallotRequest, Binding, Progress, Tally, verify_vote,
+    };
+    use constle_human_gate::{WebhookClient, WebhookUrl};
+    use constle_identity::{DidKey, SigningIdentity};
+    use serde_json::{Value, json};
+
+    use super::{did, http, id_of, login, page_says, serve, server};
+
+    const LABEL: &str = "alice (desk)";
+
+    /// This endpoint's key and `other`, labelled.
+    fn listed(own: &DidKey, other: &DidKey) -> [Listed; 2] {
+        [
+            Listed {
+                did: own.as_str().into(),
+                label: LABEL.into(),
+            },
+            Listed {
+                did: other.as_str().into(),
+                label: "bob <i>(finance)</i>".into(),
+            },
+        ]
+    }
+
+    /// A 2-of-2 request naming this endpoint's key and `other`.
+    fn ballot(own: &DidKey, other: &DidKey) -> BallotRequest {
+        let binding = Binding {
+            agent: "invoice-processor".into(),
+            agent_did: Some(SigningIdentity::generate().did().as_str().into()),
+            server: "accounting".into(),
+            tool: "pay_invoice".into(),
+            policy_digest: format!("sha256:{}", "5e".repeat(32)),
+            expires_at: jiff::Timestamp::now() + jiff::SignedDuration::from_secs(300),
+        };
+        let args = json!({"invoice_id": "INV-0042", "memo": "<script>x</script>"});
+        BallotRequest::new(binding, args, &listed(own, other), 2).unwrap()
+    }
+
+    fn posted(approver: &server::Approver, request: &BallotRequest) {
+        let response = approver.post_gate(request.post_body());
+        assert_eq!(response.status, 202, "{}", response.text());
+    }
+
+    fn report_votes(approver: &server::Approver, id: &str, body: &Value) -> http::Response {
+        let path = format!("/gate/{id}/votes");
+        let json = [("Content-Type", "application/json")];
+        http::request(
+            &approver.addr,
+            "POST",
+            &path,
+            &json,
+            body.to_string().as_bytes(),
+        )
+        .unwrap()
+    }
+
+    /// The decision the endpoint serves, checked as the gate checks it.
+    fn ballot_of(approver: &server::Approver, request: &BallotRequest, keys: &[DidKey]) -> Ballot {
+        let answer = approver.decision(request.request_id().as_str());
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        assert_eq!(answer.header("content-type"), Some("application/json"));
+        verify_vote(request, keys, jiff::Timestamp::now(), &answer.body).unwrap()
+    }
+
+    #[test]
+    fn an_approval_on_the_page_is_a_vote_the_gate_counts() {
+        let (case, approver) = serve();
+        let (own, other) = (did(&case), SigningIdentity::generate().did().clone());
+        let request = ballot(&own, &other);
+        posted(&approver, &request);
+        let rid = id_of(&request);
+        assert_eq!(approver.decision(&rid).status, 404);
+        let person = login(&approver);
+        let binding = request.binding();
+        let agent_did = binding.agent_did.clone().unwrap();
+        page_says(
+            &person,
+            &[
+                &rid,
+                "invoice-processor",
+                &agent_did,
+                "accounting",
+                "pay_invoice",
+                "INV-0042",
+                "&lt;script&gt;x&lt;/script&gt;",
+                &binding.policy_digest,
+                request.expires_at(),
+                &request.subject_digest().to_string(),
+                "2 of 2",
+                LABEL,
+                own.as_str(),
+                "(this endpoint's key)",
+                "bob &lt;i&gt;(finance)&lt;/i&gt;",
+                other.as_str(),
+                "Votes so far",
+                "None reported.",
+            ],
+        );
+        assert_eq!(person.click(&rid, "approved").status, 303);
+        let keys = [own.clone(), other];
+        let Ballot::Counted(vote) = ballot_of(&approver, &request, &keys) else {
+            panic!("the endpoint's approval was not counted");
+        };
+        assert!(vote.approves());
+        assert_eq!(vote.approver(), &own);
+        assert!(matches!(Tally::new(2).add(vote), Progress::Waiting(1)));
+        // The same body every time.
+        assert_eq!(approver.decision(&rid).body, approver.decision(&rid).body);
+        // The salt is the approver's to keep: it is not on the page.
+        let post: Value = serde_json::from_slice(request.post_body()).unwrap();
+        let page = person.get("/").text();
+        assert!(!page.contains(post["salt"].as_str().unwrap()), "{page}");
+        page_says(&person, &["approved</span>", "by admin", "2 of 2"]);
+    }
+
+    #[test]
+    fn a_denial_on_the_page_is_a_signed_denial() {
+        let (case, approver) = serve();
+        let own = did(&case);
+        let request = ballot(&own, SigningIdentity::generate().did());
+        posted(&approver, &request);
+        assert_eq!(
+            login(&approver).click(&id_of(&request), "denied").status,
+            303
+        );
+        let Ballot::Counted(vote) = ballot_of(&approver, &request, &[own]) else {
+            panic!("the endpoint's denial was not counted");
+        };
+        assert!(!vote.approves());
+        assert!(matches!(Tally::new(2).add(vote), Progress::Denied(_)));
+    }
+
+    #[test]
+    fn a_salt_that_is_not_the_digests_and_a_request_for_other_keys_are_refused() {
+        let (case, approver) = serve();
+        let own = did(&case);
+        let request = ballot(&own, SigningIdentity::generate().did());
+        let mut body: Value = serde_json::from_slice(request.post_body()).unwrap();
+        body["salt"] = json!("0f".repeat(32));
+        let refused = approver.post_gate(body.to_string().as_bytes());
+        assert_eq!(refused.status, 400, "{}", refused.text());
+        assert!(
+            refused.text().contains("not the salted digest"),
+            "{}",
+            refused.text()
+        );
+        // Signed for keys that are not this endpoint's: its vote could not count.
+        let (a, b) = (SigningIdentity::generate(), SigningIdentity::generate());
+        let elsewhere = ballot(a.did(), b.did());
+        let refused = approver.post_gate(elsewhere.post_body());
+        assert_eq!(refused.status, 422, "{}", refused.text());
+        assert!(refused.text().contains(own.as_str()), "{}", refused.text());
+        page_says(&login(&approver), &["Waiting for a decision (0)"]);
+    }
+
+    /// Waits until `person`'s page lists request `rid`, then clicks `word`.
+    fn click_once_shown(person: &super::Person<'_>, rid: &str, word: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !person.get("/").text().contains(rid) {
+            assert!(Instant::now() < deadline, "{rid} never reached the page");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(person.click(rid, word).status, 303);
+    }
+
+    /// The gate's own client end to end: `WebhookClient::ballot` POSTs and
+    /// polls while a person approves, then `report_votes` reports the count.
+    #[test]
+    fn the_gates_client_gets_the_vote_and_its_report_is_shown() {
+        let (case, approver) = serve();
+        let (own, other) = (did(&case), SigningIdentity::generate().did().clone());
+        let request = ballot(&own, &other);
+        let url = WebhookUrl::parse(&approver.gate_url()).unwrap();
+        let (client, keys) = (WebhookClient::new().unwrap(), [own.clone(), other.clone()]);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let person = login(&approver);
+        let ballot = std::thread::scope(|scope| {
+            scope.spawn(|| click_once_shown(&person, &id_of(&request), "approved"));
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            let poll = Duration::from_millis(20);
+            runtime.block_on(client.ballot(&url, &request, &keys, deadline, poll))
+        });
+        let Ok(Ballot::Counted(vote)) = ballot else {
+            panic!("no counted vote: {ballot:?}");
+        };
+        assert_eq!(vote.approver(), &own);
+        let report = request.votes_report(&[vote], &listed(&own, &other));
+        assert!(runtime.block_on(client.report_votes(&url, &request, &report)));
+        page_says(
+            &person,
+            &[
+                "(reported by the gate, not verified)",
+                "<ul class=\"votes\"><li class=\"approved\"><span class=\"badge\">approved</span> alice (desk)",
+            ],
+        );
+    }
+
+    #[test]
+    fn the_gates_votes_so_far_are_shown_as_unverified() {
+        let (case, approver) = serve();
+        let (own, other) = (did(&case), SigningIdentity::generate().did().clone());
+        let request = ballot(&own, &other);
+        posted(&approver, &request);
+        let rid = id_of(&request);
+        let report = |label: &str, decision: &str| {
+            json!({"version": 2, "request_id": rid, "votes": [
+                {"approver": other.as_str(), "label": label, "decision": decision}]})
+        };
+        let kept = report_votes(&approver, &rid, &report("bob <b>", "approved"));
+        assert_eq!(kept.status, 202, "{}", kept.text());
+        page_says(
+            &login(&approver),
+            &[
+                "Votes so far",
+                "(reported by the gate, not verified)",
+                "bob &lt;b&gt;",
+                "approved</span>",
+            ],
+        );
+        let bad = report_votes(&approver, &rid, &report("bob", "maybe"));
+        assert_eq!(bad.status, 400, "{}", bad.text());
+        let other_id = format!("hgr_{}", "0".repeat(32));
+        let unknown = report_votes(&approver, &other_id, &report("bob", "approved"));
+        assert_eq!(unknown.status, 400, "its request_id is not the URL's");
+        let mut for_unknown = report("bob", "approved");
+        for_unknown["request_id"] = json!(other_id);
+        assert_eq!(report_votes(&approver, &other_id, &for_unknown).status, 404);
+        let v1 = super::posted(&approver);
+        let mut for_v1 = report("bob", "approved");
+        for_v1["request_id"] = json!(super::id(&v1));
+        assert_eq!(
+            report_votes(&approver, &super::id(&v1), &for_v1).status,
+            409
+        );
+        // A report decides nothing.
+        assert_eq!(approver.decision(&rid).status, 404);
+    }
+}
+
+fn id_of(request: &constle_human_gate::quorum::BallotRequest) -> String {
+    request.request_id().to_string()
+}
