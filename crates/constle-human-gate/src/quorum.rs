@@ -573,6 +573,8 @@ pub struct Tally {
     /// Whether the terminal's approval was counted (as one vote, when the
     /// Agentfile lets it count).
     terminal: bool,
+    /// Whether an outcome was reached: nothing counts after it.
+    settled: bool,
 }
 
 /// Where a [`Tally`] stands after a vote.
@@ -586,6 +588,8 @@ pub enum Progress {
     Approved(QuorumApproval),
     /// A verified denial.
     Denied(VerifiedVote),
+    /// The outcome was reached before: nothing counts any more.
+    Settled,
 }
 
 /// Proof that `threshold` distinct approvers approved exactly this call.
@@ -616,12 +620,17 @@ impl Tally {
             threshold: threshold.max(1),
             approvals: Vec::new(),
             terminal: false,
+            settled: false,
         }
     }
 
     /// Counts `vote`.
     pub fn add(&mut self, vote: VerifiedVote) -> Progress {
+        if self.settled {
+            return Progress::Settled;
+        }
         if !vote.approves() {
+            self.settled = true;
             return Progress::Denied(vote);
         }
         if self
@@ -638,6 +647,9 @@ impl Tally {
     /// Counts the terminal's approval, once, as one vote: for an Agentfile
     /// that lets it count.
     pub fn add_terminal(&mut self) -> Progress {
+        if self.settled {
+            return Progress::Settled;
+        }
         if std::mem::replace(&mut self.terminal, true) {
             return Progress::AlreadyCounted;
         }
@@ -653,6 +665,7 @@ impl Tally {
         if self.approvals() < self.threshold {
             return Progress::Waiting(self.approvals());
         }
+        self.settled = true;
         Progress::Approved(QuorumApproval {
             votes: std::mem::take(&mut self.approvals),
             terminal: self.terminal,
@@ -728,6 +741,10 @@ mod tests {
             panic!("two distinct approvals make the quorum");
         };
         assert_eq!(quorum.votes().len(), 2);
+        // Settled: nothing counts any more, not even a fresh approval.
+        let again = counted(vote(&request, &b, &keys));
+        assert!(matches!(tally.add(again), Progress::Settled));
+        assert!(matches!(tally.add_terminal(), Progress::Settled));
         Ok(())
     }
 

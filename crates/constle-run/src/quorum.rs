@@ -319,7 +319,7 @@ impl QuorumGate {
             match progress {
                 Progress::Approved(quorum) => return Ok(Settled::Approved(quorum)),
                 Progress::Denied(vote) => return Ok(Settled::Denied(vote)),
-                Progress::Waiting(_) | Progress::AlreadyCounted => {}
+                Progress::Waiting(_) | Progress::AlreadyCounted | Progress::Settled => {}
             }
         }
     }
