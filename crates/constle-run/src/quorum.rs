@@ -98,6 +98,8 @@ enum Said {
     /// A webhook that gave no decision by the deadline.
     Nothing(NoDecisionReason),
     Terminal(TerminalOutcome),
+    /// A "votes so far" report went out (or not: it changes nothing).
+    Reported,
 }
 
 /// Where the wait ended.
@@ -271,6 +273,8 @@ impl QuorumGate {
             }
         }));
         let mut tally = Tally::new(now.threshold);
+        // The approvals so far, reported to every endpoint (spec §14).
+        let mut approved = Vec::new();
         let mut silent = Vec::new();
         let sleep = tokio::time::sleep_until(deadline);
         tokio::pin!(sleep);
@@ -294,8 +298,20 @@ impl QuorumGate {
                     gate.record(rejected_vote(subject, &rejected)?).await?;
                     continue;
                 }
+                Said::Reported => continue,
                 Said::Ballot(Ballot::Counted(vote)) => {
                     gate.record(counted_vote(subject, &vote)?).await?;
+                    if vote.approves() {
+                        approved.push(vote.clone());
+                        let report = request.votes_report(&approved, &now.approvers);
+                        for (client, url) in &self.webhooks {
+                            let report = report.clone();
+                            channels.push(Box::pin(async move {
+                                client.report_votes(url, request, &report).await;
+                                Said::Reported
+                            }));
+                        }
+                    }
                     tally.add(vote)
                 }
                 Said::Terminal(TerminalOutcome::Approved) if self.terminal_approves => {
