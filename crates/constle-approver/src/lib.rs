@@ -39,4 +39,4 @@ pub mod web;
 pub use auth::AuthError;
 pub use html::escape;
 pub use store::{Store, StoreError};
-pub use web::{Approver, CONTENT_SECURITY_POLICY, SESSION_COOKIE, router, serve};
+pub use web::{Approver, CONTENT_SECURITY_POLICY, DECISION_HOLD, SESSION_COOKIE, router, serve};

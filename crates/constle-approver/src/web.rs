@@ -54,6 +54,10 @@ const HISTORY_LEN: u32 = 100;
 
 const STYLE: &str = include_str!("style.css");
 
+/// How long a decision poll for an undecided request is held open waiting
+/// for a person (well inside the gate's 30 s per exchange).
+pub const DECISION_HOLD: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// The endpoint's state: the store and the key it signs with.
 pub struct Approver {
     store: Store,
@@ -63,6 +67,9 @@ pub struct Approver {
     dummy_phc: String,
     /// Failed sign-ins, by user name and by address.
     throttle: Throttle,
+    /// Woken whenever a decision is recorded, for the decision polls
+    /// waiting on one.
+    decided: tokio::sync::Notify,
 }
 
 impl Approver {
@@ -78,6 +85,7 @@ impl Approver {
             signer,
             dummy_phc: crate::auth::hash_password(&dummy)?,
             throttle: Throttle::default(),
+            decided: tokio::sync::Notify::new(),
         })
     }
 
@@ -215,15 +223,49 @@ async fn receive(State(approver): State<Arc<Approver>>, body: Bytes) -> Response
     }
 }
 
-async fn decision(State(approver): State<Arc<Approver>>, Path(id): Path<String>) -> Response {
-    let stored = match approver.store.request(&id) {
-        Ok(stored) => stored,
-        Err(err) => return internal(err),
-    };
-    let Some(body) = stored.as_ref().and_then(protocol::decision_body) else {
-        return StatusCode::NOT_FOUND.into_response();
-    };
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+/// The decision on request `id`. A poll asking to wait (`Prefer: wait=N`,
+/// RFC 7240, as the v2 gate sends) for a request that is known but not
+/// yet decided is held up to N seconds (at most [`DECISION_HOLD`]) until a
+/// person decides, so the gate hears of a decision at once, not at its
+/// next poll; then 404, "not yet", as the protocol has it.
+async fn decision(
+    State(approver): State<Arc<Approver>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let held_until = tokio::time::Instant::now() + preferred_wait(&headers);
+    loop {
+        // Armed before the store is read, so a decision recorded between
+        // the read and the wait still wakes it.
+        let decided = approver.decided.notified();
+        tokio::pin!(decided);
+        decided.as_mut().enable();
+        let stored = match approver.store.request(&id) {
+            Ok(stored) => stored,
+            Err(err) => return internal(err),
+        };
+        let Some(stored) = stored else {
+            return StatusCode::NOT_FOUND.into_response();
+        };
+        if let Some(body) = protocol::decision_body(&stored) {
+            return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+        }
+        if tokio::time::timeout_at(held_until, decided).await.is_err() {
+            return StatusCode::NOT_FOUND.into_response();
+        }
+    }
+}
+
+/// How long the poll asks to be held: `Prefer: wait=<seconds>`, capped at
+/// [`DECISION_HOLD`]; none without it.
+fn preferred_wait(headers: &HeaderMap) -> std::time::Duration {
+    let seconds = headers
+        .get_all("prefer")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix("wait=")?.trim().parse::<u64>().ok());
+    std::time::Duration::from_secs(seconds.unwrap_or(0)).min(DECISION_HOLD)
 }
 
 /// The gate's "votes so far" (v2 §14): kept to be shown, marked as the
@@ -493,7 +535,10 @@ async fn decide(
         },
     );
     match outcome {
-        Ok(Decided::Recorded) => Redirect::to("/").into_response(),
+        Ok(Decided::Recorded) => {
+            approver.decided.notify_waiters();
+            Redirect::to("/").into_response()
+        }
         Ok(Decided::NotFound) => refused(StatusCode::NOT_FOUND, "Not found", "No such request."),
         Ok(Decided::AlreadyDecided) => refused(
             StatusCode::CONFLICT,

@@ -15,6 +15,9 @@ use crate::request::{PendingRequest, RequestId};
 
 /// The longest any one HTTP exchange may take, within the deadline.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a v2 poll lets the endpoint hold it open until a person
+/// decides (`Prefer: wait`), inside [`EXCHANGE_TIMEOUT`].
+const HELD_POLL: Duration = Duration::from_secs(20);
 /// Polls are never closer together than this.
 const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// The longest a connection may take to open.
@@ -197,6 +200,7 @@ impl WebhookClient {
             url,
             body: request.post_body().to_vec(),
             decision_url: url.decision_url(request.request_id()),
+            wait: None,
         };
         let mut pending = Some(request);
         let decided = self
@@ -235,6 +239,7 @@ impl WebhookClient {
             url,
             body: request.post_body().to_vec(),
             decision_url: url.decision_url(request.request_id()),
+            wait: Some(HELD_POLL),
         };
         self.exchange(&exchange, deadline, poll_interval, |body| {
             Some(verify_vote(
@@ -292,7 +297,7 @@ impl WebhookClient {
                 }
             }
             if posted {
-                match timeout_at(deadline, self.poll(&exchange.decision_url)).await {
+                match timeout_at(deadline, self.poll(exchange)).await {
                     Ok(Poll::NotYet) => last = NoDecisionReason::Timeout,
                     Ok(Poll::Problem(reason)) => last = reason,
                     Ok(Poll::Body(body)) => match check(body) {
@@ -326,14 +331,15 @@ impl WebhookClient {
         }
     }
 
-    async fn poll(&self, decision_url: &Url) -> Poll {
-        let response = match self
+    async fn poll(&self, exchange: &Exchange<'_>) -> Poll {
+        let mut get = self
             .http
-            .get(decision_url.clone())
-            .header(ACCEPT, "application/json")
-            .send()
-            .await
-        {
+            .get(exchange.decision_url.clone())
+            .header(ACCEPT, "application/json");
+        if let Some(wait) = exchange.wait {
+            get = get.header("prefer", format!("wait={}", wait.as_secs()));
+        }
+        let response = match get.send().await {
             Ok(response) => response,
             // Never keep the error: its text would contain the URL.
             Err(_) => return Poll::Problem(NoDecisionReason::Unreachable),
@@ -351,6 +357,9 @@ struct Exchange<'a> {
     url: &'a WebhookUrl,
     body: Vec<u8>,
     decision_url: Url,
+    /// How long an endpoint may hold a poll for an undecided request
+    /// (`Prefer: wait=N`); v1 polls ask for none.
+    wait: Option<Duration>,
 }
 
 enum Poll {
