@@ -144,16 +144,10 @@ fn main() {
 }
 
 fn e2e(name: &str, test: fn()) -> Trial {
-    let name = name.to_owned();
-    Trial::test(name.clone(), move || {
-        if require_root(&name, &["bwrap", "node"])
-            && require_mcp_tools(&name)
-            && require_packages(&name)
-        {
-            test();
-        }
-        Ok(())
-    })
+    let ready = |n: &str| {
+        require_root(n, &["bwrap", "node"]) && require_mcp_tools(n) && require_packages(n)
+    };
+    common::e2e_when(name, ready, test)
 }
 
 /// Whether the npm packages these tests run are installed, each of them

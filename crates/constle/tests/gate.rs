@@ -144,13 +144,7 @@ fn main() {
 }
 
 fn e2e(name: &str, test: impl FnOnce() + Send + 'static) -> Trial {
-    let name = name.to_owned();
-    Trial::test(name.clone(), move || {
-        if require_root(&name, &["bwrap", "script"]) {
-            test();
-        }
-        Ok(())
-    })
+    common::e2e_when(name, |n| require_root(n, &["bwrap", "script"]), test)
 }
 
 // ---------------------------------------------------------------------------

@@ -16,13 +16,13 @@ use std::process::{Output, Stdio};
 
 use constle_audit::{Appender, Event, parse_line};
 use constle_identity::{Name, SigningIdentity};
-use constle_testkit::{Answer, McpServerOptions, SimulatedApprover, TestMcpServer, require_root};
-use libtest_mimic::{Arguments, Trial};
+use constle_testkit::{Answer, McpServerOptions, SimulatedApprover, TestMcpServer};
+use libtest_mimic::Arguments;
 use serde_json::Value;
 
 mod common;
 use common::mcp::{call, outcome};
-use common::{Case, report, text};
+use common::{Case, e2e, report, text};
 
 const INVOICE: &str = r#"{"invoice_id":"INV-0042"}"#;
 
@@ -43,16 +43,6 @@ fn main() {
         ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
-}
-
-fn e2e(name: &str, test: fn()) -> Trial {
-    let name = name.to_owned();
-    Trial::test(name.clone(), move || {
-        if require_root(&name, &["bwrap"]) {
-            test();
-        }
-        Ok(())
-    })
 }
 
 /// An agent with an identity whose three gated tools need two of three
@@ -146,6 +136,12 @@ human_gates:
             .iter()
             .filter(|c| c.tool == tool)
             .count()
+    }
+
+    /// `constle audit verify --agentfile` passes on `log`.
+    fn verifies(&self, file: &Path, log: &Path) {
+        let (status, said) = self.verify(file, log);
+        assert_eq!(status, Some(0), "{said}");
     }
 
     /// `constle audit verify --agentfile` on `log`: its status and output.
@@ -259,12 +255,7 @@ fn two_of_three() {
     );
 
     let log = fx.case.log_file();
-    assert_eq!(
-        fx.verify(&file, &log).0,
-        Some(0),
-        "{}",
-        fx.verify(&file, &log).1
-    );
+    fx.verifies(&file, &log);
     caught_when_rewritten(&fx, &file);
 }
 
@@ -482,12 +473,7 @@ fn approver_set() {
         .collect();
     assert_eq!(in_force, [1, 2]);
     let log = fx.case.log_file();
-    assert_eq!(
-        fx.verify(&file, &log).0,
-        Some(0),
-        "{}",
-        fx.verify(&file, &log).1
-    );
+    fx.verifies(&file, &log);
     let forged = rewrite(
         &fx,
         "forged-set",

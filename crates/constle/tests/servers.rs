@@ -45,13 +45,11 @@ fn main() {
 }
 
 fn e2e(name: &str, test: fn()) -> Trial {
-    let name = name.to_owned();
-    Trial::test(name.clone(), move || {
-        if require_root(&name, &["bwrap"]) && require_mcp_tools(&name) {
-            test();
-        }
-        Ok(())
-    })
+    common::e2e_when(
+        name,
+        |n| require_root(n, &["bwrap"]) && require_mcp_tools(n),
+        test,
+    )
 }
 
 /// An agent whose gated calls one approver decides, approving each.
@@ -133,6 +131,13 @@ fn outcome(out: &Output, name: &str) -> (String, i32) {
     common::mcp::outcome(&text(&out.stdout), name, &report(out))
 }
 
+/// Step `undeclared` was refused by the gate: the tool is not declared.
+fn refused_undeclared(out: &Output) {
+    let (said, status) = outcome(out, "undeclared");
+    assert_eq!(status, 3, "{said}");
+    assert!(said.contains("not declared"), "{said}");
+}
+
 /// `server-everything`: its tools listed as declared, a declared call
 /// answered, an undeclared one refused before the server, a gated one
 /// approved by the webhook and then answered; over stdio, the secret its
@@ -172,9 +177,7 @@ fn everything(transport: Transport) {
     listed.sort_unstable();
     assert_eq!((listed, status), (vec!["echo", "get-env", "get-sum"], 0));
     assert_eq!(outcome(&out, "echo"), ("result: Echo: hello\n".into(), 0));
-    let (said, status) = outcome(&out, "undeclared");
-    assert_eq!(status, 3, "{said}");
-    assert!(said.contains("not declared"), "{said}");
+    refused_undeclared(&out);
     assert_eq!(
         outcome(&out, "sum"),
         ("result: The sum of 2 and 3 is 5.\n".into(), 0)
@@ -296,9 +299,7 @@ fn filesystem() {
         fs::read_to_string(files.join("written.txt")).unwrap(),
         "approved\n"
     );
-    let (said, status) = outcome(&out, "undeclared");
-    assert_eq!(status, 3, "{said}");
-    assert!(said.contains("not declared"), "{said}");
+    refused_undeclared(&out);
 
     let (system, status) = outcome(&out, "root_system");
     assert_eq!(status, 0, "{system}");

@@ -22,13 +22,13 @@ use std::time::Duration;
 
 use constle_identity::SigningIdentity;
 use constle_testkit::mcp::stdio_server_main;
-use constle_testkit::{Answer, HostsFile, SimulatedApprover, TestHost, require_root};
-use libtest_mimic::{Arguments, Trial};
+use constle_testkit::{Answer, HostsFile, SimulatedApprover, TestHost};
+use libtest_mimic::Arguments;
 use serde_json::Value;
 
 mod common;
 use common::mcp::{call, outcome, step};
-use common::{Case, report, text};
+use common::{Case, e2e, report, text};
 
 const SERVER_SUBCOMMAND: &str = "mcp-stdio-server";
 const WEBHOOK_VAR: &str = "TEST_STDIO_WEBHOOK_URL";
@@ -74,16 +74,6 @@ fn main() {
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }
 
-fn e2e(name: &str, test: fn()) -> Trial {
-    let name = name.to_owned();
-    Trial::test(name.clone(), move || {
-        if require_root(&name, &["bwrap"]) {
-            test();
-        }
-        Ok(())
-    })
-}
-
 /// An agent, a stdio server `accounting` run from `server-work`, a gate on
 /// `pay_invoice` and its approver. `marker` is on the server's command
 /// line, to find its processes by.
@@ -106,11 +96,13 @@ impl Fixture {
         if fs::hard_link(&exe, server_work.join("server")).is_err() {
             fs::copy(&exe, server_work.join("server")).unwrap();
         }
-        let marker = format!("marker-{}", std::process::id());
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos();
+        // Its own, so that the servers of tests running beside it are not
+        // taken for its own.
+        let marker = format!("marker-{}-{nanos:x}", std::process::id());
         Fixture {
             case,
             approver: SigningIdentity::generate(),

@@ -106,3 +106,30 @@ pub fn report(out: &Output) -> String {
         text(&out.stderr)
     )
 }
+
+/// A harness-less test named `name` that runs `test` when `ready(name)`
+/// says it can here (root, tools): otherwise it is skipped with a printed
+/// reason, or fails under `CONSTLE_E2E=require` (see
+/// [`constle_testkit::require_tools`]).
+pub fn e2e_when(
+    name: &str,
+    ready: impl Fn(&str) -> bool + Send + 'static,
+    test: impl FnOnce() + Send + 'static,
+) -> libtest_mimic::Trial {
+    let name = name.to_owned();
+    libtest_mimic::Trial::test(name.clone(), move || {
+        if ready(&name) {
+            test();
+        }
+        Ok(())
+    })
+}
+
+/// [`e2e_when`] root and bubblewrap are there: a test of `constle run`.
+pub fn e2e(name: &str, test: impl FnOnce() + Send + 'static) -> libtest_mimic::Trial {
+    e2e_when(
+        name,
+        |name| constle_testkit::require_root(name, &["bwrap"]),
+        test,
+    )
+}
