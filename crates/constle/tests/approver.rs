@@ -8,27 +8,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use constle_human_gate::{PendingRequest, Verdict, verify_decision};
-use constle_identity::{DidKey, KeyKind, KeyStore, Name};
+use constle_identity::DidKey;
 use serde_json::{Value, json};
 
 mod common;
-#[path = "approver/http.rs"]
-mod http;
-#[path = "approver/server.rs"]
-mod server;
 
-use common::Case;
+use common::{Case, http, server};
 use server::{Approver, PASSWORD, Person};
 
 const KEY: &str = "desk";
 
 fn did(case: &Case) -> DidKey {
-    KeyStore::open(&case.home())
-        .unwrap()
-        .load(KeyKind::Approver, &Name::new(KEY).unwrap())
-        .unwrap()
-        .did()
-        .clone()
+    server::key_did(case, KEY)
 }
 
 fn pending(arguments: Value, expires_in: i64) -> PendingRequest {
@@ -513,7 +504,7 @@ fn a_restart_loses_nothing() {
 // `quorum::verify_vote` and counted by its `Tally`.
 
 mod v2 {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use constle_human_gate::quorum::{
         Approver as Listed, Ballot, BallotRequest, Binding, Progress, Tally, verify_vote,
@@ -673,11 +664,7 @@ mod v2 {
 
     /// Waits until `person`'s page lists request `rid`, then clicks `word`.
     fn click_once_shown(person: &super::Person<'_>, rid: &str, word: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !person.get("/").text().contains(rid) {
-            assert!(Instant::now() < deadline, "{rid} never reached the page");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        person.wait_for(rid, |shown| shown.id == rid);
         assert_eq!(person.click(rid, word).status, 303);
     }
 
