@@ -8,27 +8,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use constle_human_gate::{PendingRequest, Verdict, verify_decision};
-use constle_identity::{DidKey, KeyKind, KeyStore, Name};
+use constle_identity::DidKey;
 use serde_json::{Value, json};
 
 mod common;
-#[path = "approver/http.rs"]
-mod http;
-#[path = "approver/server.rs"]
-mod server;
 
-use common::Case;
+use common::{Case, http, server};
 use server::{Approver, PASSWORD, Person};
 
 const KEY: &str = "desk";
 
 fn did(case: &Case) -> DidKey {
-    KeyStore::open(&case.home())
-        .unwrap()
-        .load(KeyKind::Approver, &Name::new(KEY).unwrap())
-        .unwrap()
-        .did()
-        .clone()
+    server::key_did(case, KEY)
 }
 
 fn pending(arguments: Value, expires_in: i64) -> PendingRequest {
@@ -673,11 +664,7 @@ mod v2 {
 
     /// Waits until `person`'s page lists request `rid`, then clicks `word`.
     fn click_once_shown(person: &super::Person<'_>, rid: &str, word: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !person.get("/").text().contains(rid) {
-            assert!(Instant::now() < deadline, "{rid} never reached the page");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        person.wait_for(rid, |shown| shown.id == rid);
         assert_eq!(person.click(rid, word).status, 303);
     }
 
@@ -714,6 +701,62 @@ mod v2 {
                 "<ul class=\"votes\"><li class=\"approved\"><span class=\"badge\">approved</span> alice (desk)",
             ],
         );
+    }
+
+    /// A decision poll that asks to wait (`Prefer: wait=20`, as
+    /// `WebhookClient::ballot` sends it) for an undecided request is held
+    /// until the person decides, and answered with the decision then; one
+    /// without `Prefer` is told "not yet" (404) at once, one with a short
+    /// wait when it has passed, and one for an unknown request at once.
+    #[test]
+    fn a_poll_that_asks_to_wait_is_answered_when_the_person_decides() {
+        let (case, approver) = serve();
+        let (own, other) = (did(&case), SigningIdentity::generate().did().clone());
+        let request = ballot(&own, &other);
+        posted(&approver, &request);
+        let poll = |id: &str, prefer: Option<&str>| {
+            let path = format!("/gate/{id}/decision");
+            let headers: Vec<(&str, &str)> = prefer.map(|p| ("Prefer", p)).into_iter().collect();
+            let start = Instant::now();
+            let response = http::request(&approver.addr, "GET", &path, &headers, b"").unwrap();
+            (response.status, response.body, start.elapsed())
+        };
+        let rid = id_of(&request);
+        let (status, _, took) = poll(&rid, None);
+        assert_eq!(
+            (status, took < Duration::from_millis(500)),
+            (404, true),
+            "{took:?}"
+        );
+        let unknown = format!("hgr_{}", "0".repeat(32));
+        let (status, _, took) = poll(&unknown, Some("wait=20"));
+        assert_eq!(
+            (status, took < Duration::from_millis(500)),
+            (404, true),
+            "{took:?}"
+        );
+        let (status, _, took) = poll(&rid, Some("wait=1"));
+        let waited = took >= Duration::from_millis(950) && took < Duration::from_secs(5);
+        assert_eq!((status, waited), (404, true), "{took:?}");
+
+        let person = login(&approver);
+        let csrf = person.csrf();
+        let (status, body, took) = std::thread::scope(|scope| {
+            let held = scope.spawn(|| poll(&rid, Some("wait=20")));
+            std::thread::sleep(Duration::from_millis(500));
+            assert!(!held.is_finished(), "answered before anyone decided");
+            assert_eq!(person.decide(&csrf, &rid, "approved").status, 303);
+            held.join().unwrap()
+        });
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        // Held about as long as the person took (half a second), not 20 s.
+        assert!(took < Duration::from_secs(3), "{took:?}");
+        let keys = [own, other];
+        let counted = verify_vote(&request, &keys, jiff::Timestamp::now(), &body).unwrap();
+        let Ballot::Counted(vote) = counted else {
+            panic!("the held poll's decision was not counted: {counted:?}");
+        };
+        assert!(vote.approves());
     }
 
     #[test]

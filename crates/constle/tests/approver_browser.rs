@@ -28,15 +28,11 @@ use libtest_mimic::{Arguments, Trial};
 use serde_json::Value;
 
 mod common;
-#[path = "approver/http.rs"]
-mod http;
-#[path = "approver/server.rs"]
-mod server;
 #[path = "approver/webdriver.rs"]
 mod webdriver;
 
 use common::mcp::{Parties, Setup, call, outcome};
-use common::{Case, text};
+use common::{Case, http, server, text};
 use server::{Approver, PASSWORD};
 use webdriver::Browser;
 

@@ -21,7 +21,7 @@ use libtest_mimic::Arguments;
 use serde_json::Value;
 
 mod common;
-use common::mcp::{call, outcome};
+use common::mcp::{call, listed_approvers, outcome, quorum_webhook_var};
 use common::{Case, e2e, report, text};
 
 const INVOICE: &str = r#"{"invoice_id":"INV-0042"}"#;
@@ -67,51 +67,21 @@ impl Fixture {
         }
     }
 
-    /// The Agentfile, its webhooks in `TEST_QUORUM_WEBHOOK_<n>` for
-    /// `endpoints` endpoints.
+    /// The Agentfile, its webhooks in `quorum_webhook_var(0..endpoints)`.
     fn agentfile(&self, endpoints: usize, steps: &[String]) -> PathBuf {
-        let listed: String = ["alice", "bob", "carol"]
-            .iter()
-            .zip(&self.approvers)
-            .map(|(label, key)| format!("    - {{did: {}, label: {label}}}\n", key.did()))
+        let dids: Vec<String> = self.approvers.iter().map(|k| k.did().to_string()).collect();
+        let listed: Vec<(&str, &str)> = ["alice", "bob", "carol"]
+            .into_iter()
+            .zip(dids.iter().map(String::as_str))
             .collect();
-        self.agentfile_with(
-            &format!("  approvers:\n{listed}  threshold: 2\n"),
-            endpoints,
-            steps,
-        )
+        self.agentfile_with(&listed_approvers(&listed, 2), endpoints, steps)
     }
 
     /// With `approvers` (the `human_gates` lines naming them).
     fn agentfile_with(&self, approvers: &str, endpoints: usize, steps: &[String]) -> PathBuf {
-        let script = serde_json::to_string(&steps.join("\n")).unwrap();
-        let notify: String = (0..endpoints)
-            .map(|n| {
-                format!("    - {{channel: webhook, url_secret_ref: TEST_QUORUM_WEBHOOK_{n}}}\n")
-            })
-            .collect();
-        self.case.agentfile(&format!(
-            r#"identity:
-  did: {did}
-sandbox:
-  command: ["sh", "-c", {script}]
-  workdir: ./work
-  network:
-    egress: none
-mcp:
-  servers:
-    - id: accounting
-      url: {url}
-      tools: [list_invoices, get_invoice, pay_invoice]
-human_gates:
-  enabled: true
-  require_approval_for: [list_invoices, get_invoice, pay_invoice]
-{approvers}  notify:
-{notify}  approval_timeout_seconds: 4
-"#,
-            did = self.agent_did,
-            url = self.server.url(),
-        ))
+        let url = self.server.url();
+        self.case
+            .quorum_agentfile(&self.agent_did, &url, approvers, endpoints, 4, steps)
     }
 
     /// An endpoint signing with approver `n`'s key (or `key`).
@@ -124,7 +94,7 @@ human_gates:
     fn run(&self, file: &Path, endpoints: &[&SimulatedApprover]) -> Output {
         let mut command = self.case.command(&["run", file.to_str().unwrap()]);
         for (n, endpoint) in endpoints.iter().enumerate() {
-            command.env(format!("TEST_QUORUM_WEBHOOK_{n}"), endpoint.url());
+            command.env(quorum_webhook_var(n), endpoint.url());
         }
         command.stdin(Stdio::null()).output().unwrap()
     }
@@ -146,11 +116,7 @@ human_gates:
 
     /// `constle audit verify --agentfile` on `log`: its status and output.
     fn verify(&self, file: &Path, log: &Path) -> (Option<i32>, String) {
-        let agentfile = format!("--agentfile={}", file.display());
-        let out = self
-            .case
-            .run(&["audit", "verify", &agentfile, log.to_str().unwrap()]);
-        (out.status.code(), report(&out))
+        self.case.audit_verify(file, log)
     }
 }
 

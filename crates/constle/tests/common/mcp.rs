@@ -1,7 +1,9 @@
 //! What the tests with an MCP client inside the sandbox share (`gate.rs`,
 //! `approver_browser.rs`): the client, which is the test binary itself
 //! hard-linked into the agent's workdir, the shell steps that run it, and
-//! the Agentfile of an agent whose `pay_invoice` is gated.
+//! the Agentfiles of an agent whose `pay_invoice` is gated (one approver)
+//! or whose invoice tools all are (several, `quorum.rs` and
+//! `quorum_serve.rs`).
 
 use std::fs;
 use std::path::PathBuf;
@@ -92,6 +94,69 @@ spending:
             },
         );
         self.agentfile(&body)
+    }
+}
+
+/// The host variable that holds webhook `n`'s URL in
+/// [`Case::quorum_agentfile`].
+pub fn quorum_webhook_var(n: usize) -> String {
+    format!("TEST_QUORUM_WEBHOOK_{n}")
+}
+
+/// The `human_gates` lines naming `approvers` (label, `did:key`) and
+/// `threshold`.
+pub fn listed_approvers(approvers: &[(&str, &str)], threshold: usize) -> String {
+    let listed: String = approvers
+        .iter()
+        .map(|(label, did)| format!("    - {{did: {did}, label: {label}}}\n"))
+        .collect();
+    format!("  approvers:\n{listed}  threshold: {threshold}\n")
+}
+
+impl Case {
+    /// The Agentfile of agent `agent_did`, whose server `accounting` (at
+    /// `server_url`) has the three invoice tools, all gated: `approvers`
+    /// are the `human_gates` lines naming who decides (see
+    /// [`listed_approvers`]), `endpoints` webhooks are asked, their URLs in
+    /// [`quorum_webhook_var`]`(0..endpoints)`, each call waits at most
+    /// `timeout_seconds` (then `on_timeout: abort`), and the agent runs
+    /// `steps`.
+    pub fn quorum_agentfile(
+        &self,
+        agent_did: &str,
+        server_url: &str,
+        approvers: &str,
+        endpoints: usize,
+        timeout_seconds: u32,
+        steps: &[String],
+    ) -> PathBuf {
+        let script = serde_json::to_string(&steps.join("\n")).unwrap();
+        let notify: String = (0..endpoints)
+            .map(|n| {
+                let var = quorum_webhook_var(n);
+                format!("    - {{channel: webhook, url_secret_ref: {var}}}\n")
+            })
+            .collect();
+        self.agentfile(&format!(
+            r#"identity:
+  did: {agent_did}
+sandbox:
+  command: ["sh", "-c", {script}]
+  workdir: ./work
+  network:
+    egress: none
+mcp:
+  servers:
+    - id: accounting
+      url: {server_url}
+      tools: [list_invoices, get_invoice, pay_invoice]
+human_gates:
+  enabled: true
+  require_approval_for: [list_invoices, get_invoice, pay_invoice]
+{approvers}  notify:
+{notify}  approval_timeout_seconds: {timeout_seconds}
+"#
+        ))
     }
 }
 

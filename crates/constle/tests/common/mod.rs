@@ -2,10 +2,12 @@
 //! its own `CONSTLE_HOME`, the binary run in it, and its audit log read back.
 #![allow(dead_code)]
 
+pub mod http;
 pub mod mcp;
+pub mod server;
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 pub struct Case {
@@ -71,6 +73,14 @@ impl Case {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
+    }
+
+    /// `constle audit verify --agentfile=<agentfile> <log>`: its status
+    /// and a report of its output.
+    pub fn audit_verify(&self, agentfile: &Path, log: &Path) -> (Option<i32>, String) {
+        let agentfile = format!("--agentfile={}", agentfile.display());
+        let out = self.run(&["audit", "verify", &agentfile, log.to_str().unwrap()]);
+        (out.status.code(), report(&out))
     }
 
     pub fn events(&self, name: &str) -> Vec<serde_json::Value> {

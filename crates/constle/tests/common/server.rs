@@ -6,8 +6,11 @@ use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use super::common::Case;
+use constle_identity::{DidKey, KeyKind, KeyStore, Name};
+
+use super::Case;
 use super::http::{self, Response, form};
 
 pub const PASSWORD: &str = "correct horse battery staple";
@@ -85,6 +88,11 @@ impl Approver {
         }
     }
 
+    /// The process id of `constle approver serve`.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn gate_url(&self) -> String {
         format!("http://{}/gate", self.addr)
     }
@@ -115,6 +123,53 @@ impl Drop for Approver {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The `did:key` of approver key `key` in `case`'s home.
+pub fn key_did(case: &Case, key: &str) -> DidKey {
+    KeyStore::open(&case.home())
+        .unwrap()
+        .load(KeyKind::Approver, &Name::new(key).unwrap())
+        .unwrap()
+        .did()
+        .clone()
+}
+
+/// A request waiting for a decision, as the page shows it.
+pub struct Shown {
+    /// Its request id.
+    pub id: String,
+    /// Its `<article>`'s markup.
+    pub html: String,
+}
+
+impl Shown {
+    /// The tool the request is for.
+    pub fn tool(&self) -> &str {
+        self.between("<span class=\"tool\">", "</span>")
+    }
+
+    /// The text between the first `open` in the article and the `close`
+    /// after it (`""` if there is none).
+    pub fn between(&self, open: &str, close: &str) -> &str {
+        self.html
+            .split_once(open)
+            .and_then(|(_, rest)| rest.split_once(close))
+            .map_or("", |(text, _)| text)
+    }
+
+    /// Panics unless the article says each of `says`.
+    #[track_caller]
+    pub fn says(&self, says: &[&str]) {
+        for said in says {
+            assert!(
+                self.html.contains(said),
+                "{said:?} not shown for {}:\n{}",
+                self.id,
+                self.html
+            );
+        }
     }
 }
 
@@ -158,6 +213,40 @@ impl<'a> Person<'a> {
 
     pub fn get(&self, path: &str) -> Response {
         http::request(&self.approver.addr, "GET", path, &self.headers(), b"").unwrap()
+    }
+
+    /// The requests the page lists as waiting for a decision.
+    pub fn waiting(&self) -> Vec<Shown> {
+        let page = self.get("/").text();
+        let Some((_, waiting)) = page.split_once("<h2>Waiting for a decision") else {
+            panic!("not the requests page:\n{page}");
+        };
+        let waiting = waiting.split("<h2>History</h2>").next().unwrap();
+        waiting
+            .split("<article class=\"request\" id=\"req-")
+            .skip(1)
+            .map(|article| {
+                let (id, _) = article.split_once('"').unwrap();
+                Shown {
+                    id: id.to_owned(),
+                    html: article.split("</article>").next().unwrap().to_owned(),
+                }
+            })
+            .collect()
+    }
+
+    /// Reloads the page (for at most 20 s) until it lists a waiting
+    /// request that `wanted` accepts; `what` names it for the failure.
+    #[track_caller]
+    pub fn wait_for(&self, what: &str, wanted: impl Fn(&Shown) -> bool) -> Shown {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(shown) = self.waiting().into_iter().find(&wanted) {
+                return shown;
+            }
+            assert!(Instant::now() < deadline, "the page never showed {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// The CSRF token in the page's forms.
