@@ -28,8 +28,8 @@
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use constle_testkit::{McpServerOptions, TestMcpServer, require_root};
-use libtest_mimic::{Arguments, Trial};
+use constle_testkit::{McpServerOptions, TestMcpServer};
+use libtest_mimic::Arguments;
 use serde_json::Value;
 
 mod common;
@@ -53,12 +53,7 @@ const STILL_HELD: Duration = Duration::from_millis(400);
 fn main() {
     common::mcp::be_the_client_if_asked();
     let name = "three_approver_serve_instances_two_of_three_one_approval_holds_two_forward_once_one_denial_denies";
-    let tests = vec![Trial::test(name, move || {
-        if require_root(name, &["bwrap"]) {
-            two_of_three_people();
-        }
-        Ok(())
-    })];
+    let tests = vec![common::e2e(name, two_of_three_people)];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }
 
