@@ -31,7 +31,9 @@ pub enum ProofError {
         len: u64,
     },
     /// A consistency proof runs from a smaller tree to a larger one.
-    #[error("a consistency proof runs from a smaller tree to a larger one, not from {old} to {new}")]
+    #[error(
+        "a consistency proof runs from a smaller tree to a larger one, not from {old} to {new}"
+    )]
     SizesOutOfOrder {
         /// The earlier size.
         old: u64,
@@ -112,9 +114,7 @@ pub enum KeyError {
         vkey: String,
     },
     /// A key name with a space, a `+`, a control character, or empty.
-    #[error(
-        "key name {name:?} must be 1 to 255 bytes without spaces, `+` or control characters"
-    )]
+    #[error("key name {name:?} must be 1 to 255 bytes without spaces, `+` or control characters")]
     InvalidName {
         /// The name given.
         name: String,

@@ -92,7 +92,10 @@ impl LogTree {
             for number in 1..=n_lines {
                 let Some(line) = lines.next() else { break };
                 if line.is_empty() {
-                    return Err(LogFilesError::EmptyLine { file: path, line: number });
+                    return Err(LogFilesError::EmptyLine {
+                        file: path,
+                        line: number,
+                    });
                 }
                 if number == 1 {
                     check_first_seq(&path, line, tree.len())?;

@@ -214,8 +214,8 @@ impl LogTree {
         if index >= size {
             return Err(ProofError::IndexOutOfRange { index, size });
         }
-        let hashes = prove_record(size, index, &Stored(&self.stored))
-            .map_err(|_| self.beyond(size))?;
+        let hashes =
+            prove_record(size, index, &Stored(&self.stored)).map_err(|_| self.beyond(size))?;
         InclusionProof::new(index, size, hashes.into_iter().map(Hash::from_tl).collect())
     }
 
@@ -233,8 +233,7 @@ impl LogTree {
         if old == 0 {
             return ConsistencyProof::new(0, new, Vec::new());
         }
-        let hashes =
-            prove_tree(new, old, &Stored(&self.stored)).map_err(|_| self.beyond(new))?;
+        let hashes = prove_tree(new, old, &Stored(&self.stored)).map_err(|_| self.beyond(new))?;
         ConsistencyProof::new(old, new, hashes.into_iter().map(Hash::from_tl).collect())
     }
 

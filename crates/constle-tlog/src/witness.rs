@@ -102,12 +102,16 @@ impl AddCheckpoint {
         let old = std::str::from_utf8(old)
             .ok()
             .and_then(|l| l.strip_prefix("old "))
-            .ok_or(RequestError::Malformed("the first line is not `old <size>`"))?;
+            .ok_or(RequestError::Malformed(
+                "the first line is not `old <size>`",
+            ))?;
         let old_size: u64 = old
             .parse()
             .ok()
             .filter(|n: &u64| n.to_string() == old)
-            .ok_or(RequestError::Malformed("the old size is not a decimal number"))?;
+            .ok_or(RequestError::Malformed(
+                "the old size is not a decimal number",
+            ))?;
         let mut proof = Vec::new();
         loop {
             let line = next_line()?;
