@@ -95,7 +95,9 @@ fn tree(c: &mut Criterion) {
                 let proof = full.inclusion_proof(index, head.size).expect("a proof");
                 verify_inclusion(lines[index as usize], &head, &proof).expect("verifies");
                 let old = full.head_at(index + 1).expect("a head");
-                let proof = full.consistency_proof(old.size, head.size).expect("a proof");
+                let proof = full
+                    .consistency_proof(old.size, head.size)
+                    .expect("a proof");
                 verify_consistency(&old, &head, &proof).expect("verifies");
             }
         })

@@ -10,7 +10,8 @@
 //!   (c2sp.org/tlog-cosignature, `cosignature/v1`), its key ID
 //!   `SHA-256(name || 0x0A || 0x04 || key)[:4]`.
 //!
-//! Verifier keys are read strictly: exactly three parts, the key ID as eight
+//! Verifier keys are read strictly: name and key ID up to the first two `+`
+//! (the base64 after them may hold `+` too), the key ID as eight
 //! lowercase hex digits, canonical padded base64, a key of the right type
 //! that is a canonical Ed25519 point of large order, and the key ID that
 //! name and key give.
@@ -56,12 +57,9 @@ fn parse_vkey(text: &str, kind: u8) -> Result<(&str, DidKey, u32), KeyError> {
     let format = || KeyError::Format {
         vkey: text.to_owned(),
     };
-    let mut parts = text.split('+');
-    let (Some(name), Some(hex_id), Some(b64), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(format());
-    };
+    // The name and key ID hold no `+`; the base64 after them may.
+    let (name, rest) = text.split_once('+').ok_or_else(format)?;
+    let (hex_id, b64) = rest.split_once('+').ok_or_else(format)?;
     if !valid_key_name(name) {
         return Err(KeyError::InvalidName {
             name: name.to_owned(),
@@ -313,6 +311,21 @@ mod tests {
             LogKey::from_vkey(&witness.vkey()),
             Err(KeyError::WrongType { .. })
         ));
+    }
+
+    #[test]
+    fn vkeys_with_plus_in_their_base64_round_trip() {
+        // base64 holds `+`; only the first two split name, ID and key.
+        let mut seen_plus = false;
+        for seed in 0..64u8 {
+            let id = SigningIdentity::from_bytes(&[seed; 32]);
+            let log = LogKey::new(origin(), id.did());
+            seen_plus |= log.vkey().matches('+').count() > 2;
+            assert_eq!(LogKey::from_vkey(&log.vkey()).unwrap(), log);
+            let witness = WitnessKey::new("w.example/1", id.did()).unwrap();
+            assert_eq!(WitnessKey::from_vkey(&witness.vkey()).unwrap(), witness);
+        }
+        assert!(seen_plus);
     }
 
     #[test]
