@@ -1,0 +1,611 @@
+//! Tests across modules: the tree against an independent RFC 6962
+//! implementation, proofs, tampering, checkpoints, cosignatures and the
+//! witness's check.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use constle_identity::{Name, SigningIdentity};
+use proptest::prelude::*;
+use sha2::{Digest, Sha256};
+
+use crate::*;
+
+/// RFC 6962 §2.1 MTH, written out recursively and independently of
+/// `tlog_tiles`.
+fn reference_root(leaves: &[Vec<u8>]) -> Hash {
+    fn mth(leaves: &[Vec<u8>]) -> [u8; 32] {
+        match leaves.len() {
+            0 => Sha256::digest(b"").into(),
+            1 => Sha256::new()
+                .chain_update([0u8])
+                .chain_update(&leaves[0])
+                .finalize()
+                .into(),
+            n => {
+                let k = 1usize << (usize::BITS - 1 - (n - 1).leading_zeros());
+                Sha256::new()
+                    .chain_update([1u8])
+                    .chain_update(mth(&leaves[..k]))
+                    .chain_update(mth(&leaves[k..]))
+                    .finalize()
+                    .into()
+            }
+        }
+    }
+    Hash(mth(leaves))
+}
+
+fn tree_of(leaves: &[Vec<u8>]) -> LogTree {
+    let mut tree = LogTree::new();
+    for leaf in leaves {
+        tree.push(leaf);
+    }
+    tree
+}
+
+fn agent_key() -> SigningIdentity {
+    SigningIdentity::from_bytes(&[1; 32])
+}
+
+fn log_key() -> LogKey {
+    let origin = Origin::new(
+        &Deployment::new("ci.example.com").unwrap(),
+        &Name::new("bot").unwrap(),
+    );
+    LogKey::new(origin, agent_key().did())
+}
+
+fn checkpoint(head: TreeHead) -> VerifiedCheckpoint {
+    sign_checkpoint(&agent_key(), &log_key(), head)
+        .unwrap()
+        .verify(&log_key())
+        .unwrap()
+}
+
+fn witness() -> WitnessSigner {
+    WitnessSigner::new(
+        "witness.example.org/w1",
+        SigningIdentity::from_bytes(&[2; 32]),
+    )
+    .unwrap()
+}
+
+/// Distinct leaves, like a chain's lines (each names its own seq).
+fn lines(n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| format!("{{\"seq\":{i},\"event\":\"e\"}}").into_bytes())
+        .collect()
+}
+
+#[test]
+fn empty_tree_and_known_roots() {
+    let tree = LogTree::new();
+    assert_eq!(tree.root(), Hash::EMPTY);
+    assert_eq!(
+        Hash::EMPTY.to_string(),
+        "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="
+    );
+    // RFC 6962 leaf hash of the empty leaf.
+    assert_eq!(
+        hex::encode(Hash::leaf(b"").as_bytes()),
+        "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d"
+    );
+    assert!(matches!(
+        tree.root_at(1),
+        Err(ProofError::SizeBeyondTree { size: 1, len: 0 })
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn roots_match_rfc6962_at_every_size(leaves in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..24), 0..70)) {
+        let tree = tree_of(&leaves);
+        prop_assert_eq!(tree.len(), leaves.len() as u64);
+        for size in 0..=leaves.len() {
+            prop_assert_eq!(tree.root_at(size as u64).unwrap(), reference_root(&leaves[..size]));
+        }
+    }
+
+    #[test]
+    fn inclusion_proofs_verify(n in 1usize..300, picks in prop::collection::vec((any::<u64>(), any::<u64>()), 8)) {
+        let leaves = lines(n);
+        let tree = tree_of(&leaves);
+        for (a, b) in picks {
+            let size = 1 + b % n as u64;
+            let index = a % size;
+            let head = tree.head_at(size).unwrap();
+            let proof = tree.inclusion_proof(index, size).unwrap();
+            prop_assert!(verify_inclusion(&leaves[index as usize], &head, &proof).is_ok());
+            // Another leaf, another index, or another root does not verify.
+            let other = (index as usize + 1) % n;
+            if other != index as usize {
+                prop_assert!(verify_inclusion(&leaves[other], &head, &proof).is_err());
+            }
+            let wrong = TreeHead { size, root: Hash::leaf(b"x") };
+            prop_assert!(verify_inclusion(&leaves[index as usize], &wrong, &proof).is_err());
+        }
+    }
+
+    #[test]
+    fn consistency_proofs_verify_and_appends_extend(n in 1usize..300, appended in 0usize..40, a in any::<u64>()) {
+        let mut leaves = lines(n + appended);
+        let mut tree = tree_of(&leaves[..n]);
+        let m = a % (n as u64 + 1);
+        let old = tree.head_at(m).unwrap();
+        for leaf in &leaves[n..] {
+            tree.push(leaf);
+        }
+        let new = tree.head();
+        let proof = tree.consistency_proof(m, new.size).unwrap();
+        prop_assert!(verify_consistency(&old, &new, &proof).is_ok());
+        // The incremental tree is the tree of all the lines.
+        prop_assert_eq!(new.root, reference_root(&leaves));
+        leaves.clear();
+    }
+
+    /// Any rewrite of the history before a checkpointed size: an edited,
+    /// deleted or reordered leaf, or a truncation, possibly followed by new
+    /// entries, cannot be proved consistent with the checkpoint, and a
+    /// witness holding it refuses.
+    #[test]
+    fn rewrites_before_a_checkpoint_are_caught(
+        n in 2usize..150,
+        m_pick in any::<u64>(),
+        kind in 0u8..4,
+        i_pick in any::<u64>(),
+        j_pick in any::<u64>(),
+        extra in 0usize..20,
+    ) {
+        let leaves = lines(n);
+        let tree = tree_of(&leaves);
+        let m = 1 + m_pick % n as u64;
+        let cosigned = tree.head_at(m).unwrap();
+        let i = (i_pick % m) as usize;
+        let mut forged = leaves.clone();
+        match kind {
+            0 => forged[i].push(b' '),
+            1 => { forged.remove(i); }
+            2 => {
+                let j = (j_pick % n as u64) as usize;
+                let j = if j == i { (i + 1) % n } else { j };
+                forged.swap(i, j);
+            }
+            _ => forged.truncate(i),
+        }
+        forged.extend((0..extra).map(|k| format!("{{\"new\":{k}}}").into_bytes()));
+        let forged_tree = tree_of(&forged);
+        let forged_head = forged_tree.head();
+        let submitted = checkpoint(forged_head);
+        if forged_head.size < m {
+            prop_assert!(forged_tree.consistency_proof(m, forged_head.size).is_err());
+            let refusal = check_submission(Some(cosigned), m, &[], &submitted).unwrap_err();
+            prop_assert_eq!(refusal.status(), 400);
+        } else {
+            prop_assert_ne!(forged_tree.root_at(m).unwrap(), cosigned.root);
+            let proof = forged_tree.consistency_proof(m, forged_head.size).unwrap();
+            prop_assert!(verify_consistency(&cosigned, &forged_head, &proof).is_err());
+            let refusal = check_submission(Some(cosigned), m, proof.hashes(), &submitted).unwrap_err();
+            prop_assert_eq!(refusal.status(), 422);
+        }
+    }
+}
+
+#[test]
+fn proof_bounds_and_sizes() {
+    let tree = tree_of(&lines(10));
+    assert!(matches!(
+        tree.inclusion_proof(10, 10),
+        Err(ProofError::IndexOutOfRange { .. })
+    ));
+    assert!(tree.inclusion_proof(0, 11).is_err());
+    assert!(matches!(
+        tree.consistency_proof(5, 4),
+        Err(ProofError::SizesOutOfOrder { .. })
+    ));
+    assert!(tree.consistency_proof(0, 10).unwrap().hashes().is_empty());
+    assert!(tree.consistency_proof(10, 10).unwrap().hashes().is_empty());
+    assert!(matches!(
+        ConsistencyProof::new(1, 2, vec![Hash::EMPTY; 64]),
+        Err(ProofError::TooLong { len: 64, max: 63 })
+    ));
+    // A proof for other sizes than the heads.
+    let proof = tree.consistency_proof(3, 10).unwrap();
+    assert!(matches!(
+        verify_consistency(&tree.head_at(4).unwrap(), &tree.head(), &proof),
+        Err(ProofError::SizeMismatch { .. })
+    ));
+    // From the empty tree, only the empty proof; the empty root only.
+    let from_empty = ConsistencyProof::new(0, 10, vec![Hash::EMPTY]).unwrap();
+    assert!(verify_consistency(&TreeHead::EMPTY, &tree.head(), &from_empty).is_err());
+    let bad_empty = TreeHead {
+        size: 0,
+        root: Hash::leaf(b""),
+    };
+    let proof = tree.consistency_proof(0, 10).unwrap();
+    assert!(matches!(
+        verify_consistency(&bad_empty, &tree.head(), &proof),
+        Err(ProofError::EmptyTreeRoot { .. })
+    ));
+}
+
+#[test]
+fn checkpoints_round_trip_and_verify() {
+    let tree = tree_of(&lines(5));
+    let signed = sign_checkpoint(&agent_key(), &log_key(), tree.head()).unwrap();
+    let text = std::str::from_utf8(signed.as_bytes()).unwrap();
+    assert!(text.starts_with(&format!(
+        "ci.example.com/constle/bot\n5\n{}\n\n— ci.example.com/constle/bot ",
+        tree.root()
+    )));
+    let parsed = SignedCheckpoint::parse(signed.as_bytes()).unwrap();
+    assert_eq!(parsed, signed);
+    let verified = parsed.verify(&log_key()).unwrap();
+    assert_eq!(verified.head(), tree.head());
+    assert_eq!(verified.origin(), log_key().origin());
+    // Signature lines of other keys are ignored.
+    let mut with_other = signed.as_bytes().to_vec();
+    with_other.extend_from_slice("— other.example/log AAAAAQE=\n".as_bytes());
+    SignedCheckpoint::parse(&with_other)
+        .unwrap()
+        .verify(&log_key())
+        .unwrap();
+}
+
+#[test]
+fn every_edited_byte_of_a_checkpoint_is_refused() {
+    let signed = sign_checkpoint(&agent_key(), &log_key(), tree_of(&lines(7)).head()).unwrap();
+    let bytes = signed.as_bytes();
+    for at in 0..bytes.len() {
+        for flip in [0x01u8, 0x20, 0x80] {
+            let mut edited = bytes.to_vec();
+            edited[at] ^= flip;
+            let outcome = SignedCheckpoint::parse(&edited).and_then(|c| c.verify(&log_key()));
+            assert!(outcome.is_err(), "byte {at} ^ {flip:#x} was accepted");
+        }
+    }
+}
+
+#[test]
+fn checkpoints_are_refused_clearly() {
+    let head = tree_of(&lines(3)).head();
+    let signed = sign_checkpoint(&agent_key(), &log_key(), head).unwrap();
+    // Another key of the same origin: not signed by the log's key.
+    let other = LogKey::new(
+        log_key().origin().clone(),
+        SigningIdentity::from_bytes(&[9; 32]).did(),
+    );
+    assert!(matches!(
+        signed.verify(&other),
+        Err(CheckpointError::NotSigned { .. })
+    ));
+    // Another log.
+    let elsewhere = LogKey::new(
+        Origin::parse("ci.example.com/constle/other").unwrap(),
+        agent_key().did(),
+    );
+    assert!(matches!(
+        signed.verify(&elsewhere),
+        Err(CheckpointError::OriginMismatch { .. })
+    ));
+    // Signing with a key that is not the log key's.
+    assert!(matches!(
+        sign_checkpoint(&SigningIdentity::from_bytes(&[9; 32]), &log_key(), head),
+        Err(CheckpointError::WrongSigner { .. })
+    ));
+    // A signature by the log's key over other text: invalid, not ignored.
+    let other_text = sign_checkpoint(&agent_key(), &log_key(), tree_of(&lines(4)).head()).unwrap();
+    let forged_sig = other_text.signature_lines().next().unwrap();
+    let mut forged = signed.text().to_vec();
+    forged.push(b'\n');
+    forged.extend_from_slice(forged_sig);
+    forged.push(b'\n');
+    assert!(matches!(
+        SignedCheckpoint::parse(&forged).unwrap().verify(&log_key()),
+        Err(CheckpointError::InvalidSignature { .. })
+    ));
+    // Extension lines, non-canonical size, no signatures, size 0 with a root.
+    let sig = std::str::from_utf8(signed.signature_lines().next().unwrap()).unwrap();
+    for (bad, error) in [
+        (
+            format!(
+                "ci.example.com/constle/bot\n3\n{}\next\n\n{sig}\n",
+                head.root
+            ),
+            CheckpointError::ExtensionLines,
+        ),
+        (
+            format!("ci.example.com/constle/bot\n03\n{}\n\n{sig}\n", head.root),
+            CheckpointError::MalformedCheckpoint,
+        ),
+        (
+            format!("ci.example.com/constle/bot\n3\n{}\n", head.root),
+            CheckpointError::MalformedNote,
+        ),
+        (
+            format!("ci.example.com/constle/bot\n0\n{}\n\n{sig}\n", head.root),
+            CheckpointError::EmptyTreeRoot,
+        ),
+        (
+            format!("ci.example.com/constle/bot\n3\n{}\n\n{sig}", head.root),
+            CheckpointError::MalformedNote,
+        ),
+    ] {
+        assert_eq!(
+            SignedCheckpoint::parse(bad.as_bytes()).unwrap_err(),
+            error,
+            "{bad:?}"
+        );
+    }
+    assert!(matches!(
+        SignedCheckpoint::parse(&vec![b'a'; MAX_CHECKPOINT_BYTES + 1]),
+        Err(CheckpointError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn cosignatures_verify_and_fail_on_any_change() {
+    let checkpoint = checkpoint(tree_of(&lines(4)).head());
+    let witness = witness();
+    let cosignature = cosign(&checkpoint, &witness, 1_767_225_600).unwrap();
+    assert!(cosignature.line().starts_with("— witness.example.org/w1 "));
+    assert!(cosignature.line().ends_with('\n'));
+    let verified = verify_cosignature(&checkpoint, witness.public(), cosignature.line()).unwrap();
+    assert_eq!(verified.timestamp(), 1_767_225_600);
+    assert_eq!(verified.witness(), "witness.example.org/w1");
+
+    // On another checkpoint, it does not verify.
+    let other = self::checkpoint(tree_of(&lines(5)).head());
+    assert!(matches!(
+        verify_cosignature(&other, witness.public(), cosignature.line()),
+        Err(CosignatureError::InvalidSignature { .. })
+    ));
+    // Another witness's key.
+    let stranger = WitnessSigner::new(
+        "witness.example.org/w2",
+        SigningIdentity::from_bytes(&[3; 32]),
+    )
+    .unwrap();
+    assert!(matches!(
+        verify_cosignature(&checkpoint, stranger.public(), cosignature.line()),
+        Err(CosignatureError::OtherKey { .. })
+    ));
+    // The checkpoint's own signature is not a cosignature.
+    let log_line =
+        std::str::from_utf8(checkpoint.signed().signature_lines().next().unwrap()).unwrap();
+    assert!(verify_cosignature(&checkpoint, witness.public(), log_line).is_err());
+    // Timestamps out of range.
+    assert!(cosign(&checkpoint, &witness, 0).is_err());
+    assert!(cosign(&checkpoint, &witness, 1 << 63).is_err());
+    assert!(cosign(&checkpoint, &witness, (1 << 63) - 1).is_ok());
+
+    // Attached to the note, it is found; an edited one is an error.
+    let mut note = checkpoint.signed().as_bytes().to_vec();
+    note.extend_from_slice(cosignature.line().as_bytes());
+    let attached = SignedCheckpoint::parse(&note)
+        .unwrap()
+        .verify(&log_key())
+        .unwrap();
+    assert_eq!(
+        find_cosignature(&attached, witness.public()).unwrap(),
+        verified
+    );
+    assert!(matches!(
+        find_cosignature(&checkpoint, witness.public()),
+        Err(CosignatureError::Missing { .. })
+    ));
+    let line = cosignature.line().trim_end();
+    let (name, b64) = line.rsplit_once(' ').unwrap();
+    use base64::Engine as _;
+    let mut raw = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    for at in 4..raw.len() {
+        raw[at] ^= 1;
+        let edited = format!(
+            "{name} {}",
+            base64::engine::general_purpose::STANDARD.encode(&raw)
+        );
+        assert!(
+            verify_cosignature(&checkpoint, witness.public(), &edited).is_err(),
+            "byte {at}"
+        );
+        raw[at] ^= 1;
+    }
+}
+
+#[test]
+fn the_witness_decides_as_the_spec_says() {
+    let tree = tree_of(&lines(20));
+    let at = |size| checkpoint(tree.head_at(size).unwrap());
+    let proof = |old, new| tree.consistency_proof(old, new).unwrap().hashes().to_vec();
+
+    // First submission: from 0, with an empty proof.
+    assert_eq!(
+        check_submission(None, 0, &[], &at(8)),
+        Ok(tree.head_at(8).unwrap())
+    );
+    assert_eq!(
+        check_submission(None, 0, &proof(3, 8), &at(8))
+            .unwrap_err()
+            .status(),
+        422
+    );
+    assert_eq!(check_submission(None, 0, &[], &at(0)), Ok(TreeHead::EMPTY));
+    // The client thinks the witness is at another size: 409 with the latest.
+    let last = Some(tree.head_at(8).unwrap());
+    assert_eq!(
+        check_submission(last, 5, &proof(5, 12), &at(12)),
+        Err(Refusal::StaleOldSize { old: 5, latest: 8 })
+    );
+    assert_eq!(
+        check_submission(None, 3, &proof(3, 12), &at(12))
+            .unwrap_err()
+            .status(),
+        409
+    );
+    // Old size above the checkpoint's.
+    assert_eq!(
+        check_submission(last, 8, &[], &at(5)).unwrap_err().status(),
+        400
+    );
+    // A good extension, and the same head again.
+    assert_eq!(
+        check_submission(last, 8, &proof(8, 12), &at(12)),
+        Ok(tree.head_at(12).unwrap())
+    );
+    assert_eq!(
+        check_submission(last, 8, &[], &at(8)),
+        Ok(tree.head_at(8).unwrap())
+    );
+    // A wrong proof.
+    let mut wrong = proof(8, 12);
+    wrong[0] = Hash::leaf(b"x");
+    assert_eq!(
+        check_submission(last, 8, &wrong, &at(12))
+            .unwrap_err()
+            .status(),
+        422
+    );
+    assert_eq!(
+        check_submission(last, 8, &proof(8, 12)[1..], &at(12))
+            .unwrap_err()
+            .status(),
+        422
+    );
+    // Another root for the size cosigned: a fork, never cosigned.
+    let fork = tree_of(&lines(9)[1..]);
+    assert_eq!(
+        check_submission(last, 8, &[], &checkpoint(fork.head())),
+        Err(Refusal::RootChanged { size: 8 })
+    );
+}
+
+#[test]
+fn add_checkpoint_bodies_round_trip() {
+    let tree = tree_of(&lines(12));
+    let signed = sign_checkpoint(&agent_key(), &log_key(), tree.head()).unwrap();
+    let request = AddCheckpoint {
+        old_size: 7,
+        proof: tree.consistency_proof(7, 12).unwrap().hashes().to_vec(),
+        checkpoint: signed.clone(),
+    };
+    let body = request.to_bytes();
+    assert_eq!(AddCheckpoint::parse(&body).unwrap(), request);
+    let mut from_zero = b"old 0\n\n".to_vec();
+    from_zero.extend_from_slice(signed.as_bytes());
+    assert_eq!(AddCheckpoint::parse(&from_zero).unwrap().old_size, 0);
+    for bad in [
+        "",
+        "old 07\n\n",
+        "old -1\n\n",
+        "new 1\n\n",
+        "old 1\nnot-base64\n\n",
+        "old 1",
+    ] {
+        let mut body = bad.as_bytes().to_vec();
+        body.extend_from_slice(signed.as_bytes());
+        assert!(AddCheckpoint::parse(&body).is_err(), "{bad:?}");
+    }
+    let mut too_many = b"old 1\n".to_vec();
+    for _ in 0..64 {
+        too_many.extend_from_slice(format!("{}\n", Hash::EMPTY).as_bytes());
+    }
+    too_many.push(b'\n');
+    too_many.extend_from_slice(signed.as_bytes());
+    assert_eq!(
+        AddCheckpoint::parse(&too_many),
+        Err(RequestError::TooManyProofLines(64))
+    );
+}
+
+mod files {
+    use std::path::Path;
+
+    use constle_audit::{Appender, Event};
+
+    use super::*;
+
+    fn write_log(dir: &Path, agent: &Name, n: usize) -> Vec<Vec<u8>> {
+        let appender = Appender::new(dir, agent.clone(), Some(agent_key())).unwrap();
+        let events = (0..n)
+            .map(|i| {
+                Event::new("tool_called")
+                    .unwrap()
+                    .with("i", i as u64)
+                    .unwrap()
+            })
+            .collect();
+        let written = appender.append(events).unwrap();
+        let bytes = std::fs::read(&written[0].path).unwrap();
+        std::fs::remove_file(&written[0].path).unwrap();
+        bytes
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect()
+    }
+
+    fn put(dir: &Path, name: &str, lines: &[Vec<u8>], tail: &[u8]) {
+        let mut bytes = Vec::new();
+        for line in lines {
+            bytes.extend_from_slice(line);
+            bytes.push(b'\n');
+        }
+        bytes.extend_from_slice(tail);
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+
+    #[test]
+    fn the_tree_of_the_files_is_the_tree_of_the_lines_across_days() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = Name::new("bot").unwrap();
+        let lines = write_log(dir.path(), &agent, 10);
+        put(dir.path(), "bot-2026-01-01.jsonl", &lines[..4], b"");
+        put(dir.path(), "bot-2026-01-03.jsonl", &lines[4..], b"{\"torn");
+        // Another agent's file, and a file not named as a day file.
+        put(dir.path(), "bot2-2026-01-02.jsonl", &lines[..1], b"");
+        put(dir.path(), "bot-notes.jsonl", &lines[..1], b"");
+        let read = LogTree::from_log_dir(dir.path(), &agent).unwrap();
+        assert_eq!(read.tree.head(), tree_of(&lines).head());
+        assert_eq!(read.torn_tail, 6);
+        assert_eq!(read.files.len(), 2);
+    }
+
+    #[test]
+    fn gaps_and_torn_lines_before_the_end_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = Name::new("bot").unwrap();
+        let lines = write_log(dir.path(), &agent, 6);
+        // The oldest day deleted: the tree cannot start at seq 0.
+        put(dir.path(), "bot-2026-01-02.jsonl", &lines[3..], b"");
+        assert!(matches!(
+            LogTree::from_log_dir(dir.path(), &agent),
+            Err(LogFilesError::SeqGap {
+                expected: 0,
+                found: 3,
+                ..
+            })
+        ));
+        put(dir.path(), "bot-2026-01-01.jsonl", &lines[..3], b"{\"torn");
+        assert!(matches!(
+            LogTree::from_log_dir(dir.path(), &agent),
+            Err(LogFilesError::TornLine { .. })
+        ));
+        put(dir.path(), "bot-2026-01-01.jsonl", &lines[..2], b"");
+        assert!(matches!(
+            LogTree::from_log_dir(dir.path(), &agent),
+            Err(LogFilesError::SeqGap {
+                expected: 2,
+                found: 3,
+                ..
+            })
+        ));
+        put(dir.path(), "bot-2026-01-01.jsonl", &lines[..3], b"\n");
+        assert!(matches!(
+            LogTree::from_log_dir(dir.path(), &agent),
+            Err(LogFilesError::EmptyLine { line: 4, .. })
+        ));
+    }
+}
