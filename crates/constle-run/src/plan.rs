@@ -1,7 +1,9 @@
 //! What a run will enforce and what it will not, worked out from the
 //! Agentfile before anything starts, so the run summary can say it.
 
-use constle_manifest::{Egress, Hostname, Manifest, McpServer, McpTransport, OnTimeout};
+use constle_manifest::{
+    Egress, Hostname, Manifest, McpServer, McpTransport, OnTimeout, Quorum, QuorumSource,
+};
 use constle_sandbox::AGENT_ID;
 
 /// One line of the run summary.
@@ -220,14 +222,45 @@ fn human_gates(manifest: &Manifest) -> Option<Item> {
         OnTimeout::Abort => "refused and the run stopped",
         OnTimeout::Proceed => "FORWARDED WITHOUT APPROVAL (on_timeout: proceed)",
     };
+    let who = match gates.quorum.as_ref() {
+        None => "a decision at this terminal or the signed webhook".to_owned(),
+        Some(quorum) => quorum_words(quorum),
+    };
     Some(enforced(
         "human gates",
         format!(
-            "calls to {} wait for a decision at this terminal or the signed webhook; without one after {}s: {on_timeout}",
+            "calls to {} wait for {who}; without one after {}s: {on_timeout}",
             names.join(", "),
             gates.approval_timeout_seconds
         ),
     ))
+}
+
+/// Who must approve, for the summary: `2 of 3 approvers (alice, bob,
+/// carol) …`.
+fn quorum_words(quorum: &Quorum) -> String {
+    let approvers = match &quorum.source {
+        QuorumSource::Listed {
+            approvers,
+            threshold,
+        } => {
+            let labels: Vec<&str> = approvers.iter().map(|a| a.label.as_str()).collect();
+            format!(
+                "{threshold} of {} approvers ({})",
+                approvers.len(),
+                labels.join(", ")
+            )
+        }
+        QuorumSource::Set(set) => format!(
+            "the threshold of approvers the approver set in {} names (read again for every call)",
+            set.dir.display()
+        ),
+    };
+    let terminal = match quorum.terminal_approves {
+        true => "this terminal counting as one",
+        false => "this terminal may only deny",
+    };
+    format!("{approvers} to approve, each decision signed and bound to the call; {terminal}")
 }
 
 fn spending(manifest: &Manifest) -> Option<Item> {
@@ -305,6 +338,18 @@ mod tests {
         match &mcp(&manifest(server))[..] {
             [Item::Enforced { detail, .. }] => assert!(
                 detail.ends_with("; the gate sends Authorization: Bearer $S_TOKEN, X-Api-Key: $S_KEY with every request, read from the host, never in the sandbox"),
+                "{detail}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn several_approvers_are_named_with_their_threshold() {
+        let src = "mcp:\n  servers:\n    - id: s\n      url: https://mcp.example.com/mcp\n      tools: [pay]\nhuman_gates:\n  enabled: true\n  require_approval_for: [pay]\n  approvers:\n    - {did: did:key:z6MktwupdmLXVVqTzCw4i46r4uGyosGXRnR3XjN4Zq7oMMsw, label: alice}\n    - {did: did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp, label: bob}\n  threshold: 2\n";
+        match human_gates(&manifest(src)) {
+            Some(Item::Enforced { detail, .. }) => assert!(
+                detail.starts_with("calls to pay wait for 2 of 2 approvers (alice, bob) to approve, each decision signed and bound to the call; this terminal may only deny;"),
                 "{detail}"
             ),
             other => panic!("{other:?}"),
