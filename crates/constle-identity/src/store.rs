@@ -1,6 +1,7 @@
 //! [`KeyStore`]: the private-key directory `$CONSTLE_HOME/keys`.
 //!
-//! Layout: `keys/agent/<name>.pem` and `keys/approver/<name>.pem`, PKCS#8 v1
+//! Layout: `keys/agent/<name>.pem`, `keys/approver/<name>.pem` and
+//! `keys/witness/<name>.pem`, PKCS#8 v1
 //! PEM, mode 0600, in directories of mode 0700. The store fails closed: it
 //! refuses directories or key files that group or others can access instead
 //! of quietly fixing them, and it never overwrites a key.
@@ -35,14 +36,18 @@ pub enum KeyKind {
     Agent,
     /// A human approver's key (`keys/approver/`): signs webhook gate decisions.
     Approver,
+    /// A witness's key (`keys/witness/`): signs cosignatures of other logs'
+    /// checkpoints (`constle witness serve`).
+    Witness,
 }
 
 impl KeyKind {
-    /// The subdirectory name under `keys/`: `agent` or `approver`.
+    /// The subdirectory name under `keys/`: `agent`, `approver` or `witness`.
     pub fn dir_name(self) -> &'static str {
         match self {
             KeyKind::Agent => "agent",
             KeyKind::Approver => "approver",
+            KeyKind::Witness => "witness",
         }
     }
 
@@ -51,6 +56,7 @@ impl KeyKind {
         match self {
             KeyKind::Agent => "constle keygen",
             KeyKind::Approver => "constle webhook-keygen",
+            KeyKind::Witness => "constle witness-keygen",
         }
     }
 }
@@ -244,8 +250,8 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl KeyStore {
     /// Open the key store under `home` (`$CONSTLE_HOME`), creating `home`,
-    /// `home/keys`, `home/keys/agent` and `home/keys/approver` with mode 0700
-    /// where missing.
+    /// `home/keys` and `home/keys/agent`, `approver` and `witness` with mode
+    /// 0700 where missing.
     ///
     /// # Errors
     ///
@@ -257,7 +263,7 @@ impl KeyStore {
         let dir = home.join("keys");
         ensure_private_dir(&dir, false)?;
         let store = KeyStore { dir };
-        for kind in [KeyKind::Agent, KeyKind::Approver] {
+        for kind in [KeyKind::Agent, KeyKind::Approver, KeyKind::Witness] {
             ensure_private_dir(&store.kind_dir(kind), false)?;
         }
         Ok(store)

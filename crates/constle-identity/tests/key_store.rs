@@ -396,4 +396,6 @@ fn kind_names() {
     assert_eq!(KeyKind::Agent.to_string(), "agent");
     assert_eq!(KeyKind::Approver.dir_name(), "approver");
     assert_eq!(KeyKind::Approver.keygen_command(), "constle webhook-keygen");
+    assert_eq!(KeyKind::Witness.dir_name(), "witness");
+    assert_eq!(KeyKind::Witness.keygen_command(), "constle witness-keygen");
 }

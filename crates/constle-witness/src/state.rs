@@ -1,0 +1,309 @@
+//! The witness's state: per origin, the tree head it last cosigned, one
+//! file each under the state directory.
+//!
+//! The file `<dir>/<origin, each "/" written "%2F">.head` holds exactly
+//!
+//! ```text
+//! constle-witness-head/v1
+//! <origin>
+//! <size, decimal>
+//! <root, base64>
+//! ```
+//!
+//! each line ending in a newline. It is written to `.<file>.tmp` (0600),
+//! fsynced, renamed over the old one and the directory fsynced, before the
+//! witness answers; so after a crash the file is the old head or the new
+//! one, never a mix, and never older than a cosignature given out.
+//!
+//! Damage is refused, never repaired: a file that does not read back
+//! exactly in that form (or names another origin, or is reachable by other
+//! users), and a file that vanished after this process saw it (at start or
+//! by writing it), make [`StateDir::load`] fail with the path. A file
+//! missing since start is read as "never cosigned": a witness cannot tell
+//! a deleted file from a new log after a restart, so deleting one is the
+//! operator's (deliberate) reset of that log.
+
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read as _, Write as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use constle_tlog::{Hash, TreeHead};
+
+use crate::error::{StateError, WitnessError};
+
+/// The first line of a state file.
+const MAGIC: &str = "constle-witness-head/v1";
+/// A state file is under 450 bytes; anything larger is damage.
+const MAX_STATE_BYTES: u64 = 1024;
+/// The longest file name most file systems take.
+const MAX_FILE_NAME: usize = 255;
+/// Held by the witness using the directory, so that two cannot share it.
+const LOCK: &str = "lock";
+
+/// The state directory, locked for this process.
+#[derive(Debug)]
+pub struct StateDir {
+    dir: PathBuf,
+    /// Origins whose file this process has seen or written: its absence
+    /// afterwards is damage, not a fresh start.
+    seen: Mutex<HashSet<String>>,
+    /// Held (exclusive `flock`) while the witness runs.
+    _lock: File,
+}
+
+/// The file name of `origin`'s state.
+pub fn file_name(origin: &str) -> String {
+    format!("{}.head", origin.replace('%', "%25").replace('/', "%2F"))
+}
+
+impl StateDir {
+    /// Opens (creating, mode 0700) `dir` and takes its lock.
+    ///
+    /// # Errors
+    ///
+    /// [`WitnessError::StateDir`] if it cannot be created, is reachable by
+    /// other users, or another witness holds its lock.
+    pub fn open(dir: &Path) -> Result<StateDir, WitnessError> {
+        let fail = |why: String| WitnessError::StateDir {
+            path: dir.to_owned(),
+            why,
+        };
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| fail(format!("cannot create it: {e}")))?;
+        let meta = fs::symlink_metadata(dir).map_err(|e| fail(e.to_string()))?;
+        if !meta.is_dir() {
+            return Err(fail("it is not a directory".to_owned()));
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(fail(format!(
+                "its mode is {mode:04o}, so other users may change it; it must be 0700 (chmod 700 {})",
+                dir.display()
+            )));
+        }
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(dir.join(LOCK))
+            .map_err(|e| fail(format!("cannot open its lock file: {e}")))?;
+        lock.try_lock()
+            .map_err(|_| fail("another witness is using it".to_owned()))?;
+        sync_dir(dir).map_err(|e| fail(format!("cannot fsync it: {e}")))?;
+        Ok(StateDir {
+            dir: dir.to_owned(),
+            seen: Mutex::new(HashSet::new()),
+            _lock: lock,
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where `origin`'s state is kept.
+    pub fn file(&self, origin: &str) -> PathBuf {
+        self.dir.join(file_name(origin))
+    }
+
+    /// Whether `origin`'s file name fits a file system's limit.
+    pub(crate) fn fits(origin: &str) -> bool {
+        file_name(origin).len() + ".tmp".len() < MAX_FILE_NAME
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        // The set stays consistent even if a holder panicked.
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The head last cosigned for `origin`, `None` if never.
+    ///
+    /// # Errors
+    ///
+    /// [`StateError`] with the path, for a file that cannot be read, does
+    /// not parse strictly, or vanished after this process saw it.
+    pub fn load(&self, origin: &str) -> Result<Option<TreeHead>, StateError> {
+        let path = self.file(origin);
+        let damaged = |why: String| StateError {
+            path: path.clone(),
+            why,
+        };
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return match self.seen().contains(origin) {
+                    true => Err(damaged(
+                        "it vanished after the witness read or wrote it; restore it from a backup"
+                            .to_owned(),
+                    )),
+                    false => Ok(None),
+                };
+            }
+            Err(e) => return Err(damaged(format!("cannot read it: {e}"))),
+        };
+        if !meta.is_file() {
+            return Err(damaged("it is not a regular file".to_owned()));
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(damaged(format!("its mode is {mode:04o}; it must be 0600")));
+        }
+        let mut bytes = Vec::new();
+        File::open(&path)
+            .and_then(|f| f.take(MAX_STATE_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(|e| damaged(format!("cannot read it: {e}")))?;
+        let head = parse(&bytes, origin).map_err(|why| damaged(why.to_owned()))?;
+        self.seen().insert(origin.to_owned());
+        Ok(Some(head))
+    }
+
+    /// Stores `head` as `origin`'s, durably, before returning.
+    ///
+    /// # Errors
+    ///
+    /// [`StateError`] with the path of what could not be written or
+    /// synced; the old file is then still in place, or the new one is.
+    pub fn store(&self, origin: &str, head: TreeHead) -> Result<(), StateError> {
+        let path = self.file(origin);
+        let temp = self.dir.join(format!(".{}.tmp", file_name(origin)));
+        let failed = |what: &str, at: &Path, e: io::Error| StateError {
+            path: at.to_owned(),
+            why: format!("cannot {what}: {e}"),
+        };
+        // Only this process writes here (the lock), one origin at a time
+        // (the caller's lock), so one temporary name is enough; a leftover
+        // from a crash is truncated.
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(|e| failed("create", &temp, e))?;
+        file.write_all(&encode(origin, head))
+            .and_then(|()| file.sync_all())
+            .map_err(|e| failed("write and fsync", &temp, e))?;
+        drop(file);
+        fs::rename(&temp, &path).map_err(|e| failed("rename into place", &path, e))?;
+        self.seen().insert(origin.to_owned());
+        sync_dir(&self.dir).map_err(|e| failed("fsync the directory", &self.dir, e))
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// The bytes of `origin`'s state file for `head`.
+pub fn encode(origin: &str, head: TreeHead) -> Vec<u8> {
+    format!("{MAGIC}\n{origin}\n{}\n{}\n", head.size, head.root).into_bytes()
+}
+
+/// Reads a state file strictly: what parses re-encodes to the same bytes.
+fn parse(bytes: &[u8], origin: &str) -> Result<TreeHead, &'static str> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "it is not UTF-8 text")?;
+    let lines: Vec<&str> = text
+        .strip_suffix('\n')
+        .ok_or("it does not end in a newline (cut short?)")?
+        .split('\n')
+        .collect();
+    let [magic, found, size, root] = lines[..] else {
+        return Err("it is not four lines: format, origin, size, root");
+    };
+    if magic != MAGIC {
+        return Err("its first line is not `constle-witness-head/v1`");
+    }
+    if found != origin {
+        return Err("it names another origin than its file name");
+    }
+    let size: u64 = size
+        .parse()
+        .ok()
+        .filter(|n: &u64| n.to_string() == size)
+        .ok_or("its size is not a decimal number")?;
+    let root = Hash::from_base64(root).ok_or("its root is not a base64 hash")?;
+    if size == 0 && root != Hash::EMPTY {
+        return Err("size 0 with another root than the empty tree's");
+    }
+    let head = TreeHead { size, root };
+    if encode(origin, head) != bytes {
+        return Err("it is not written the one way the witness writes it");
+    }
+    Ok(head)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const ORIGIN: &str = "ci.example.com/constle/bot";
+
+    fn head(size: u64) -> TreeHead {
+        TreeHead {
+            size,
+            root: Hash([size as u8; 32]),
+        }
+    }
+
+    #[test]
+    fn round_trips_and_refuses_any_other_spelling() {
+        let good = encode(ORIGIN, head(7));
+        assert_eq!(parse(&good, ORIGIN).unwrap(), head(7));
+        let text = String::from_utf8(good.clone()).unwrap();
+        for bad in [
+            String::new(),
+            text.trim_end().to_owned(),
+            text.replace("head/v1", "head/v2"),
+            text.replace("\n7\n", "\n07\n"),
+            text.replace("\n7\n", "\n+7\n"),
+            text.replace("bot", "other"),
+            format!("{text}\n"),
+            text.replace('=', ""),
+        ] {
+            assert!(parse(bad.as_bytes(), ORIGIN).is_err(), "{bad:?}");
+        }
+        let empty_wrong = encode(ORIGIN, head(0));
+        assert!(parse(&empty_wrong, ORIGIN).is_err());
+    }
+
+    #[test]
+    fn stores_durably_and_refuses_damage_and_disappearance() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("state");
+        let state = StateDir::open(&dir).unwrap();
+        assert_eq!(
+            fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        assert_eq!(state.load(ORIGIN).unwrap(), None);
+        state.store(ORIGIN, head(3)).unwrap();
+        let file = state.file(ORIGIN);
+        assert_eq!(
+            file.file_name().unwrap(),
+            "ci.example.com%2Fconstle%2Fbot.head"
+        );
+        assert_eq!(
+            fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(state.load(ORIGIN).unwrap(), Some(head(3)));
+        // A second witness cannot use the same directory.
+        assert!(StateDir::open(&dir).is_err());
+        fs::write(&file, b"garbage\n").unwrap();
+        let err = state.load(ORIGIN).unwrap_err();
+        assert_eq!(err.path, file);
+        assert_eq!(fs::read(&file).unwrap(), b"garbage\n");
+        fs::remove_file(&file).unwrap();
+        assert!(state.load(ORIGIN).unwrap_err().why.contains("vanished"));
+    }
+}
