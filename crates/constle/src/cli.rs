@@ -45,6 +45,8 @@ pub enum Command {
     /// Create an approver key for signed webhook decisions; prints its
     /// did:key for `human_gates.approver_pubkey`.
     WebhookKeygen(KeygenArgs),
+    /// Create a witness key, for `constle witness serve --key`.
+    WitnessKeygen(KeygenArgs),
     /// Check and read audit logs.
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -62,6 +64,40 @@ pub enum Command {
     /// threshold, rotated without editing the Agentfile (docs/approver.md).
     #[command(subcommand)]
     Approvers(ApproversCommand),
+    /// A witness for other machines' logs: cosigns their checkpoints per
+    /// C2SP tlog-witness (docs/witness.md).
+    #[command(subcommand)]
+    Witness(WitnessCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WitnessCommand {
+    /// Serve `POST /add-checkpoint`, cosigning with a witness key from
+    /// `constle witness-keygen`.
+    Serve(WitnessServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WitnessServeArgs {
+    /// The witness key's name (`$CONSTLE_HOME/keys/witness/NAME.pem`).
+    #[arg(long)]
+    pub key: String,
+    /// The witness's name, which its cosignatures carry: a schema-less URL
+    /// such as `witness.example.org/w1`.
+    #[arg(long)]
+    pub name: String,
+    /// The logs witnessed: one log verifier key (`<origin>+<key ID>+<base64>`)
+    /// per line; blank lines and `#` comments skipped.
+    #[arg(long, value_name = "FILE")]
+    pub logs: PathBuf,
+    /// Where to listen: ADDRESS:PORT, or :PORT on 127.0.0.1 (:0 picks a
+    /// free port; the server prints the one it bound).
+    #[arg(long, default_value = "127.0.0.1:7710", value_parser = listen_address)]
+    pub listen: std::net::SocketAddr,
+    /// The state directory, one file per log; default
+    /// `$CONSTLE_HOME/witness/NAME/` for the key NAME.
+    #[arg(long, value_name = "DIR")]
+    pub state: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,5 +1,7 @@
-//! `constle keygen NAME` and `constle webhook-keygen NAME`: make a key in
-//! `$CONSTLE_HOME/keys/` and print the did:key to paste into the Agentfile.
+//! `constle keygen NAME`, `constle webhook-keygen NAME` and `constle
+//! witness-keygen NAME`: make a key in `$CONSTLE_HOME/keys/` and print its
+//! did:key (for the Agentfile; a witness's verifier key, which also needs
+//! the witness's name, is printed by `constle witness serve`).
 
 use anyhow::Context as _;
 use constle_identity::{KeyKind, KeyStore, Name};
@@ -14,15 +16,19 @@ pub fn run(kind: KeyKind, args: &KeygenArgs) -> anyhow::Result<Outcome> {
         Name::new(&args.name).with_context(|| format!("invalid key name {:?}", args.name))?;
     let store = KeyStore::open(&constle_home()?)?;
     let (did, path) = store.generate(kind, &name)?;
-    let (what, field) = match kind {
-        KeyKind::Agent => ("agent identity", "identity.did"),
+    let (what, next) = match kind {
+        KeyKind::Agent => ("agent identity", "paste this into identity.did:"),
         KeyKind::Approver => (
             "approver key (not an agent identity: give it only to whoever runs your decision endpoint)",
-            "human_gates.approver_pubkey",
+            "paste this into human_gates.approver_pubkey:",
+        ),
+        KeyKind::Witness => (
+            "witness key (for `constle witness serve --key`; not an agent identity)",
+            "its did:key (`constle witness serve` prints the verifier key logs need):",
         ),
     };
     terminal::err_line(&format!("created {what} `{name}`: {}", path.display()));
-    terminal::err_line(&format!("paste this into {field}:"));
+    terminal::err_line(next);
     terminal::out(did.as_str());
     Ok(Outcome::Success)
 }

@@ -8,10 +8,12 @@ mod keygen;
 mod run;
 mod spend;
 mod validate;
+mod witness;
 
 use crate::Outcome;
 use crate::cli::{
     A2aCommand, ApproverCommand, ApproversCommand, AuditCommand, Cli, Command, SpendCommand,
+    WitnessCommand,
 };
 
 /// Runs the command the user asked for.
@@ -22,6 +24,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Validate(args) => validate::run(&args),
         Command::Keygen(args) => keygen::run(constle_identity::KeyKind::Agent, &args),
         Command::WebhookKeygen(args) => keygen::run(constle_identity::KeyKind::Approver, &args),
+        Command::WitnessKeygen(args) => keygen::run(constle_identity::KeyKind::Witness, &args),
         Command::Audit(AuditCommand::Verify(args)) => audit::verify(&args),
         Command::Audit(AuditCommand::Show(args)) => audit::show(&args),
         Command::Spend(SpendCommand::Show(args)) => spend::show(&args),
@@ -32,6 +35,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Approvers(ApproversCommand::Next(args)) => approvers::next(&args),
         Command::Approvers(ApproversCommand::Sign(args)) => approvers::sign(&args),
         Command::Approvers(ApproversCommand::Show(args)) => approvers::show(&args),
+        Command::Witness(WitnessCommand::Serve(args)) => witness::serve(&args),
     }
 }
 

@@ -1,0 +1,71 @@
+//! `constle witness serve`: a C2SP tlog-witness (the `constle-witness`
+//! crate), cosigning with a witness key from the key store.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use constle_identity::{KeyKind, KeyStore, Name};
+use constle_tlog::WitnessSigner;
+use constle_witness::{Logs, StateDir, Witness};
+
+use crate::Outcome;
+use crate::cli::WitnessServeArgs;
+use crate::home::constle_home;
+use crate::terminal::err_line;
+
+pub fn serve(args: &WitnessServeArgs) -> anyhow::Result<Outcome> {
+    let key = Name::new(&args.key).with_context(|| format!("invalid key name {:?}", args.key))?;
+    let home = constle_home()?;
+    let identity = KeyStore::open(&home)?.load(KeyKind::Witness, &key)?;
+    let signer = WitnessSigner::new(&args.name, identity)
+        .with_context(|| format!("invalid witness name {:?}", args.name))?;
+    let logs = Logs::read(&args.logs)?;
+    let dir = match &args.state {
+        Some(dir) => dir.clone(),
+        None => home.join("witness").join(key.as_str()),
+    };
+    let state = StateDir::open(&dir)?;
+    let witness = Arc::new(Witness::new(signer, logs, state));
+    err_line(&format!(
+        "constle witness: verifier key {}",
+        witness.public().vkey()
+    ));
+    err_line(&format!("constle witness: state {}", dir.display()));
+    for (origin, state) in witness.check_state() {
+        match state {
+            Ok(Some(head)) => err_line(&format!(
+                "constle witness: {origin}: last cosigned size {}",
+                head.size
+            )),
+            Ok(None) => err_line(&format!("constle witness: {origin}: never cosigned")),
+            Err(err) => err_line(&format!(
+                "constle witness: warning: {origin}: refused (answers 500) until repaired: {err}"
+            )),
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let addr = listener.local_addr()?;
+        if !addr.ip().is_loopback() {
+            err_line(
+                "constle witness: warning: not on loopback; put a TLS proxy in front so clients can authenticate the witness",
+            );
+        }
+        err_line(&format!(
+            "constle witness: add-checkpoint at http://{addr}/add-checkpoint"
+        ));
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        constle_witness::serve(listener, witness, shutdown)
+            .await
+            .context("the witness server failed")
+    })?;
+    Ok(Outcome::Success)
+}
