@@ -49,15 +49,7 @@ pub fn serve(args: &ApproverServeArgs) -> anyhow::Result<Outcome> {
         store.set_password(&args.user, &hash_password(&password)?)?;
     }
     let approver = Arc::new(Approver::new(store, signer)?);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", args.listen))?;
-        let addr = listener.local_addr()?;
+    super::serve_until_interrupted(args.listen, |listener, addr, interrupted| async move {
         err_line(&format!("constle approver: signing as {did}"));
         err_line(&format!("constle approver: database {}", db.display()));
         err_line(&format!(
@@ -68,10 +60,7 @@ pub fn serve(args: &ApproverServeArgs) -> anyhow::Result<Outcome> {
                 "constle approver: warning: not on loopback; browsers send the Secure login cookie only over HTTPS, so put a TLS proxy in front",
             );
         }
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
-        };
-        constle_approver::serve(listener, approver, shutdown)
+        constle_approver::serve(listener, approver, interrupted)
             .await
             .context("the approver server failed")
     })?;

@@ -10,6 +10,11 @@ mod spend;
 mod validate;
 mod witness;
 
+use std::future::Future;
+use std::net::SocketAddr;
+
+use anyhow::Context as _;
+
 use crate::Outcome;
 use crate::cli::{
     A2aCommand, ApproverCommand, ApproversCommand, AuditCommand, Cli, Command, SpendCommand,
@@ -43,3 +48,31 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
 fn host_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
+
+/// What `constle approver serve` and `constle witness serve` share: a
+/// runtime, `listen` bound (an error names it), then `serve` with the
+/// listener, its address and a future that resolves on Ctrl-C, until it
+/// returns.
+fn serve_until_interrupted<F, Fut>(listen: SocketAddr, serve: F) -> anyhow::Result<()>
+where
+    F: FnOnce(tokio::net::TcpListener, SocketAddr, Interrupted) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        let addr = listener.local_addr()?;
+        let interrupted = Box::pin(async {
+            let _ = tokio::signal::ctrl_c().await;
+        });
+        serve(listener, addr, interrupted).await
+    })
+}
+
+/// Resolves when the user presses Ctrl-C.
+type Interrupted = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;

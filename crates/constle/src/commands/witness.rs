@@ -43,15 +43,7 @@ pub fn serve(args: &WitnessServeArgs) -> anyhow::Result<Outcome> {
             )),
         }
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", args.listen))?;
-        let addr = listener.local_addr()?;
+    super::serve_until_interrupted(args.listen, |listener, addr, interrupted| async move {
         if !addr.ip().is_loopback() {
             err_line(
                 "constle witness: warning: not on loopback; put a TLS proxy in front so clients can authenticate the witness",
@@ -60,10 +52,7 @@ pub fn serve(args: &WitnessServeArgs) -> anyhow::Result<Outcome> {
         err_line(&format!(
             "constle witness: add-checkpoint at http://{addr}/add-checkpoint"
         ));
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
-        };
-        constle_witness::serve(listener, witness, shutdown)
+        constle_witness::serve(listener, witness, interrupted)
             .await
             .context("the witness server failed")
     })?;
