@@ -11,13 +11,13 @@
 //!
 //! Nesting is bounded by [`MAX_DEPTH`], and [`parse_limited`] also bounds the
 //! input size. [`canonical_object`] writes the RFC 8785 form that signatures
-//! cover.
+//! cover, [`canonical_value`] that of any value.
 
 #![forbid(unsafe_code)]
 
 mod canonical;
 
-pub use canonical::{Member, canonical_members, canonical_object, without_member};
+pub use canonical::{Member, canonical_members, canonical_object, canonical_value, without_member};
 
 use std::fmt;
 
