@@ -7,6 +7,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::inspect::MAX_BODY_BYTES;
+use crate::offered::OfferedTools;
 use crate::policy::ServerPolicy;
 use crate::rpc::{METHOD_NOT_FOUND, Reason, RequestId, error_response, to_bytes};
 
@@ -88,11 +89,13 @@ pub struct ServerMessage {
 
 /// A [`ServerMessage`] that borrows the server's bytes when they are
 /// relayed unchanged, as nearly every message is: the gate then neither
-/// re-serialises nor copies them.
+/// re-serialises nor copies them. With the tool lists `to_agent` holds, to
+/// record before it is relayed.
 #[derive(Debug)]
 pub(crate) struct Filtered<'a> {
     pub(crate) to_agent: Option<Cow<'a, [u8]>>,
     pub(crate) to_server: Option<Vec<u8>>,
+    pub(crate) offered: Vec<OfferedTools>,
 }
 
 /// Filters one message from the server (or a batch of them):
@@ -138,6 +141,7 @@ pub(crate) fn filter<'a>(
     };
     let mut to_agent = Vec::new();
     let mut to_server = Vec::new();
+    let mut offered = Vec::new();
     let mut changed = false;
     for item in items {
         let Value::Object(mut object) = item else {
@@ -174,6 +178,9 @@ pub(crate) fn filter<'a>(
         };
         if answers_list || carries_tool_list(&object) {
             filter_tools_list_response(policy, &mut object)?;
+            if let Some(tools) = tools_of(&object) {
+                offered.push(OfferedTools::new(policy.server().as_str(), tools));
+            }
             changed = true;
         }
         to_agent.push(Value::Object(object));
@@ -191,7 +198,17 @@ pub(crate) fn filter<'a>(
     Ok(Filtered {
         to_agent,
         to_server: pack(to_server),
+        offered,
     })
+}
+
+/// The tool list a filtered response holds: none for an error response.
+fn tools_of(message: &Map<String, Value>) -> Option<&[Value]> {
+    message
+        .get("result")?
+        .get("tools")?
+        .as_array()
+        .map(Vec::as_slice)
 }
 
 /// Whether `message` looks like a `tools/list` result: its `result` has a

@@ -46,7 +46,11 @@
 //! through [`filter_server_message`] (tool lists filtered, server-to-client
 //! requests the policy does not allow answered to the server with -32601
 //! and never relayed); a message the filter leaves as it is goes to the
-//! agent in the server's own bytes. A message the gate cannot parse is not
+//! agent in the server's own bytes. Each filtered tool list goes to the
+//! [`Recorder`] ([`OfferedTools`], once per distinct list) before the agent
+//! sees it; one it cannot record, or one past [`MAX_OFFERED_LISTS`]
+//! distinct lists, is not relayed: a JSON body becomes a 503 JSON-RPC
+//! error (`mcp_tools_unrecorded`), an SSE stream is cut before it. A message the gate cannot parse is not
 //! relayed: a JSON body becomes a 502 JSON-RPC error, an SSE stream is
 //! cut. Other bodies are dropped; the status is kept. Of the server's
 //! headers only `Mcp-Session-Id` and `MCP-Protocol-Version` are relayed,
@@ -93,10 +97,12 @@ use crate::credentials::Credentials;
 use crate::error::GateError;
 use crate::filter::{FilterError, filter};
 use crate::inspect::{Decision, Forward, Inspection, MAX_BODY_BYTES, Refusal, ToolCall, inspect};
+use crate::offered::{MAX_OFFERED_LISTS, OfferedTools, Recorded};
 use crate::pending::{MAX_PENDING_TOOLS_LISTS, PendingLists};
 use crate::policy::ServerPolicy;
 use crate::rebinding;
-use crate::refused::{Asked, Recorder, RefusedRequest, Unrecorded};
+use crate::record::{Recorder, Unrecorded};
+use crate::refused::{Asked, RefusedRequest};
 use crate::revision::Revision;
 use crate::rpc::{Reason, RequestId, error_response, to_bytes};
 use crate::shutoff::Shutoff;
@@ -375,6 +381,7 @@ impl Gate {
             response_timeout: self.response_timeout,
             shutoff: self.shutoff,
             tools_lists: Mutex::new(PendingLists::new(MAX_PENDING_TOOLS_LISTS)),
+            offered: tokio::sync::Mutex::new(Recorded::default()),
         });
         loop {
             let (io, _) = listener.accept().await;
@@ -414,6 +421,9 @@ struct Inner {
     /// their responses must be tool lists, filtered wherever they arrive
     /// (POST body, SSE, a resumed GET stream).
     tools_lists: Mutex<PendingLists>,
+    /// The tool lists recorded. Held while one is recorded, so that two
+    /// answers with one list record it once, and neither is relayed before.
+    offered: tokio::sync::Mutex<Recorded>,
 }
 
 impl Inner {
@@ -444,6 +454,30 @@ impl Inner {
         let refused = RefusedRequest::new(self.policy.server().as_str(), asked, reason);
         self.recorder.refused(&refused).await;
         response
+    }
+
+    /// Records `list` unless it is on record already; the message to answer
+    /// the agent with instead of relaying it, if it cannot be recorded.
+    async fn offer(&self, list: &OfferedTools) -> Result<(), String> {
+        let mut recorded = self.offered.lock().await;
+        if recorded.contains(&list.digest) {
+            return Ok(());
+        }
+        let server = self.policy.server().as_str();
+        if recorded.is_full() {
+            return Err(format!(
+                "MCP server {server:?} offered more than {MAX_OFFERED_LISTS} different tool lists in this run; the Constle gate relays no new one"
+            ));
+        }
+        match self.recorder.offered(list).await {
+            Ok(()) => {
+                recorded.insert(list.digest.clone());
+                Ok(())
+            }
+            Err(_) => Err(format!(
+                "the Constle gate could not record the tool list of MCP server {server:?}, so it did not relay it"
+            )),
+        }
     }
 
     /// The refusal of `asked`, once the gates are closed
@@ -972,6 +1006,12 @@ async fn relay_json(
     {
         return Err(inner.upstream_error(Upstream::EchoedSecret, reply_id));
     }
+    for list in &message.offered {
+        if let Err(why) = inner.offer(list).await {
+            let status = StatusCode::SERVICE_UNAVAILABLE;
+            return Err(rpc_error(status, reply_id, Reason::ToolsUnrecorded, &why));
+        }
+    }
     Ok(match message.to_agent {
         Some(Cow::Borrowed(same)) => json_response(StatusCode::OK, body.slice_ref(same)),
         Some(Cow::Owned(filtered)) => json_response(StatusCode::OK, filtered),
@@ -1009,7 +1049,15 @@ impl SseRelay {
                 Ok(events) => events,
                 Err(sse::TooLong) => return None,
             };
-            let out = self.filter(events);
+            let (mut out, offered) = self.filter(events);
+            for (start, list) in offered {
+                // The list and what follows it are not relayed (fail closed).
+                if self.inner.offer(&list).await.is_err() {
+                    out.truncate(start);
+                    self.done = true;
+                    break;
+                }
+            }
             if !out.is_empty() {
                 return Some((Ok(Frame::data(Bytes::from(out))), self));
             }
@@ -1017,31 +1065,43 @@ impl SseRelay {
         None
     }
 
-    /// The events to write to the agent; on a message that cannot be
+    /// The events to write to the agent, with the tool lists among them
+    /// and where each one's event starts; on a message that cannot be
     /// checked, or that carries a declared header's value back, the ones
     /// before it, and the stream ends (fail closed).
-    fn filter(&mut self, events: Vec<sse::Event>) -> Vec<u8> {
+    fn filter(&mut self, events: Vec<sse::Event>) -> (Vec<u8>, Vec<(usize, OfferedTools)>) {
         let mut out = Vec::new();
+        let mut offered = Vec::new();
         for event in events {
             let start = out.len();
             let relayed = self.write_event(&event, &mut out);
-            if relayed.is_err() || self.inner.credentials.appear_in(&out[start..]) {
-                out.truncate(start);
-                self.done = true;
-                break;
+            match relayed {
+                Ok(lists) if !self.inner.credentials.appear_in(&out[start..]) => {
+                    offered.extend(lists.into_iter().map(|list| (start, list)));
+                }
+                _ => {
+                    out.truncate(start);
+                    self.done = true;
+                    break;
+                }
             }
         }
-        out
+        (out, offered)
     }
 
-    /// Writes `event` as the agent may see it; an error, and nothing
-    /// written, if its message cannot be checked.
-    fn write_event(&self, event: &sse::Event, out: &mut Vec<u8>) -> Result<(), FilterError> {
+    /// Writes `event` as the agent may see it, and says which tool lists
+    /// it holds; an error, and nothing written, if its message cannot be
+    /// checked.
+    fn write_event(
+        &self,
+        event: &sse::Event,
+        out: &mut Vec<u8>,
+    ) -> Result<Vec<OfferedTools>, FilterError> {
         let data = match &event.data {
             Some(data) if !data.iter().all(u8::is_ascii_whitespace) => data,
             _ => {
                 event.write(None, out);
-                return Ok(());
+                return Ok(Vec::new());
             }
         };
         let inner = &self.inner;
@@ -1050,7 +1110,7 @@ impl SseRelay {
             inner.answer_server(to_server, &self.agent_headers);
         }
         event.write(message.to_agent.as_deref(), out);
-        Ok(())
+        Ok(message.offered)
     }
 }
 

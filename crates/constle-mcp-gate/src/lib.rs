@@ -3,8 +3,9 @@
 //! [`filter_server_message`]) is pure functions, no I/O; [`Gate`] is the
 //! HTTP side built on it (Streamable HTTP, sessions, SSE relay), with gated
 //! calls put to a pluggable [`Approver`] where the human gates plug in,
-//! every refusal put to a [`Recorder`] where the audit log plugs in, and a
-//! [`Shutoff`] that closes every gate of a run at once.
+//! every refusal and every distinct tool list shown to the agent
+//! ([`OfferedTools`]) put to a [`Recorder`] where the audit log plugs in,
+//! and a [`Shutoff`] that closes every gate of a run at once.
 //!
 //! The agent is assumed compromised. The gate is the only path from the
 //! sandbox to a declared server, so every rule below is checked on the
@@ -87,7 +88,8 @@
 //! a response to a remembered `tools/list` id must moreover be a tool list
 //! or an error. The gate remembers at most [`MAX_PENDING_TOOLS_LISTS`]
 //! unanswered ids, forgetting each once answered, and the oldest past the
-//! bound. Server-to-client requests other than `ping`
+//! bound. Each filtered list is recorded before it is relayed (see
+//! [`Gate`]). Server-to-client requests other than `ping`
 //! (`sampling/createMessage`, `elicitation/create`, `roots/list`, …) are not
 //! relayed unless the server's `allow_methods` lists them; the gate answers
 //! them to the server with -32601. A server message that cannot be parsed or filtered is
@@ -100,9 +102,11 @@ mod error;
 mod filter;
 mod http;
 mod inspect;
+mod offered;
 mod pending;
 mod policy;
 mod rebinding;
+mod record;
 mod refused;
 mod revision;
 mod rpc;
@@ -120,9 +124,11 @@ pub use http::{
 pub use inspect::{
     Decision, Forward, Inspection, MAX_BODY_BYTES, MAX_DEPTH, Refusal, ToolCall, inspect,
 };
+pub use offered::{MAX_OFFERED_LISTS, OfferedTools, tools_digest};
 pub use pending::MAX_PENDING_TOOLS_LISTS;
 pub use policy::{BASE_NOTIFICATIONS, BASE_REQUESTS, BASE_SERVER_REQUESTS, ServerPolicy};
-pub use refused::{MAX_RECORDED_BYTES, RecordFuture, Recorder, RefusedRequest, Unrecorded};
+pub use record::{NotRecorded, OfferFuture, RecordFuture, Recorder, Unrecorded};
+pub use refused::{MAX_RECORDED_BYTES, RefusedRequest};
 pub use revision::{Revision, SUPPORTED_REVISIONS, UnsupportedRevision};
 pub use rpc::{
     GATE_REFUSED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,

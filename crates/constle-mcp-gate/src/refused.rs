@@ -1,14 +1,11 @@
-//! What the audit log keeps of each request the gate refuses itself, and
-//! the hook it goes through ([`Recorder`]).
+//! What the audit log keeps of each request the gate refuses itself (it
+//! goes through the [`crate::Recorder`]).
 //!
 //! Enough to see what was tried, and nothing the agent could use to make
 //! the log carry its data: no argument values, no header values, no
 //! message text, and every string the agent chose cut to
 //! [`MAX_RECORDED_BYTES`]. So one refusal adds a bounded entry to the log,
 //! whatever the agent sent.
-
-use std::future::Future;
-use std::pin::Pin;
 
 use hyper::Method;
 
@@ -91,30 +88,6 @@ fn bounded(text: &str) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
-}
-
-/// The future a [`Recorder`] returns.
-pub type RecordFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
-
-/// Records the requests the gate refuses itself: the audit log plugs in
-/// here. The gate answers a refusal only once [`Recorder::refused`] has
-/// resolved, so the record is on disk first (a recorder may also make a
-/// flood of refusals wait). Whether or not it could record, the request
-/// stays refused; a recorder that cannot record must see to it that the
-/// run does not go on unrecorded.
-pub trait Recorder: Send + Sync + 'static {
-    /// Records `refused`.
-    fn refused<'a>(&'a self, refused: &'a RefusedRequest) -> RecordFuture<'a>;
-}
-
-/// The default [`Recorder`]: records nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Unrecorded;
-
-impl Recorder for Unrecorded {
-    fn refused<'a>(&'a self, _refused: &'a RefusedRequest) -> RecordFuture<'a> {
-        Box::pin(std::future::ready(()))
-    }
 }
 
 #[cfg(test)]

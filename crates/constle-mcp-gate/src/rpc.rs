@@ -142,6 +142,10 @@ pub enum Reason {
     SessionUnknown,
     /// A request to a stdio server the agent cancelled before it was answered.
     RequestCancelled,
+    /// A tool list the gate could not record (`mcp_tools_offered`), or one
+    /// past [`crate::MAX_OFFERED_LISTS`] distinct lists: not relayed;
+    /// HTTP 503 for a JSON body, the stream cut for an SSE one.
+    ToolsUnrecorded,
 }
 
 impl Reason {
@@ -172,7 +176,8 @@ impl Reason {
             | Reason::UpstreamTimeout
             | Reason::UpstreamEchoedSecret
             | Reason::ServerExited
-            | Reason::RequestCancelled => INTERNAL_ERROR,
+            | Reason::RequestCancelled
+            | Reason::ToolsUnrecorded => INTERNAL_ERROR,
         }
     }
 
@@ -207,6 +212,7 @@ impl Reason {
             Reason::SessionRequired => "mcp_session_required",
             Reason::SessionUnknown => "mcp_session_unknown",
             Reason::RequestCancelled => "mcp_request_cancelled",
+            Reason::ToolsUnrecorded => "mcp_tools_unrecorded",
         }
     }
 }

@@ -13,10 +13,12 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use constle_manifest::{HttpUrl, HumanGates, McpServer, McpTransport, Pricing, ServerId, ToolName};
 use constle_mcp_gate::{
-    Approval, ApprovalFuture, Approver, Gate, MAX_RECORDED_BYTES, Meter, MeterFuture, Metered,
-    RecordFuture, Recorder, RefusedRequest, RequestId, ServerPolicy, Shutoff, ToolCall,
+    Approval, ApprovalFuture, Approver, Gate, MAX_OFFERED_LISTS, MAX_RECORDED_BYTES, Meter,
+    MeterFuture, Metered, NotRecorded, OfferFuture, OfferedTools, RecordFuture, Recorder,
+    RefusedRequest, RequestId, ServerPolicy, Shutoff, ToolCall,
 };
 use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -70,6 +72,10 @@ async fn fake(State(log): State<Log>, method: Method, headers: HeaderMap, body: 
             }
             Some("p2") => {
                 json!({"tools":[{"name":"pay_invoice"},{"name":"PAY_INVOICE"},{"name":"hidden"}]})
+            }
+            // Another description each time: another list.
+            Some(version) if version.starts_with('v') => {
+                json!({"tools":[{"name":"hidden"},{"name":"list_invoices","description":version}]})
             }
             Some(_) => {
                 let sampling = json!({"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}});
@@ -444,6 +450,10 @@ impl Recorder for Keep {
     fn refused<'a>(&'a self, refused: &'a RefusedRequest) -> RecordFuture<'a> {
         self.0.lock().unwrap().push(refused.clone());
         Box::pin(std::future::ready(()))
+    }
+
+    fn offered<'a>(&'a self, _offered: &'a OfferedTools) -> OfferFuture<'a> {
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 
@@ -856,6 +866,13 @@ struct Held(Arc<tokio::sync::Notify>);
 impl Recorder for Held {
     fn refused<'a>(&'a self, _refused: &'a RefusedRequest) -> RecordFuture<'a> {
         Box::pin(self.0.notified())
+    }
+
+    fn offered<'a>(&'a self, _offered: &'a OfferedTools) -> OfferFuture<'a> {
+        Box::pin(async {
+            self.0.notified().await;
+            Ok(())
+        })
     }
 }
 
@@ -1489,11 +1506,166 @@ async fn an_unsupported_protocol_version_is_refused_before_the_server() {
 
 #[tokio::test]
 async fn a_tool_list_is_filtered_even_when_it_answers_no_tools_list() {
-    let (gate, _log) = setup().await;
+    let (gate, offers) = offering_gate(Ok(())).await;
     let (status, value) =
         post_json(&gate, r#"{"jsonrpc":"2.0","id":"leak","method":"ping"}"#).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(tool_names(&value), ["list_invoices"]);
+    // And it is on record as offered, as any other.
+    assert_eq!(offers.names(), [vec!["list_invoices"]]);
+}
+
+/// Keeps every tool list the gate records, answering `answer`.
+#[derive(Clone)]
+struct Offers(Arc<Mutex<Vec<OfferedTools>>>, Result<(), NotRecorded>);
+
+impl Offers {
+    fn names(&self) -> Vec<Vec<String>> {
+        let offered = self.0.lock().unwrap();
+        offered.iter().map(|o| o.tools.clone()).collect()
+    }
+
+    fn all(&self) -> Vec<OfferedTools> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Recorder for Offers {
+    fn refused<'a>(&'a self, _refused: &'a RefusedRequest) -> RecordFuture<'a> {
+        Box::pin(std::future::ready(()))
+    }
+
+    fn offered<'a>(&'a self, offered: &'a OfferedTools) -> OfferFuture<'a> {
+        self.0.lock().unwrap().push(offered.clone());
+        Box::pin(std::future::ready(self.1))
+    }
+}
+
+/// A gate in front of the fake server, recording tool lists with an
+/// [`Offers`] that answers `answer`.
+async fn offering_gate(answer: Result<(), NotRecorded>) -> (String, Offers) {
+    let (url, _log) = fake_server().await;
+    let server = declared(&url);
+    let offers = Offers(Arc::default(), answer);
+    let gate = Gate::new(&server, policy(&server), &no_env)
+        .unwrap()
+        .with_recorder(offers.clone());
+    (start_gate(gate).await, offers)
+}
+
+/// `sha256:` of the JCS bytes of the `tools` the agent got.
+fn digest_of_what_the_agent_got(answer: &Value) -> String {
+    let tools = &answer["result"]["tools"];
+    let canonical = serde_json_canonicalizer::to_vec(tools).unwrap();
+    format!("sha256:{:x}", Sha256::digest(canonical))
+}
+
+#[tokio::test]
+async fn each_distinct_tool_list_is_recorded_once_with_the_digest_of_what_the_agent_got() {
+    let (gate, offers) = offering_gate(Ok(())).await;
+    let first = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let (_, page1) = post_json(&gate, first).await;
+    let (_, again) = post_json(&gate, first).await;
+    assert_eq!(page1, again);
+    let second = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"cursor":"p2"}}"#;
+    let (_, page2) = post_json(&gate, second).await;
+    let offered = offers.all();
+    assert_eq!(offered.len(), 2, "{offered:?}");
+    for (record, page) in offered.iter().zip([&page1, &page2]) {
+        assert_eq!(record.server, "accounting");
+        assert_eq!(record.tools, tool_names(page));
+        assert_eq!(record.digest, digest_of_what_the_agent_got(page));
+    }
+    assert_eq!(offers.names(), [vec!["list_invoices"], vec!["pay_invoice"]]);
+}
+
+#[tokio::test]
+async fn a_list_differing_only_in_a_description_is_another_record() {
+    let (gate, offers) = offering_gate(Ok(())).await;
+    for version in ["v1", "v2", "v1"] {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"cursor":"{version}"}}}}"#
+        );
+        let (_, answer) = post_json(&gate, &body).await;
+        assert_eq!(answer["result"]["tools"][0]["description"], version);
+    }
+    let offered = offers.all();
+    assert_eq!(offered.len(), 2, "{offered:?}");
+    assert_ne!(offered[0].digest, offered[1].digest);
+}
+
+#[tokio::test]
+async fn a_tool_list_in_an_sse_answer_is_recorded() {
+    let (gate, offers) = offering_gate(Ok(())).await;
+    let list = r#"{"jsonrpc":"2.0","id":"l1","method":"tools/list","params":{"cursor":"sse"}}"#;
+    let text = post(&gate, list, &[]).await.text().await.unwrap();
+    let messages = data_lines(&text);
+    assert_eq!(offers.names(), [vec!["list_invoices"]]);
+    assert_eq!(
+        offers.all()[0].digest,
+        digest_of_what_the_agent_got(&messages[0])
+    );
+}
+
+#[tokio::test]
+async fn a_tool_list_that_cannot_be_recorded_is_not_relayed() {
+    let (gate, offers) = offering_gate(Err(NotRecorded)).await;
+    let (status, value) =
+        post_json(&gate, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(value["id"], 2);
+    assert_eq!(value["error"]["data"]["reason"], "mcp_tools_unrecorded");
+    assert!(value.get("result").is_none(), "{value}");
+    // Asked again, it is tried again: nothing is taken as recorded.
+    let (status, _) = post_json(&gate, r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(offers.all().len(), 2);
+
+    // In an SSE answer, the stream is cut before the list.
+    let list = r#"{"jsonrpc":"2.0","id":"l1","method":"tools/list","params":{"cursor":"sse"}}"#;
+    let text = post(&gate, list, &[]).await.text().await.unwrap();
+    assert!(!text.contains("list_invoices"), "{text}");
+    assert!(data_lines(&text).is_empty(), "{text}");
+}
+
+#[tokio::test]
+async fn a_tool_list_waits_for_its_record() {
+    let (url, _log) = fake_server().await;
+    let server = declared(&url);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = Gate::new(&server, policy(&server), &no_env)
+        .unwrap()
+        .with_recorder(Held(release.clone()));
+    let gate = start_gate(gate).await;
+    let answer = tokio::spawn(async move {
+        post_json(&gate, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!answer.is_finished(), "shown before it was recorded");
+    release.notify_one();
+    let (_, value) = answer.await.unwrap();
+    assert_eq!(tool_names(&value), ["list_invoices"]);
+}
+
+#[tokio::test]
+async fn past_the_bound_no_new_tool_list_is_relayed() {
+    let (gate, offers) = offering_gate(Ok(())).await;
+    let list = |version: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"cursor":"v{version}"}}}}"#
+        )
+    };
+    for version in 0..MAX_OFFERED_LISTS {
+        let (status, _) = post_json(&gate, &list(version)).await;
+        assert_eq!(status, StatusCode::OK, "list {version}");
+    }
+    let (status, value) = post_json(&gate, &list(MAX_OFFERED_LISTS)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(value["error"]["data"]["reason"], "mcp_tools_unrecorded");
+    // A list on record already still goes through.
+    let (status, _) = post_json(&gate, &list(0)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(offers.all().len(), MAX_OFFERED_LISTS);
 }
 
 // ---------------------------------------------- servers that misbehave

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use constle_manifest::{
     HumanGates, McpServer, McpTransport, Pricing, ServerId, StdioServer, ToolName,
 };
-use constle_mcp_gate::{Gate, RecordFuture, Recorder, RefusedRequest, ServerPolicy};
+use constle_mcp_gate::{
+    Gate, OfferFuture, OfferedTools, RecordFuture, Recorder, RefusedRequest, ServerPolicy,
+};
 use constle_mcp_stdio::{ExitCause, Launch, LaunchFuture, Process, ServerEvent, StdioBridge};
 use constle_testkit::mcp::{client_main, stdio_server_main};
 use libtest_mimic::{Arguments, Trial};
@@ -133,6 +135,10 @@ impl Recorder for Refusals {
     fn refused<'a>(&'a self, refused: &'a RefusedRequest) -> RecordFuture<'a> {
         self.0.lock().unwrap().push(refused.clone());
         Box::pin(std::future::ready(()))
+    }
+
+    fn offered<'a>(&'a self, _offered: &'a OfferedTools) -> OfferFuture<'a> {
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 

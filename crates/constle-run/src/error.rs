@@ -54,14 +54,16 @@ pub enum RunError {
         /// The gated tool.
         tool: String,
     },
-    /// A request an MCP gate refused could not be recorded; the gates were
-    /// closed and the run stopped.
+    /// What an MCP gate decided (a refusal, a tool list shown) could not be
+    /// recorded; the gates were closed and the run stopped.
     #[error(
-        "the MCP gate of server {server:?} refused a request and could not record it ({error}); every gate was closed and the run stopped"
+        "the MCP gate of server {server:?} could not record {what} ({error}); every gate was closed and the run stopped"
     )]
-    RefusalUnrecorded {
+    GateUnrecorded {
         /// The server's id.
         server: String,
+        /// What was not recorded: `a refusal`, `a tool list it offered`.
+        what: &'static str,
         /// What the audit log said.
         error: String,
     },

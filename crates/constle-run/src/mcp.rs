@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use crate::error::{RunError, io};
 use crate::human::HumanGate;
 use crate::output::OutputHold;
-use crate::refusals::RefusalLog;
+use crate::refusals::GateLog;
 use crate::spend::SpendMeter;
 use crate::stdio::StdioServers;
 use crate::stop::{GateStop, GateStopped};
@@ -100,9 +100,10 @@ impl McpGates {
     /// Gated calls go to the human gates (with `terminal` as the host
     /// terminal, if there is one, and the hold that keeps the agent's
     /// output back while it asks); priced calls to `meter`; every request a gate
-    /// refuses itself to the audit log (`mcp_refused`). All of them share
-    /// one [`Shutoff`], thrown when a timeout aborts the run or a refusal
-    /// cannot be recorded.
+    /// refuses itself to the audit log (`mcp_refused`), and every distinct
+    /// tool list it shows the agent (`mcp_tools_offered`). All of them share
+    /// one [`Shutoff`], thrown when a timeout aborts the run or a refusal or
+    /// tool list cannot be recorded.
     pub(crate) fn start(
         ready: BridgedGates,
         manifest: &Manifest,
@@ -115,7 +116,7 @@ impl McpGates {
         let shutoff = Shutoff::new();
         let (stops, stopped) = mpsc::unbounded_channel();
         let human = HumanGate::new(manifest, home, log, terminal, &shutoff, &stops)?;
-        let refusals = RefusalLog::new(log, &shutoff, &stops);
+        let records = GateLog::new(log, &shutoff, &stops);
         let mut gates = McpGates {
             relays: Vec::new(),
             env: BTreeMap::new(),
@@ -125,7 +126,7 @@ impl McpGates {
         };
         for ((id, gate), port) in ready.0.into_iter().zip(MCP_BASE_PORT..) {
             let mut gate = gate
-                .with_recorder(refusals.clone())
+                .with_recorder(records.clone())
                 .with_shutoff(shutoff.clone());
             if let Some(human) = &human {
                 gate = gate.with_approver(human.clone());

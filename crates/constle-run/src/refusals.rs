@@ -1,5 +1,9 @@
-//! Refusals at the MCP gates in a run: each request a gate refuses itself
-//! is an `mcp_refused` entry, on disk before the agent gets the refusal.
+//! What the MCP gates of a run record: each request a gate refuses itself
+//! is an `mcp_refused` entry, on disk before the agent gets the refusal;
+//! each distinct tool list a gate shows the agent is an
+//! `mcp_tools_offered` entry, on disk before the agent sees it (the gate
+//! records each list once, and at most
+//! [`constle_mcp_gate::MAX_OFFERED_LISTS`] of them).
 //!
 //! A flood of refused requests cannot grow the log faster than [`RATE`]
 //! entries a second (after a burst of [`BURST`]): beyond that, refusals
@@ -12,7 +16,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use constle_audit::{AuditLog, Event, EventError};
-use constle_mcp_gate::{RecordFuture, Recorder, RefusedRequest, RequestId, Shutoff};
+use constle_mcp_gate::{
+    NotRecorded, OfferFuture, OfferedTools, RecordFuture, Recorder, RefusedRequest, RequestId,
+    Shutoff,
+};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -25,9 +32,9 @@ const BURST: u32 = 100;
 /// Refusals recorded a second, at most, past the burst.
 const RATE: u32 = 20;
 
-/// Records the refusals of every MCP gate of one run.
+/// Records the refusals and tool lists of every MCP gate of one run.
 #[derive(Clone)]
-pub(crate) struct RefusalLog(Arc<Inner>);
+pub(crate) struct GateLog(Arc<Inner>);
 
 struct Inner {
     log: Arc<AuditLog>,
@@ -36,11 +43,11 @@ struct Inner {
     stops: GateStops,
 }
 
-impl RefusalLog {
-    /// Records into `log`; a refusal that cannot be recorded closes the
-    /// gates (`shutoff`) and ends the run (`stops`).
-    pub(crate) fn new(log: &Arc<AuditLog>, shutoff: &Shutoff, stops: &GateStops) -> RefusalLog {
-        RefusalLog(Arc::new(Inner {
+impl GateLog {
+    /// Records into `log`; a refusal or tool list that cannot be recorded
+    /// closes the gates (`shutoff`) and ends the run (`stops`).
+    pub(crate) fn new(log: &Arc<AuditLog>, shutoff: &Shutoff, stops: &GateStops) -> GateLog {
+        GateLog(Arc::new(Inner {
             log: Arc::clone(log),
             pace: Pace::new(BURST, RATE),
             shutoff: shutoff.clone(),
@@ -49,31 +56,53 @@ impl RefusalLog {
     }
 }
 
-impl Recorder for RefusalLog {
+impl Recorder for GateLog {
     fn refused<'a>(&'a self, refused: &'a RefusedRequest) -> RecordFuture<'a> {
-        Box::pin(self.0.record(refused))
+        Box::pin(async {
+            tokio::time::sleep_until(self.0.pace.turn()).await;
+            // The refusal stands whether or not it was recorded.
+            let _ = (self.0)
+                .record(&refused.server, "a refusal", refused_event(refused))
+                .await;
+        })
+    }
+
+    fn offered<'a>(&'a self, offered: &'a OfferedTools) -> OfferFuture<'a> {
+        // Not paced: a gate records at most MAX_OFFERED_LISTS lists.
+        let event = offered_event(offered);
+        Box::pin(
+            self.0
+                .record(&offered.server, "a tool list it offered", event),
+        )
     }
 }
 
 impl Inner {
-    async fn record(&self, refused: &RefusedRequest) {
-        tokio::time::sleep_until(self.pace.turn()).await;
-        let written = match refused_event(refused) {
+    /// Writes `event` for the gate of `server`; if it cannot, what must not
+    /// go on is a run whose gate decisions leave no trace.
+    async fn record(
+        &self,
+        server: &str,
+        what: &'static str,
+        event: Result<Event, EventError>,
+    ) -> Result<(), NotRecorded> {
+        let written = match event {
             Ok(event) => (self.log.submit(event).written().await)
                 .map(drop)
                 .map_err(|err| err.to_string()),
             Err(err) => Err(err.to_string()),
         };
-        if let Err(error) = written {
-            // The refusal stands; what must not go on is a run whose gate
-            // decisions leave no trace.
-            self.shutoff
-                .close(format!("a refusal could not be recorded ({error})"));
-            let _ = self.stops.send(GateStop::Unrecorded {
-                server: refused.server.clone(),
-                error,
-            });
-        }
+        let Err(error) = written else {
+            return Ok(());
+        };
+        self.shutoff
+            .close(format!("{what} could not be recorded ({error})"));
+        let _ = self.stops.send(GateStop::Unrecorded {
+            server: server.to_owned(),
+            what,
+            error,
+        });
+        Err(NotRecorded)
     }
 }
 
@@ -86,6 +115,15 @@ pub(crate) fn refused_event(refused: &RefusedRequest) -> Result<Event, EventErro
         .with("tool", refused.tool.as_deref())?
         .with("reason", refused.reason.as_str())?
         .with("rpc_id", refused.request_id.as_ref().map(rpc_id))
+}
+
+/// `mcp_tools_offered`: the tools' names in the order the agent got them,
+/// and the digest of the list it got.
+pub(crate) fn offered_event(offered: &OfferedTools) -> Result<Event, EventError> {
+    Event::new("mcp_tools_offered")?
+        .with("server", offered.server.as_str())?
+        .with("tools", offered.tools.clone())?
+        .with("digest", offered.digest.as_str())
 }
 
 /// The id as the agent sent it: a string, or an integer; one that JSON

@@ -590,7 +590,7 @@ async fn watch(
             let _ = agent.start_kill();
             Err(match stop {
                 GateStop::Timeout { server, tool } => RunError::GateTimeout { server, tool },
-                GateStop::Unrecorded { server, error } => RunError::RefusalUnrecorded { server, error },
+                GateStop::Unrecorded { server, what, error } => RunError::GateUnrecorded { server, what, error },
             })
         }
         (name, number) = stop.recv() => {

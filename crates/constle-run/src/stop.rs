@@ -13,11 +13,13 @@ pub(crate) enum GateStop {
         /// The gated tool.
         tool: String,
     },
-    /// A refusal could not be recorded: the run does not go on without
-    /// its log.
+    /// A refusal or a tool list offered could not be recorded: the run
+    /// does not go on without its log.
     Unrecorded {
-        /// The server whose gate refused.
+        /// The server whose gate it was.
         server: String,
+        /// What was not recorded, for the message.
+        what: &'static str,
         /// What the audit log said.
         error: String,
     },

@@ -250,6 +250,27 @@ fn declared_calls_pass(options: McpServerOptions) {
     let (listed, status) = outcome(&out, "list");
     assert_eq!(status, 0, "{}", report(&out));
     let mut listed: Vec<&str> = listed.lines().collect();
+    // Each distinct page the agent was shown is on record, once, in order.
+    let offered = events(&fx.case, "mcp_tools_offered");
+    let shown: Vec<&str> = offered
+        .iter()
+        .flat_map(|e| e["tools"].as_array().unwrap())
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(shown, listed, "{offered:?}");
+    let mut digests: Vec<&str> = offered
+        .iter()
+        .map(|e| e["digest"].as_str().unwrap())
+        .collect();
+    assert!(offered.iter().all(|e| e["server"] == "accounting"));
+    assert!(
+        digests
+            .iter()
+            .all(|d| d.len() == 71 && d.starts_with("sha256:"))
+    );
+    digests.sort_unstable();
+    digests.dedup();
+    assert_eq!(digests.len(), offered.len(), "{offered:?}");
     listed.sort_unstable();
     // The server also has Pay_Invoice, delete_everything and echo.
     assert_eq!(listed, ["get_invoice", "list_invoices", "pay_invoice"]);
