@@ -220,6 +220,55 @@ pub fn parse_line(line: &[u8]) -> Result<Entry, LineError> {
     parse_line_cached(line, &mut DidCache::default(), |_| true)
 }
 
+/// Why a line is not an entry signed by the key expected.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SignedLineError {
+    /// Not a well-formed entry.
+    #[error(transparent)]
+    Line(#[from] LineError),
+    /// The entry has no `did` and `sig`.
+    #[error("the entry is not signed")]
+    Unsigned,
+    /// Signed by another key.
+    #[error("the entry is signed by {found}, not {expected}")]
+    WrongSigner {
+        /// The key expected.
+        expected: String,
+        /// The key the entry names.
+        found: String,
+    },
+    /// The signature does not verify.
+    #[error("the entry's signature does not verify against {key}")]
+    InvalidSignature {
+        /// The key it was checked against.
+        key: String,
+    },
+}
+
+/// Reads one line (without its newline) and checks it on its own as
+/// `audit verify` checks each line: well formed and canonical, naming
+/// `signer` as its `did`, and its signature by `signer` verifying
+/// (strictly). The chain through it is not checked here.
+pub fn verify_signed_line(line: &[u8], signer: &DidKey) -> Result<Entry, SignedLineError> {
+    let entry = parse_line(line)?;
+    let (Some(did), Some((signature, signed))) = (&entry.did, &entry.signature) else {
+        return Err(SignedLineError::Unsigned);
+    };
+    if did != signer {
+        return Err(SignedLineError::WrongSigner {
+            expected: signer.to_string(),
+            found: did.to_string(),
+        });
+    }
+    signer
+        .verify(signed, signature)
+        .map_err(|_| SignedLineError::InvalidSignature {
+            key: signer.to_string(),
+        })?;
+    Ok(entry)
+}
+
 /// The last signer parsed. Decoding a did:key decompresses a curve point,
 /// which costs more than the rest of parsing a line; the lines of one log
 /// almost always share one signer.
@@ -398,6 +447,33 @@ mod tests {
                 .unwrap()
                 .contains(r#""ts":"2026-08-08T10:00:00.500000Z""#)
         );
+    }
+
+    #[test]
+    fn a_signed_line_verifies_against_its_signer_only() {
+        let signer = SigningIdentity::from_bytes(&[7; 32]);
+        let other = SigningIdentity::from_bytes(&[8; 32]);
+        let agent = agent();
+        let event = Event::new("run_started").unwrap().with("a", "b").unwrap();
+        let line = seal(&header(&agent), event.clone(), Some(&signer));
+        assert_eq!(verify_signed_line(&line, signer.did()).unwrap().seq, 7);
+        assert!(matches!(
+            verify_signed_line(&line, other.did()),
+            Err(SignedLineError::WrongSigner { .. })
+        ));
+        let unsigned = seal(&header(&agent), event, None);
+        assert_eq!(
+            verify_signed_line(&unsigned, signer.did()).unwrap_err(),
+            SignedLineError::Unsigned
+        );
+        // Another value, still canonical: the signature no longer covers it.
+        let edited = String::from_utf8(line)
+            .unwrap()
+            .replace(r#""a":"b""#, r#""a":"c""#);
+        assert!(matches!(
+            verify_signed_line(edited.as_bytes(), signer.did()),
+            Err(SignedLineError::InvalidSignature { .. })
+        ));
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //!   group commit for concurrent producers.
 //! - [`verify_file`] checks a day file and yields a [`VerifiedLog`] or the
 //!   [`Finding`]s that show what was changed.
-//! - [`parse_line`] reads one line, for display; [`read_log_file`] reads a
-//!   day file, only if it is a regular file of bounded size.
+//! - [`parse_line`] reads one line, for display; [`verify_signed_line`]
+//!   checks one line's signature on its own (for a line shown out of its
+//!   log, as a run receipt shows it); [`read_log_file`] reads a day file,
+//!   only if it is a regular file of bounded size.
 //!
 //! What the log cannot show is that its account is true: the host wrote it.
 //! And whoever holds the agent's key can rewrite the whole chain and head.
@@ -32,7 +34,10 @@ mod verify;
 mod votes;
 mod writer;
 
-pub use entry::{Entry, Event, EventError, LineError, LineHash, format_timestamp, parse_line};
+pub use entry::{
+    Entry, Event, EventError, LineError, LineHash, SignedLineError, format_timestamp, parse_line,
+    verify_signed_line,
+};
 pub use head::{Head, HeadError, SignedHead};
 pub use layout::{DayFile, day_file_name, head_path};
 pub use read::{MAX_LOG_FILE_BYTES, ReadError, read_log_file};
