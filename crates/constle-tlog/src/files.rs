@@ -68,6 +68,22 @@ impl LogTree {
     /// before the end, or a day whose first `seq` does not continue the lines
     /// before it.
     pub fn from_log_dir(dir: &Path, agent: &Name) -> Result<LogFiles, LogFilesError> {
+        LogTree::from_log_dir_with(dir, agent, |_, _| {})
+    }
+
+    /// [`LogTree::from_log_dir`], handing `visit` each leaf's index (the
+    /// entry's `seq`) and line as it is added: for a reader that needs
+    /// lines besides the tree, and then reads each file once, so the lines
+    /// it keeps are the leaves of the tree it gets.
+    ///
+    /// # Errors
+    ///
+    /// As [`LogTree::from_log_dir`].
+    pub fn from_log_dir_with(
+        dir: &Path,
+        agent: &Name,
+        mut visit: impl FnMut(u64, &[u8]),
+    ) -> Result<LogFiles, LogFilesError> {
         let days = day_files(dir, agent)?;
         let mut tree = LogTree::new();
         let mut files = Vec::with_capacity(days.len());
@@ -100,6 +116,7 @@ impl LogTree {
                 if number == 1 {
                     check_first_seq(&path, line, tree.len())?;
                 }
+                visit(tree.len(), line);
                 tree.push(line);
             }
             files.push(path);

@@ -571,6 +571,15 @@ mod files {
         assert_eq!(read.tree.head(), tree_of(&lines).head());
         assert_eq!(read.torn_tail, 6);
         assert_eq!(read.files.len(), 2);
+        // A visitor sees every leaf, with its index, and nothing else.
+        let mut seen = Vec::new();
+        let visited = LogTree::from_log_dir_with(dir.path(), &agent, |index, line| {
+            seen.push((index, line.to_vec()));
+        })
+        .unwrap();
+        assert_eq!(visited.tree.head(), read.tree.head());
+        let expected: Vec<(u64, Vec<u8>)> = (0..).zip(lines).collect();
+        assert_eq!(seen, expected);
     }
 
     #[test]
