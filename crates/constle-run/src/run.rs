@@ -90,14 +90,17 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
         manifest.name.clone(),
         signer,
     )?));
-    record(&log, run_started(manifest)).await?;
+    let run_started_seq = log.submit(run_started(manifest)).written().await?.seq;
     let outcome = supervise(manifest, gates, options, &mut stop, &log, secrets).await;
     let exit_code = match &outcome {
         Ok((code, _)) => *code,
         Err(_) => 125,
     };
+    // Naming its start pairs the two for a receipt even when runs of the
+    // agent overlap, or one before was killed and never finished.
     let mut finished = event("run_finished")
-        .with("exit_status", exit_code)
+        .with("run_started_seq", run_started_seq)
+        .and_then(|e| e.with("exit_status", exit_code))
         .and_then(|e| e.with("duration_ms", started.elapsed().as_millis() as i64));
     match &outcome {
         Ok((_, phases)) => finished = finished.and_then(|e| e.with("phases_us", phases.to_json())),

@@ -82,6 +82,7 @@ fn the_agents_exit_status_is_constles_and_the_run_is_logged() {
     assert_eq!(log.first().unwrap()["event"], "run_started");
     assert_eq!(log.last().unwrap()["event"], "run_finished");
     assert_eq!(log.last().unwrap()["exit_status"], 7);
+    assert_eq!(log.last().unwrap()["run_started_seq"], log[0]["seq"]);
 }
 
 #[test]
