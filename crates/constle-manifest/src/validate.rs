@@ -25,6 +25,7 @@ use crate::raw::{
     RawSandbox, RawServer, RawSpending, Strings,
 };
 use crate::secret::SecretHeaderError;
+mod audit;
 mod quorum;
 mod stdio;
 
@@ -132,6 +133,10 @@ pub(crate) fn validate(raw: RawManifest, input: Input<'_>, sink: &mut Sink) -> O
         }
         None => Some(None),
     };
+    let audit = match &raw.audit.0 {
+        Some(a) => v.audit(a, identity_declared),
+        None => Some(crate::model::Audit::default()),
+    };
 
     if !v.sink.errors.is_empty() {
         return None;
@@ -144,6 +149,7 @@ pub(crate) fn validate(raw: RawManifest, input: Input<'_>, sink: &mut Sink) -> O
         human_gates: human_gates?,
         spending: spending?,
         a2a: a2a?,
+        audit: audit?,
         base_dir: v.base_dir,
         policy_digest: input_digest,
     })
