@@ -22,6 +22,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::a2a::A2aLink;
 use crate::bridge;
+use crate::checkpoints::RunCheckpoints;
 use crate::error::{RunError, io};
 use crate::limits::{RunLimits, limit_event};
 use crate::mcp::{McpGates, PreparedGates};
@@ -85,13 +86,25 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
         }
         None => None,
     };
+    // And the witnesses' keys, with the agent key that signs checkpoints.
+    let mut checkpoints = RunCheckpoints::open(manifest, &options.home)?;
     let log = Arc::new(AuditLog::start(Appender::new(
         &options.home.join("logs"),
         manifest.name.clone(),
         signer,
     )?));
     record(&log, run_started(manifest)).await?;
-    let outcome = supervise(manifest, gates, options, &mut stop, &log, secrets).await;
+    let first = match checkpoints.as_mut() {
+        Some(checkpoints) => checkpoints.first(&log).await,
+        None => Ok(()),
+    };
+    let outcome = match first {
+        Ok(()) => {
+            let checkpoints = checkpoints.as_mut();
+            supervise(manifest, gates, options, &mut stop, &log, secrets, checkpoints).await
+        }
+        Err(err) => Err(err),
+    };
     let exit_code = match &outcome {
         Ok((code, _)) => *code,
         Err(_) => 125,
@@ -106,9 +119,14 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     if let Ok(finished) = finished {
         record(&log, finished).await?;
     }
+    let last = match checkpoints.as_mut() {
+        Some(checkpoints) => checkpoints.last(&log).await,
+        None => Ok(()),
+    };
     if let Ok(log) = Arc::try_unwrap(log) {
         log.close();
     }
+    let outcome = outcome.and_then(|done| last.map(|()| done));
     outcome.map(|(exit_code, _)| RunReport {
         exit_code,
         duration: started.elapsed(),
@@ -154,6 +172,7 @@ async fn supervise(
     stop: &mut StopSignals,
     log: &Arc<AuditLog>,
     secrets: Secrets,
+    checkpoints: Option<&mut RunCheckpoints>,
 ) -> Result<(i32, Phases), RunError> {
     let mut clock = Instant::now();
     let mut lap = move || {
@@ -242,6 +261,7 @@ async fn supervise(
         &limits,
         stop,
         log,
+        checkpoints,
     )
     .await;
     let sandbox = lap();
@@ -532,8 +552,9 @@ pub(crate) fn proxied_env(
 }
 
 /// Waits for the agent to exit. A signal to constle, the proxy dying, the
-/// audit log failing, a gate timing out under `on_timeout: abort` or a
-/// refusal that cannot be recorded ends the run early.
+/// audit log failing, a gate timing out under `on_timeout: abort`, a
+/// refusal that cannot be recorded or a checkpoint short of its required
+/// quorum ends the run early.
 async fn watch(
     agent: &mut tokio::process::Child,
     mut proxy: Option<&mut Proxy>,
@@ -542,7 +563,14 @@ async fn watch(
     limits: &RunLimits,
     stop: &mut StopSignals,
     log: &AuditLog,
+    checkpoints: Option<&mut RunCheckpoints>,
 ) -> Result<i32, RunError> {
+    let unwitnessed = async {
+        match checkpoints {
+            Some(checkpoints) => checkpoints.watch(log).await,
+            None => std::future::pending().await,
+        }
+    };
     // The agent's proxy, or a stdio server's: either failing ends the run.
     let trouble = async {
         let agent = async {
@@ -592,6 +620,10 @@ async fn watch(
                 GateStop::Timeout { server, tool } => RunError::GateTimeout { server, tool },
                 GateStop::Unrecorded { server, error } => RunError::RefusalUnrecorded { server, error },
             })
+        }
+        stop = unwitnessed => {
+            let _ = agent.start_kill();
+            Err(stop)
         }
         (name, number) = stop.recv() => {
             if let Ok(stopped) = event("run_interrupted").with("signal", name) {
