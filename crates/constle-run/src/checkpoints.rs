@@ -91,7 +91,11 @@ impl RunCheckpoints {
 
     /// One round, recorded; the run's stop when its quorum is required and
     /// missed (or the checkpoint could not be made).
-    async fn stop_if_unwitnessed(&mut self, trigger: Trigger, log: &AuditLog) -> Result<(), RunError> {
+    async fn stop_if_unwitnessed(
+        &mut self,
+        trigger: Trigger,
+        log: &AuditLog,
+    ) -> Result<(), RunError> {
         let required = self.checkpointer.config().required;
         let round = match self.checkpointer.round(trigger).await {
             Ok(round) => round,
@@ -121,7 +125,9 @@ impl RunCheckpoints {
 }
 
 fn today() -> Date {
-    jiff::Timestamp::now().to_zoned_datetime(TimeZone::UTC).date()
+    jiff::Timestamp::now()
+        .to_zoned_datetime(TimeZone::UTC)
+        .date()
 }
 
 /// On the host's standard error, like the run's other messages.

@@ -146,7 +146,9 @@ fn witnesses(manifest: &Manifest) -> Option<Item> {
     if audit.witnesses.is_empty() {
         return Some(not_enforced(
             "witnesses",
-            format!("none declared (audit.witnesses): {when} are signed by the agent key alone, so whoever holds it could re-sign another past"),
+            format!(
+                "none declared (audit.witnesses): {when} are signed by the agent key alone, so whoever holds it could re-sign another past"
+            ),
         ));
     }
     let names: Vec<&str> = audit.witnesses.iter().map(|w| w.name()).collect();

@@ -101,7 +101,16 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     let outcome = match first {
         Ok(()) => {
             let checkpoints = checkpoints.as_mut();
-            supervise(manifest, gates, options, &mut stop, &log, secrets, checkpoints).await
+            supervise(
+                manifest,
+                gates,
+                options,
+                &mut stop,
+                &log,
+                secrets,
+                checkpoints,
+            )
+            .await
         }
         Err(err) => Err(err),
     };

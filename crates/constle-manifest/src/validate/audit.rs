@@ -229,7 +229,8 @@ fn check_deployment(s: &str) -> Result<String, InvalidValue> {
 /// `<name>+<8 hex>+<base64(0x04 || 32-byte key)>`, the shape of a
 /// `cosignature/v1` verifier key.
 fn check_witness_key(s: &str) -> Result<String, InvalidValue> {
-    let parts: Vec<&str> = s.split('+').collect();
+    // The base64 may hold `+` too: only the first two separate parts.
+    let parts: Vec<&str> = s.splitn(3, '+').collect();
     let shaped = match parts.as_slice() {
         [name, id, key] => {
             !name.is_empty()
