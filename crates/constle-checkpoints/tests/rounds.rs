@@ -1,6 +1,9 @@
 //! Rounds against real witnesses (constle-witness, on loopback): what is
 //! cosigned, what is recorded, and what a missing witness does.
 
+// Helpers outside `#[test]` functions report through panics too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

@@ -264,13 +264,12 @@ async fn supervise(
     let (mut agent, output, lifeline) = start_sandbox(&spec, &hold)?;
     let result = watch(
         &mut agent,
-        proxy.as_mut(),
-        &mut servers,
+        proxy_trouble(proxy.as_mut(), &mut servers),
         &mut gates,
         &limits,
         stop,
         log,
-        checkpoints,
+        unwitnessed(checkpoints, log),
     )
     .await;
     let sandbox = lap();
@@ -566,33 +565,13 @@ pub(crate) fn proxied_env(
 /// quorum ends the run early.
 async fn watch(
     agent: &mut tokio::process::Child,
-    mut proxy: Option<&mut Proxy>,
-    servers: &mut StdioServers,
+    trouble: impl Future<Output = (Option<String>, ProxyTrouble)>,
     gates: &mut McpGates,
     limits: &RunLimits,
     stop: &mut StopSignals,
     log: &AuditLog,
-    checkpoints: Option<&mut RunCheckpoints>,
+    unwitnessed: impl Future<Output = RunError>,
 ) -> Result<i32, RunError> {
-    let unwitnessed = async {
-        match checkpoints {
-            Some(checkpoints) => checkpoints.watch(log).await,
-            None => std::future::pending().await,
-        }
-    };
-    // The agent's proxy, or a stdio server's: either failing ends the run.
-    let trouble = async {
-        let agent = async {
-            match proxy.as_deref_mut() {
-                Some(proxy) => (None, proxy.trouble().await),
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            trouble = agent => trouble,
-            (server, trouble) = servers.proxy_trouble() => (Some(server), trouble),
-        }
-    };
     tokio::select! {
         status = agent.wait() => {
             let code = exit_code(status.map_err(io("waiting for the agent"))?);
@@ -640,6 +619,31 @@ async fn watch(
             }
             Ok(128 + number)
         }
+    }
+}
+
+/// The agent's proxy, or a stdio server's, failing: either ends the run.
+async fn proxy_trouble(
+    proxy: Option<&mut Proxy>,
+    servers: &mut StdioServers,
+) -> (Option<String>, ProxyTrouble) {
+    let agent = async {
+        match proxy {
+            Some(proxy) => (None, proxy.trouble().await),
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        trouble = agent => trouble,
+        (server, trouble) = servers.proxy_trouble() => (Some(server), trouble),
+    }
+}
+
+/// A checkpoint short of its required quorum, which ends the run.
+async fn unwitnessed(checkpoints: Option<&mut RunCheckpoints>, log: &AuditLog) -> RunError {
+    match checkpoints {
+        Some(checkpoints) => checkpoints.watch(log).await,
+        None => std::future::pending().await,
     }
 }
 
