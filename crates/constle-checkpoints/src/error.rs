@@ -25,6 +25,9 @@ pub enum ConfigError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CheckpointError {
+    /// No HTTP client for the witnesses can be made.
+    #[error("cannot make an HTTP client for the witnesses: {0}")]
+    Client(String),
     /// The head anchor cannot be read.
     #[error("cannot read the audit log's head anchor in {dir}: {reason}")]
     Head {

@@ -56,17 +56,14 @@ impl Checkpointer {
     ///
     /// # Errors
     ///
-    /// [`CheckpointError::Write`] if no HTTP client can be made.
+    /// [`CheckpointError::Client`] if no HTTP client can be made.
     pub fn new(
         config: Witnessing,
         signer: SigningIdentity,
         dir: &Path,
         agent: Name,
     ) -> Result<Checkpointer, CheckpointError> {
-        let client = client().map_err(|err| CheckpointError::Write {
-            path: dir.to_owned(),
-            reason: format!("cannot make an HTTP client: {err}"),
-        })?;
+        let client = client().map_err(|err| CheckpointError::Client(err.to_string()))?;
         Ok(Checkpointer {
             config,
             signer,

@@ -49,8 +49,7 @@ impl RunCheckpoints {
             today(),
         );
         let dir = home.join("logs");
-        let checkpointer = Checkpointer::new(config, signer, &dir, manifest.name.clone())
-            .map_err(|err| RunError::Sandbox(err.to_string()))?;
+        let checkpointer = Checkpointer::new(config, signer, &dir, manifest.name.clone())?;
         Ok(Some(RunCheckpoints {
             checkpointer,
             schedule,

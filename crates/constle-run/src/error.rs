@@ -22,6 +22,9 @@ pub enum RunError {
     /// does not parse); found before anything starts.
     #[error("the Agentfile's audit section cannot be used, so nothing was started: {0}")]
     Witnessing(#[from] constle_checkpoints::ConfigError),
+    /// The run's checkpoints cannot be made at all.
+    #[error("checkpoints cannot be made, so nothing was started: {0}")]
+    Checkpoints(#[from] constle_checkpoints::CheckpointError),
     /// A checkpoint missed the quorum of witnesses the Agentfile requires
     /// (`audit.witness_quorum_required`): the agent was stopped, or never
     /// started.

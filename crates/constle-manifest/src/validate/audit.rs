@@ -128,7 +128,10 @@ impl V<'_, '_> {
     /// is checked against the witness's key, so TLS adds no integrity.
     fn witness_url(&mut self, value: &Located<String>) -> Option<HttpUrl> {
         match HttpUrl::parse_inner(&value.value) {
-            Ok(url) => Some(url),
+            Ok(url) => {
+                self.secret_url_warning(value, &url, "audit.witnesses[].url");
+                Some(url)
+            }
             Err(e) => {
                 self.sink.error("invalid_url", value.pos, e.message, e.help);
                 None
