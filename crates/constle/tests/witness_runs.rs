@@ -14,7 +14,7 @@ use std::process::{Child, Output, Stdio};
 use std::sync::{Arc, Mutex};
 
 use constle_identity::{DidKey, Name};
-use constle_testkit::TestHost;
+use constle_testkit::{HostsFile, TestHost};
 use constle_tlog::{Deployment, LogKey, Origin, SignedCheckpoint, WitnessKey, verify_cosignature};
 use libtest_mimic::Arguments;
 
@@ -24,6 +24,10 @@ use common::{Case, constle_bin, e2e, report, text};
 
 const DEPLOYMENT: &str = "ci.example.com";
 const PORT: u16 = 7710;
+const EXAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/invoice-processor/work/agent.py"
+);
 
 fn main() {
     let tests = vec![
@@ -42,6 +46,10 @@ fn main() {
         e2e(
             "a_log_started_over_with_the_same_key_is_refused_by_its_witness",
             forked,
+        ),
+        e2e(
+            "new_entries_during_a_run_are_checkpointed_while_it_runs",
+            during,
         ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
@@ -184,8 +192,8 @@ impl Agent {
         }
     }
 
-    /// Writes the Agentfile: `command` in the sandbox, witnesses listed as
-    /// their entries, `quorum`, `required`.
+    /// Writes the Agentfile: `command` in the sandbox without network,
+    /// witnesses listed as their entries, `quorum`, `required`.
     fn agentfile(
         &self,
         command: &str,
@@ -193,8 +201,22 @@ impl Agent {
         quorum: usize,
         required: bool,
     ) -> PathBuf {
+        let network = "  network:\n    egress: none\n";
+        let audit = format!("witness_quorum: {quorum}\n  witness_quorum_required: {required}\n");
+        self.agentfile_with(command, network, witnesses, &audit)
+    }
+
+    /// The Agentfile with `network` under `sandbox` and `audit`'s lines
+    /// after the witnesses.
+    fn agentfile_with(
+        &self,
+        command: &str,
+        network: &str,
+        witnesses: &[String],
+        audit: &str,
+    ) -> PathBuf {
         self.case.agentfile(&format!(
-            "identity:\n  did: {}\nsandbox:\n  command: [sh, -c, {command:?}]\n  network:\n    egress: none\naudit:\n  deployment: {DEPLOYMENT}\n  witnesses:\n{}  witness_quorum: {quorum}\n  witness_quorum_required: {required}\n",
+            "identity:\n  did: {}\nsandbox:\n  command: [sh, -c, {command:?}]\n{network}audit:\n  deployment: {DEPLOYMENT}\n  witnesses:\n{}  {audit}",
             self.log.did(),
             witnesses.concat(),
         ))
@@ -390,4 +412,52 @@ fn forked() {
         refused.contains("witness: 422") || refused.contains("witness: 409"),
         "{refused}"
     );
+}
+
+/// The example agent's requests are entries (the proxy's decisions); with
+/// a checkpoint every 2 entries and the agent still running a few seconds
+/// after them, a round happens during the run, between the first and the
+/// last, and the witness cosigns it.
+fn during() {
+    let agent = Agent::new();
+    let outside = TestHost::start().unwrap();
+    let mut w1 = NsWitness::new(&agent.case, "w1.example.org", &agent.log);
+    let entry = [w1.serve().entry()];
+    fs::copy(EXAMPLE, agent.case.path("work/agent.py")).unwrap();
+    let hosts = agent.case.path("hosts");
+    HostsFile::new()
+        .with(outside.ipv4(), "api.groq.com")
+        .write(&hosts)
+        .unwrap();
+    let network = format!(
+        "  env:\n    ALLOWED_ADDRESS: \"{}\"\n  network:\n    allowed_hosts: [api.groq.com]\n",
+        outside.ipv4()
+    );
+    let audit = "checkpoint_every_entries: 2\n";
+    let agentfile = agent.agentfile_with("python3 agent.py; sleep 3", &network, &entry, audit);
+    let out = agent.case.run(&[
+        "run",
+        "--hosts-file",
+        hosts.to_str().unwrap(),
+        agentfile.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+    let triggers = agent.triggers();
+    assert_eq!(
+        triggers.first().map(String::as_str),
+        Some("run_start"),
+        "{triggers:?}"
+    );
+    assert_eq!(
+        triggers.last().map(String::as_str),
+        Some("run_end"),
+        "{triggers:?}"
+    );
+    assert!(triggers.iter().any(|t| t == "entries"), "{triggers:?}");
+    let sizes: Vec<u64> = agent
+        .events("checkpoint")
+        .iter()
+        .map(|e| e["size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(agent.cosigned_by(&w1), sizes);
 }
