@@ -18,6 +18,21 @@ pub struct Witness {
     pub key: WitnessKey,
 }
 
+/// `<url>/add-checkpoint`, the path added before any query (which may
+/// carry the witness's access token) and without any fragment.
+fn endpoint(url: &str) -> String {
+    let url = url.split('#').next().unwrap_or(url);
+    let (path, query) = match url.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (url, None),
+    };
+    let path = path.trim_end_matches('/');
+    match query {
+        Some(query) => format!("{path}/add-checkpoint?{query}"),
+        None => format!("{path}/add-checkpoint"),
+    }
+}
+
 /// What the run needs to write checkpoints and have them cosigned.
 #[derive(Clone, Debug)]
 pub struct Witnessing {
@@ -58,7 +73,7 @@ impl Witnessing {
                 let key = WitnessKey::from_vkey(&w.key)
                     .map_err(|source| ConfigError::WitnessKey { index, source })?;
                 Ok(Witness {
-                    endpoint: format!("{}/add-checkpoint", w.url.as_str().trim_end_matches('/')),
+                    endpoint: endpoint(w.url.as_str()),
                     shown_url: w.url.redacted(),
                     key,
                 })
@@ -72,5 +87,34 @@ impl Witnessing {
             every_entries: audit.checkpoint_every_entries,
             every: Duration::from_secs(audit.checkpoint_every_seconds),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::endpoint;
+
+    #[test]
+    fn the_path_goes_before_the_query() {
+        for (url, want) in [
+            (
+                "http://192.0.2.1:7710",
+                "http://192.0.2.1:7710/add-checkpoint",
+            ),
+            (
+                "https://w.example/tlog/",
+                "https://w.example/tlog/add-checkpoint",
+            ),
+            (
+                "https://w.example/?token=x",
+                "https://w.example/add-checkpoint?token=x",
+            ),
+            (
+                "https://w.example/w1?token=x#f",
+                "https://w.example/w1/add-checkpoint?token=x",
+            ),
+        ] {
+            assert_eq!(endpoint(url), want);
+        }
     }
 }

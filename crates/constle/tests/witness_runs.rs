@@ -24,6 +24,7 @@ use common::{Case, constle_bin, e2e, report, text};
 
 const DEPLOYMENT: &str = "ci.example.com";
 const PORT: u16 = 7710;
+const TOKEN: &str = "M4RK3R-witness-token";
 const EXAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../examples/invoice-processor/work/agent.py"
@@ -352,7 +353,11 @@ fn two_of_three() {
 fn witness_down() {
     let agent = Agent::new();
     let mut w1 = NsWitness::new(&agent.case, "w1.example.org", &agent.log);
-    let entry = [w1.serve().entry()];
+    // Its URL carries an access token, which nothing may show.
+    let entry = [w1
+        .serve()
+        .entry()
+        .replace(&w1.url(), &format!("{}/?token={TOKEN}", w1.url()))];
     w1.kill();
     let marker = agent.case.path("work/started");
     let command = "touch started";
@@ -360,12 +365,20 @@ fn witness_down() {
     assert_eq!(out.status.code(), Some(0), "{}", report(&out));
     assert!(marker.exists());
     assert!(
-        text(&out.stderr).contains("did not cosign"),
+        text(&out.stderr).contains(&format!(
+            "witness w1.example.org ({}/?token=***) did not cosign",
+            w1.url()
+        )),
         "{}",
         report(&out)
     );
     assert_eq!(agent.events("checkpoint").len(), 2);
     assert!(agent.events("checkpoint_cosigned").is_empty());
+    let log = fs::read_to_string(agent.case.log_file()).unwrap();
+    assert!(
+        !log.contains(TOKEN) && !text(&out.stderr).contains(TOKEN),
+        "{log}"
+    );
 
     fs::remove_file(&marker).unwrap();
     let out = agent.run(&agent.agentfile(command, &entry, 1, true));
