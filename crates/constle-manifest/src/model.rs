@@ -34,6 +34,8 @@ pub struct Manifest {
     pub spending: Spending,
     /// Agent-to-agent messaging, when declared.
     pub a2a: Option<A2a>,
+    /// Checkpoints of the agent's log and the witnesses that cosign them.
+    pub audit: Audit,
     /// The directory holding the Agentfile (made absolute); relative paths in
     /// the Agentfile are resolved against it.
     pub base_dir: PathBuf,
@@ -573,5 +575,70 @@ impl Manifest {
     /// The agent's DID, when declared.
     pub fn did(&self) -> Option<&DidKey> {
         self.identity.as_ref().map(|i| &i.did)
+    }
+}
+
+/// `audit.deployment` when the Agentfile names none: under `.invalid`
+/// (RFC 6761), so it can never be mistaken for a real installation's name.
+/// Witnesses keep one state per origin, so an Agentfile that names
+/// witnesses must name its deployment.
+pub const DEFAULT_DEPLOYMENT: &str = "constle.invalid";
+/// `audit.checkpoint_every_entries` by default.
+pub const DEFAULT_CHECKPOINT_ENTRIES: u64 = 256;
+/// `audit.checkpoint_every_seconds` by default.
+pub const DEFAULT_CHECKPOINT_SECONDS: u64 = 60;
+/// Most witnesses an Agentfile may name.
+pub const MAX_WITNESSES: usize = 16;
+
+/// `audit`: when the run writes checkpoints of the agent's log (it does so
+/// only when the log is signed, `identity.did`), and which witnesses it
+/// asks to cosign them (docs/spec/log-checkpoints.md §6).
+///
+/// Invariant: `witness_quorum` is 0 when there are no witnesses, else from
+/// 1 to their number; witnesses have distinct names, and name none without
+/// an identity and a `deployment` of the Agentfile's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Audit {
+    /// The origin's first part: lowercase DNS labels.
+    pub deployment: String,
+    /// A checkpoint after this many new entries (1 to 1 000 000).
+    pub checkpoint_every_entries: u64,
+    /// A checkpoint after this many seconds with new entries (1 to 86 400).
+    pub checkpoint_every_seconds: u64,
+    /// The witnesses asked to cosign each checkpoint.
+    pub witnesses: Vec<WitnessRef>,
+    /// How many distinct witnesses' cosignatures make a checkpoint witnessed.
+    pub witness_quorum: usize,
+    /// When true, a checkpoint without its quorum stops the run.
+    pub witness_quorum_required: bool,
+}
+
+impl Default for Audit {
+    fn default() -> Self {
+        Audit {
+            deployment: DEFAULT_DEPLOYMENT.to_owned(),
+            checkpoint_every_entries: DEFAULT_CHECKPOINT_ENTRIES,
+            checkpoint_every_seconds: DEFAULT_CHECKPOINT_SECONDS,
+            witnesses: Vec::new(),
+            witness_quorum: 0,
+            witness_quorum_required: false,
+        }
+    }
+}
+
+/// One `audit.witnesses[]` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WitnessRef {
+    /// Where its `add-checkpoint` is: `<url>/add-checkpoint`.
+    pub url: HttpUrl,
+    /// Its verifier key as written (`<name>+<key ID>+<base64>`), checked for
+    /// shape here and parsed strictly by `constle-tlog` where it is used.
+    pub key: String,
+}
+
+impl WitnessRef {
+    /// The witness's name: the key's part before its first `+`.
+    pub fn name(&self) -> &str {
+        self.key.split('+').next().unwrap_or_default()
     }
 }

@@ -23,6 +23,7 @@ pub(crate) struct RawManifest {
     pub human_gates: Field<RawHumanGates>,
     pub spending: Field<RawSpending>,
     pub a2a: Field<RawA2a>,
+    pub audit: Field<RawAudit>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -161,4 +162,22 @@ pub(crate) struct RawA2a {
 pub(crate) struct RawPeer {
     pub did: Field<String>,
     pub url: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawAudit {
+    pub deployment: Field<String>,
+    pub checkpoint_every_entries: Field<u64>,
+    pub checkpoint_every_seconds: Field<u64>,
+    pub witnesses: Field<Vec<Located<RawWitness>>>,
+    pub witness_quorum: Field<u64>,
+    pub witness_quorum_required: Field<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawWitness {
+    pub url: Field<String>,
+    pub key: Field<String>,
 }

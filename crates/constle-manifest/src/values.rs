@@ -633,7 +633,7 @@ impl HttpUrl {
             })
     }
 
-    fn parse_inner(s: &str) -> Result<HttpUrl, InvalidValue> {
+    pub(crate) fn parse_inner(s: &str) -> Result<HttpUrl, InvalidValue> {
         let shown = show_url(s);
         let example = "https://mcp.example.com/mcp";
         let Some((scheme_text, rest)) = s.split_once("://") else {

@@ -2102,3 +2102,113 @@ fn the_policy_digest_is_of_the_exact_text() {
         ok(&format!("{src}# a comment\n")).manifest.policy_digest
     );
 }
+
+const WITNESS_KEY: &str =
+    "witness.example.org/w1+2ce32234+BD1AF8PoQ4lakrcKp00bfrycmCzPLsSWjMDNVfEq9GYM";
+
+#[test]
+fn audit_defaults_and_witnesses() {
+    let audit = ok(MIN).manifest.audit;
+    assert_eq!(audit.deployment, "constle.invalid");
+    assert_eq!(
+        (
+            audit.checkpoint_every_entries,
+            audit.checkpoint_every_seconds
+        ),
+        (256, 60)
+    );
+    assert!(audit.witnesses.is_empty());
+
+    let src = format!(
+        "{MIN}identity:\n  did: {DID_A}\naudit:\n  deployment: ci.example.com\n  checkpoint_every_entries: 10\n  checkpoint_every_seconds: 5\n  witnesses:\n    - url: http://192.0.2.10:7710\n      key: {WITNESS_KEY}\n  witness_quorum_required: true\n"
+    );
+    let audit = ok(&src).manifest.audit;
+    assert_eq!(audit.deployment, "ci.example.com");
+    assert_eq!(audit.witnesses[0].name(), "witness.example.org/w1");
+    assert_eq!(audit.witnesses[0].url.as_str(), "http://192.0.2.10:7710");
+    assert_eq!(
+        (audit.witness_quorum, audit.witness_quorum_required),
+        (1, true)
+    );
+}
+
+#[test]
+fn audit_mistakes_each_have_a_code() {
+    let id = format!("identity:\n  did: {DID_A}\n");
+    let witness = format!("    - url: http://192.0.2.10:7710\n      key: {WITNESS_KEY}\n");
+    let cases = [
+        (
+            format!("{MIN}{id}audit:\n  deployment: CI.example.com\n"),
+            "invalid_deployment",
+        ),
+        (
+            format!("{MIN}{id}audit:\n  deployment: a..b\n"),
+            "invalid_deployment",
+        ),
+        (
+            format!("{MIN}{id}audit:\n  checkpoint_every_entries: 0\n"),
+            "out_of_range",
+        ),
+        (
+            format!("{MIN}{id}audit:\n  checkpoint_every_seconds: 86401\n"),
+            "out_of_range",
+        ),
+        (
+            format!("{MIN}{id}audit:\n  witness_quorum: 1\n"),
+            "out_of_range",
+        ),
+        (
+            format!("{MIN}{id}audit:\n  witness_quorum_required: true\n"),
+            "quorum_without_witnesses",
+        ),
+        (
+            format!("{MIN}audit:\n  deployment: ci.example.com\n  witnesses:\n{witness}"),
+            "witnesses_require_identity",
+        ),
+        (
+            format!("{MIN}{id}audit:\n  witnesses:\n{witness}"),
+            "witnesses_require_deployment",
+        ),
+        (
+            format!("{MIN}{id}audit:\n  deployment: d.example\n  witnesses:\n{witness}{witness}"),
+            "duplicate_witness",
+        ),
+        (
+            format!(
+                "{MIN}{id}audit:\n  deployment: d.example\n  witness_quorum: 2\n  witnesses:\n{witness}"
+            ),
+            "out_of_range",
+        ),
+        (
+            format!(
+                "{MIN}{id}audit:\n  deployment: d.example\n  witnesses:\n    - url: http://192.0.2.10:7710\n      key: w1+2ce32234+AQ==\n"
+            ),
+            "invalid_witness_key",
+        ),
+        (
+            format!(
+                "{MIN}{id}audit:\n  deployment: d.example\n  witnesses:\n    - url: ftp://192.0.2.10\n      key: {WITNESS_KEY}\n"
+            ),
+            "invalid_url",
+        ),
+        (
+            format!(
+                "{MIN}{id}audit:\n  deployment: d.example\n  witnesses:\n    - key: {WITNESS_KEY}\n"
+            ),
+            "missing_field",
+        ),
+    ];
+    for (src, code) in &cases {
+        assert_eq!(codes(&rejected(src).errors), [*code], "{src}");
+    }
+}
+
+#[test]
+fn a_witness_url_with_a_secret_is_warned_about_and_never_shown() {
+    let src = format!(
+        "{MIN}identity:\n  did: {DID_A}\naudit:\n  deployment: d.example\n  witnesses:\n    - url: http://192.0.2.10:7710/?token={MARKER}\n      key: {WITNESS_KEY}\n"
+    );
+    let v = ok(&src);
+    assert_eq!(codes(&v.warnings), ["url_carries_secret"]);
+    assert_never_shown(&v.warnings, "", &src);
+}
