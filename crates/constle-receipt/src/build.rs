@@ -261,6 +261,7 @@ fn recorded_cosignatures(
         let Some(key) = pins.witnesses().iter().find(|w| w.name() == name) else {
             continue;
         };
+        let line = line.strip_suffix('\n').unwrap_or(line);
         if found.iter().all(|(k, _)| k != key) && verify_cosignature(checkpoint, key, line).is_ok()
         {
             found.push((key.clone(), line.to_owned()));
