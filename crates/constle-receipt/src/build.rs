@@ -42,6 +42,9 @@ pub enum Run {
 /// checkpoint after it, not enough cosignatures, …) or the log cannot be
 /// read.
 pub fn build(dir: &Path, pins: &Pins, run: Run) -> Result<VerifiedReceipt, BuildError> {
+    if pins.witnesses().is_empty() {
+        return Err(BuildError::NoWitnesses);
+    }
     let agent = pins.log_key().origin().agent();
     let log = LogLines::read(dir, agent, |_| true).map_err(|failure| match failure {
         ReadFailure::Files(err) => BuildError::Files(err),

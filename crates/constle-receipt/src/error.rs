@@ -276,6 +276,11 @@ pub enum BuildError {
         /// What failed.
         source: LineError,
     },
+    /// The Agentfile names no witness, so no checkpoint can be cosigned.
+    #[error(
+        "the Agentfile declares no witnesses (audit.witnesses): a receipt needs a checkpoint a witness cosigned"
+    )]
+    NoWitnesses,
     /// The log has no run.
     #[error("the log has no run_started entry: no run to make a receipt of")]
     NoRun,

@@ -305,6 +305,46 @@ pub enum AuditCommand {
     /// Print the verifier key of the agent's log, for its witnesses'
     /// `--logs` file.
     LogKey(LogKeyArgs),
+    /// Write the receipt of a run: its entries and the witnessed checkpoint
+    /// covering them, in one file anyone can check without the log.
+    Receipt(ReceiptArgs),
+    /// Verify a run receipt offline (and, with --log, against the log).
+    VerifyReceipt(VerifyReceiptArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReceiptArgs {
+    /// The Agentfile: the agent's name, identity.did, audit.deployment and
+    /// witnesses (with their quorum).
+    #[arg(long)]
+    pub agentfile: PathBuf,
+    /// The run whose run_started entry has this seq (`constle audit show`
+    /// prints them). Default: the latest run covered by a checkpoint with
+    /// the quorum's cosignatures.
+    #[arg(long, value_name = "SEQ")]
+    pub run: Option<u64>,
+    /// Where to write the receipt (replaced atomically). Default:
+    /// `<agent>-run-<SEQ>.receipt.json` in the current directory.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// The log directory, or one of the agent's day files in it. Default:
+    /// `$CONSTLE_HOME/logs`.
+    #[arg(value_name = "DIR_OR_DAYFILE")]
+    pub log: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyReceiptArgs {
+    /// Pin the agent's DID, the origin, the witnesses and their quorum from
+    /// this Agentfile. Without it, the keys are the receipt's own.
+    #[arg(long)]
+    pub agentfile: Option<PathBuf>,
+    /// Also check the receipt against this log (a directory, or one of the
+    /// agent's day files in it): the log must hold the cosigned entries.
+    #[arg(long, value_name = "DIR_OR_DAYFILE")]
+    pub log: Option<PathBuf>,
+    /// The receipt.
+    pub file: PathBuf,
 }
 
 #[derive(Debug, Args)]

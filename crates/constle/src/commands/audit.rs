@@ -226,19 +226,22 @@ fn event_paint(event: &str) -> Paint {
 
 /// The log's verifier key (`<origin>+<key ID>+<base64>`) on standard output.
 pub fn log_key(args: &LogKeyArgs) -> anyhow::Result<Outcome> {
-    let manifest = match constle_manifest::load_file(&args.agentfile, &super::host_env) {
-        Ok(valid) => valid.manifest,
-        Err(rejected) => bail!(
-            "the Agentfile {} is invalid:\n{rejected}",
-            args.agentfile.display()
-        ),
-    };
-    let Some(witnessing) = constle_checkpoints::Witnessing::from_manifest(&manifest)? else {
-        bail!(
-            "the Agentfile {} declares no identity.did, so its log is not signed and has no checkpoints",
-            args.agentfile.display()
-        );
-    };
-    terminal::out(&witnessing.log_key.vkey());
+    terminal::out(&witnessing(&args.agentfile)?.log_key.vkey());
     Ok(Outcome::Success)
+}
+
+/// The log key, witnesses and quorum the Agentfile at `path` declares; an
+/// error if it is invalid or its log is not signed.
+pub(super) fn witnessing(path: &Path) -> anyhow::Result<constle_checkpoints::Witnessing> {
+    let manifest = match constle_manifest::load_file(path, &super::host_env) {
+        Ok(valid) => valid.manifest,
+        Err(rejected) => bail!("the Agentfile {} is invalid:\n{rejected}", path.display()),
+    };
+    match constle_checkpoints::Witnessing::from_manifest(&manifest)? {
+        Some(witnessing) => Ok(witnessing),
+        None => bail!(
+            "the Agentfile {} declares no identity.did, so its log is not signed and has no checkpoints",
+            path.display()
+        ),
+    }
 }

@@ -5,6 +5,7 @@ mod approver;
 mod approvers;
 mod audit;
 mod keygen;
+mod receipt;
 mod run;
 mod spend;
 mod validate;
@@ -33,6 +34,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Audit(AuditCommand::Verify(args)) => audit::verify(&args),
         Command::Audit(AuditCommand::Show(args)) => audit::show(&args),
         Command::Audit(AuditCommand::LogKey(args)) => audit::log_key(&args),
+        Command::Audit(AuditCommand::Receipt(args)) => receipt::write(&args),
+        Command::Audit(AuditCommand::VerifyReceipt(args)) => receipt::verify(&args),
         Command::Spend(SpendCommand::Show(args)) => spend::show(&args),
         Command::A2a(A2aCommand::Send(args)) => a2a::send(&args),
         Command::A2a(A2aCommand::Listen(args)) => a2a::listen(&args),

@@ -5,6 +5,7 @@
 pub mod http;
 pub mod mcp;
 pub mod server;
+pub mod witnesses;
 
 use std::fs;
 use std::path::{Path, PathBuf};
