@@ -13,16 +13,24 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use constle_identity::SigningIdentity;
+use constle_testkit::mcp::{McpServerOptions, TestMcpServer};
 use libtest_mimic::Arguments;
 use serde_json::Value;
 
 mod common;
 
-use common::witnesses::{Agent, NsWitness};
+use common::mcp::{Parties, Setup, step};
+use common::witnesses::{Agent, DEPLOYMENT, NsWitness};
 use common::{e2e, report, text};
 
 fn main() {
+    common::mcp::be_the_client_if_asked();
     let tests = vec![
+        e2e(
+            "a_receipt_shows_the_tools_the_server_offered_the_agent",
+            tools_offered,
+        ),
         e2e(
             "a_receipt_of_a_witnessed_run_verifies_offline_and_against_its_log",
             written_and_verified,
@@ -50,11 +58,17 @@ struct Witnessed {
 
 impl Witnessed {
     fn new() -> Witnessed {
+        Witnessed::with(|agent, entries| agent.agentfile("echo hello", entries, 2, false))
+    }
+
+    /// The witnesses serving, and the Agentfile `agentfile` writes for
+    /// them (given their entries).
+    fn with(agentfile: impl FnOnce(&Agent, &[String]) -> PathBuf) -> Witnessed {
         let agent = Agent::new();
         let mut w1 = NsWitness::new(&agent.case, "w1.example.org", &agent.log);
         let mut w2 = NsWitness::new(&agent.case, "w2.example.org", &agent.log);
         let entries = [w1.serve().entry(), w2.serve().entry()];
-        let agentfile = agent.agentfile("echo hello", &entries, 2, false);
+        let agentfile = agentfile(&agent, &entries);
         Witnessed {
             agent,
             agentfile,
@@ -251,6 +265,65 @@ fn unwitnessed() {
     assert_eq!(out.status.code(), Some(2), "{}", report(&out));
     assert!(
         text(&out.stderr).contains("declares no witnesses"),
+        "{}",
+        report(&out)
+    );
+}
+
+/// An agent that lists the tools of an MCP server twice (the server has
+/// more than the Agentfile declares), then exits: its receipt shows the
+/// filtered list once, as the agent got it.
+fn tools_offered() {
+    let server = TestMcpServer::start(McpServerOptions::default()).unwrap();
+    let approver = SigningIdentity::generate();
+    let fx = Witnessed::with(|agent, entries| {
+        agent.case.install_mcp_client();
+        let who = Parties {
+            agent_did: agent.log.did().as_str(),
+            approver_did: approver.did().as_str(),
+            server: &server,
+            webhook_var: "TEST_RECEIPT_WEBHOOK_URL",
+        };
+        let steps = [step("list", "list $URL"), step("again", "list $URL")];
+        let file = agent.case.gated_agentfile(&who, &Setup::default(), &steps);
+        let audit = format!(
+            "audit:\n  deployment: {DEPLOYMENT}\n  witnesses:\n{}  witness_quorum: 2\n",
+            entries.concat()
+        );
+        let mut text = fs::read_to_string(&file).unwrap();
+        text.push_str(&audit);
+        fs::write(&file, text).unwrap();
+        file
+    });
+    let started = fx.run();
+    let file = fx.agent.case.path("run.receipt.json");
+    fx.receipt(&file, &[]);
+    let receipt = receipt_json(&file);
+    let offered = receipt["tools_offered"].as_array().unwrap();
+    assert_eq!(offered.len(), 1, "{offered:?}");
+    let entry = &offered[0]["entry"];
+    let mut tools: Vec<&str> = (entry["tools"].as_array().unwrap().iter())
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    tools.sort_unstable();
+    assert_eq!(tools, ["get_invoice", "list_invoices", "pay_invoice"]);
+    assert_eq!(entry["server"], "accounting");
+    assert!(entry["seq"].as_u64().unwrap() > started);
+    let log = format!("--log={}", fx.logs().display());
+    let out = fx.verify(&file, &[&fx.pin(), &log]);
+    assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+    let said = text(&out.stdout);
+    assert!(said.contains("accounting (entry"), "{said}");
+    // The list left out: offline it still verifies, against the log not.
+    let mut value = receipt.clone();
+    value["tools_offered"] = Value::Array(Vec::new());
+    fs::write(&file, constle_json::canonical_value(&value)).unwrap();
+    let out = fx.verify(&file, &[&fx.pin()]);
+    assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+    let out = fx.verify(&file, &[&fx.pin(), &log]);
+    assert_eq!(out.status.code(), Some(1), "{}", report(&out));
+    assert!(
+        text(&out.stdout).contains("leaves some out"),
         "{}",
         report(&out)
     );
