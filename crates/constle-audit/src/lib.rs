@@ -35,7 +35,7 @@ mod writer;
 pub use entry::{Entry, Event, EventError, LineError, LineHash, format_timestamp, parse_line};
 pub use head::{Head, HeadError, SignedHead};
 pub use layout::{DayFile, day_file_name, head_path};
-pub use read::{MAX_LOG_FILE_BYTES, ReadError, read_log_file};
+pub use read::{MAX_LOG_FILE_BYTES, ReadError, read_bounded, read_log_file};
 pub use verify::{
     Approvers, Finding, FindingCode, SetVersion, TrustAnchors, Verdict, VerifiedLog,
     verify_contents, verify_file,

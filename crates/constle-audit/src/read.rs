@@ -79,8 +79,13 @@ pub fn read_log_file(path: &Path) -> Result<Vec<u8>, ReadError> {
 }
 
 /// Reads the regular file at `path` (links followed) whole, if it holds at
-/// most `max` bytes.
-pub(crate) fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, ReadError> {
+/// most `max` bytes: for the files that come with a log (a cosigned
+/// checkpoint, say), read as carefully as the log's own.
+///
+/// # Errors
+///
+/// As [`read_log_file`].
+pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, ReadError> {
     let file = open_for_reading(path)?;
     let meta = file.metadata().map_err(|source| io_error(path, source))?;
     let too_large = || ReadError::TooLarge {
