@@ -5,32 +5,10 @@
 //! A cosignature binds a witness to a tree head, a size and the root of the
 //! log's first that many entries. Whoever holds the agent's key can rewrite
 //! and re-sign the log, but not the tree heads witnesses cosigned before.
-//! [`check_coverage`] takes every cosignature found for the log (its
-//! `checkpoint_cosigned` entries, [`Recorded`](crate::Recorded), and
-//! cosigned checkpoints held by others, [`Cosigned::from_checkpoint`]) and
-//! checks each:
-//!
-//! 1. it is by a witness declared (name and key), else it is a note and
-//!    counts for nothing;
-//! 2. it verifies over the checkpoint text of the log's origin, its size
-//!    and root, else `cosignature_invalid`;
-//! 3. its size is within the log, else `witnessed_entries_missing`: the log
-//!    was cut;
-//! 4. the log's tree at that size has that root, else
-//!    `witnessed_history_rewritten`, naming where the two histories part:
-//!    at an entry from the largest cosigned size whose root still matches
-//!    (0 if none) up to the size that does not.
-//!
-//! With no finding, entries `0..W-1` are witnessed, `W` being the largest
-//! size for which `quorum` declared witnesses each cosigned a tree of at
-//! least that size. A tree holds every smaller one the log's tree has, so a
-//! cosignature of a larger size covers the entries before it, through the
-//! tree's root.
-//!
 //! Pure: the files are read by [`LogTree::from_log_dir`], the checkpoint
 //! files by the caller.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -203,7 +181,29 @@ pub enum CoverageVerdict {
 
 /// Checks every cosignature in `found` against `tree`, the log of `origin`
 /// whose declared witnesses are `witnesses`, `quorum` of which make an
-/// entry witnessed. See the [module docs](self).
+/// entry witnessed.
+///
+/// `found` is every cosignature found for the log: its `checkpoint_cosigned`
+/// entries ([`Recorded`](crate::Recorded)) and those on cosigned
+/// checkpoints held by others ([`Cosigned::from_checkpoint`]). Each is
+/// checked:
+///
+/// 1. it is by a witness declared (name and key), else it is a note and
+///    counts for nothing;
+/// 2. it verifies over the checkpoint text of the log's origin, its size
+///    and root, else `cosignature_invalid`;
+/// 3. its size is within the log, else `witnessed_entries_missing`: the log
+///    was cut;
+/// 4. the log's tree at that size has that root, else
+///    `witnessed_history_rewritten`, naming where the two histories part:
+///    at an entry from the largest cosigned size whose root still matches
+///    (0 if none) up to the size that does not.
+///
+/// With no finding, entries `0..W-1` are witnessed, `W` being the largest
+/// size for which `quorum` declared witnesses each cosigned a tree of at
+/// least that size. A tree holds every smaller one the log's tree has, so a
+/// cosignature of a larger size covers the entries before it, through the
+/// tree's root.
 pub fn check_coverage(
     tree: &LogTree,
     origin: &Origin,
@@ -230,6 +230,12 @@ pub fn check_coverage(
         }
     }
     let has = |size: u64, root: Hash| tree.root_at(size).is_ok_and(|r| r == root);
+    // The sizes cosigned with the root the tree has at that size.
+    let agreeing: BTreeSet<u64> = heads
+        .keys()
+        .filter(|&&(size, root)| has(size, root))
+        .map(|&(size, _)| size)
+        .collect();
     let mut reach = vec![0; witnesses.len()];
     for (&(size, root), by) in &heads {
         let who = Cosigners { witnesses, by };
@@ -239,12 +245,7 @@ pub fn check_coverage(
                 missing(tree.len(), size, root, &who),
             ));
         } else if !has(size, root) {
-            // The largest smaller size whose cosigned root the tree still has.
-            let agreed = heads
-                .range(..(size, Hash([0; 32])))
-                .rev()
-                .find(|&(&(s, r), _)| has(s, r))
-                .map_or(0, |(&(s, _), _)| s);
+            let agreed = agreeing.range(..size).next_back().copied().unwrap_or(0);
             let ours = tree.root_at(size).unwrap_or(Hash::EMPTY);
             findings.push(finding(
                 FindingCode::WitnessedHistoryRewritten,

@@ -19,6 +19,13 @@ use crate::tree::{Hash, TreeHead};
 pub const COSIGNED_EVENT: &str = "checkpoint_cosigned";
 
 /// What the log's `checkpoint_cosigned` entries hold.
+///
+/// Only lines that mention the event's name are parsed: a writer's line is
+/// its canonical form, which spells the name exactly so (one spelling it
+/// otherwise is not canonical, a finding of `constle audit verify` on the
+/// line itself). A line that mentions it but is no entry, or such an entry
+/// without `size`, `root`, `witness` or `cosignature`, is not what the
+/// writer makes: a `malformed_entry` in [`Recorded::malformed`].
 #[derive(Debug, Default)]
 pub struct Recorded {
     /// Each cosignature recorded, in log order; not yet verified.

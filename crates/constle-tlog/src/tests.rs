@@ -842,6 +842,32 @@ mod coverage {
     }
 
     #[test]
+    fn another_root_for_a_size_is_caught_even_beside_the_logs_own() {
+        // A split view: w1 was shown the log, w2 another history.
+        let tree = tree_of(&lines(8));
+        let mut forked = lines(8);
+        forked[6] = b"{\"seq\":6,\"event\":\"forked\"}".to_vec();
+        let fork = tree_of(&forked);
+        let (w1, w2) = (signer(1), signer(2));
+        let found = [
+            cosigned(&tree, 4, &w2, 4),
+            cosigned(&tree, 8, &w1, 8),
+            cosigned(&fork, 8, &w2, 9),
+        ];
+        let found = findings(check(&tree, &[&w1, &w2], 1, &found));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0, FindingCode::WitnessedHistoryRewritten);
+        assert!(
+            found[0].1.starts_with(&format!(
+                "the histories part at an entry in seq 4..7 (the log's root at size 8 is {}, witness witness.example.org/w2 cosigned {}",
+                tree.root(),
+                fork.root()
+            )),
+            "{found:?}"
+        );
+    }
+
+    #[test]
     fn a_cut_log_is_caught() {
         let original = tree_of(&lines(12));
         let w1 = signer(1);
