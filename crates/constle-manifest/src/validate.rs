@@ -225,23 +225,29 @@ impl V<'_, '_> {
     fn url(&mut self, value: &Located<String>, field: &str) -> Option<HttpUrl> {
         match HttpUrl::parse(&value.value) {
             Ok(url) => {
-                if url.carries_secret() {
-                    self.sink.warning(
-                        "url_carries_secret",
-                        value.pos,
-                        format!(
-                            "{field} {} carries a secret-looking query parameter, in clear text in the Agentfile",
-                            show_url(url.as_str())
-                        ),
-                        Some("restrict who can read the Agentfile; Constle shows the value as *** wherever it prints the URL".to_string()),
-                    );
-                }
+                self.secret_url_warning(value, &url, field);
                 Some(url)
             }
             Err((code, e)) => {
                 self.sink.error(code, value.pos, e.message, e.help);
                 None
             }
+        }
+    }
+
+    /// Warns when `url`, written at `value` for `field`, carries a
+    /// secret-looking query parameter.
+    fn secret_url_warning(&mut self, value: &Located<String>, url: &HttpUrl, field: &str) {
+        if url.carries_secret() {
+            self.sink.warning(
+                "url_carries_secret",
+                value.pos,
+                format!(
+                    "{field} {} carries a secret-looking query parameter, in clear text in the Agentfile",
+                    show_url(url.as_str())
+                ),
+                Some("restrict who can read the Agentfile; Constle shows the value as *** wherever it prints the URL".to_string()),
+            );
         }
     }
 

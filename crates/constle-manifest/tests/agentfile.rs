@@ -2202,3 +2202,13 @@ fn audit_mistakes_each_have_a_code() {
         assert_eq!(codes(&rejected(src).errors), [*code], "{src}");
     }
 }
+
+#[test]
+fn a_witness_url_with_a_secret_is_warned_about_and_never_shown() {
+    let src = format!(
+        "{MIN}identity:\n  did: {DID_A}\naudit:\n  deployment: d.example\n  witnesses:\n    - url: http://192.0.2.10:7710/?token={MARKER}\n      key: {WITNESS_KEY}\n"
+    );
+    let v = ok(&src);
+    assert_eq!(codes(&v.warnings), ["url_carries_secret"]);
+    assert_never_shown(&v.warnings, "", &src);
+}

@@ -18,6 +18,18 @@ pub enum RunError {
     /// The audit log could not be written; nothing runs without it.
     #[error(transparent)]
     Audit(#[from] AuditError),
+    /// The Agentfile's `audit` section cannot be used (a witness key that
+    /// does not parse); found before anything starts.
+    #[error("the Agentfile's audit section cannot be used, so nothing was started: {0}")]
+    Witnessing(#[from] constle_checkpoints::ConfigError),
+    /// The run's checkpoints cannot be made at all.
+    #[error("checkpoints cannot be made, so nothing was started: {0}")]
+    Checkpoints(#[from] constle_checkpoints::CheckpointError),
+    /// A checkpoint missed the quorum of witnesses the Agentfile requires
+    /// (`audit.witness_quorum_required`): the agent was stopped, or never
+    /// started.
+    #[error("{0}")]
+    Unwitnessed(String),
     /// The egress proxy could not start.
     #[error("the egress proxy could not start: {0}")]
     Egress(#[from] constle_egress::EgressError),

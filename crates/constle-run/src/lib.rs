@@ -7,6 +7,7 @@
 
 mod a2a;
 mod bridge;
+mod checkpoints;
 mod error;
 mod human;
 mod limits;

@@ -34,6 +34,7 @@ pub fn plan(manifest: &Manifest) -> Vec<Item> {
         egress(manifest),
         audit(manifest),
     ];
+    items.extend(witnesses(manifest));
     items.extend(mcp(manifest));
     items.extend(spending(manifest));
     items.extend(a2a(manifest));
@@ -132,6 +133,38 @@ fn audit(manifest: &Manifest) -> Item {
             "unsigned: no identity.did, so entries are hash-chained but anyone who can write the log could rewrite it".into(),
         ),
     }
+}
+
+/// Only for a signed log: an unsigned one has no checkpoints to witness.
+fn witnesses(manifest: &Manifest) -> Option<Item> {
+    manifest.identity.as_ref()?;
+    let audit = &manifest.audit;
+    let when = format!(
+        "checkpoints every {} entries or {} s, at each UTC day's close and at run end",
+        audit.checkpoint_every_entries, audit.checkpoint_every_seconds
+    );
+    if audit.witnesses.is_empty() {
+        return Some(not_enforced(
+            "witnesses",
+            format!(
+                "none declared (audit.witnesses): {when} are signed by the agent key alone, so whoever holds it could re-sign another past"
+            ),
+        ));
+    }
+    let names: Vec<&str> = audit.witnesses.iter().map(|w| w.name()).collect();
+    let failing = match audit.witness_quorum_required {
+        true => "required: the run stops rather than go on without them",
+        false => "a witness that fails is warned about and asked again at the next checkpoint",
+    };
+    Some(enforced(
+        "witnesses",
+        format!(
+            "{when}, cosigned by {} of {} ({}); {failing}",
+            audit.witness_quorum,
+            names.len(),
+            names.join(", ")
+        ),
+    ))
 }
 
 fn mcp(manifest: &Manifest) -> Vec<Item> {

@@ -22,6 +22,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::a2a::A2aLink;
 use crate::bridge;
+use crate::checkpoints::RunCheckpoints;
 use crate::error::{RunError, io};
 use crate::limits::{RunLimits, limit_event};
 use crate::mcp::{McpGates, PreparedGates};
@@ -85,13 +86,34 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
         }
         None => None,
     };
+    // And the witnesses' keys, with the agent key that signs checkpoints.
+    let mut checkpoints = RunCheckpoints::open(manifest, &options.home)?;
     let log = Arc::new(AuditLog::start(Appender::new(
         &options.home.join("logs"),
         manifest.name.clone(),
         signer,
     )?));
     record(&log, run_started(manifest)).await?;
-    let outcome = supervise(manifest, gates, options, &mut stop, &log, secrets).await;
+    let first = match checkpoints.as_mut() {
+        Some(checkpoints) => checkpoints.first(&log).await,
+        None => Ok(()),
+    };
+    let outcome = match first {
+        Ok(()) => {
+            let checkpoints = checkpoints.as_mut();
+            supervise(
+                manifest,
+                gates,
+                options,
+                &mut stop,
+                &log,
+                secrets,
+                checkpoints,
+            )
+            .await
+        }
+        Err(err) => Err(err),
+    };
     let exit_code = match &outcome {
         Ok((code, _)) => *code,
         Err(_) => 125,
@@ -106,9 +128,14 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
     if let Ok(finished) = finished {
         record(&log, finished).await?;
     }
+    let last = match checkpoints.as_mut() {
+        Some(checkpoints) => checkpoints.last(&log).await,
+        None => Ok(()),
+    };
     if let Ok(log) = Arc::try_unwrap(log) {
         log.close();
     }
+    let outcome = outcome.and_then(|done| last.map(|()| done));
     outcome.map(|(exit_code, _)| RunReport {
         exit_code,
         duration: started.elapsed(),
@@ -154,6 +181,7 @@ async fn supervise(
     stop: &mut StopSignals,
     log: &Arc<AuditLog>,
     secrets: Secrets,
+    checkpoints: Option<&mut RunCheckpoints>,
 ) -> Result<(i32, Phases), RunError> {
     let mut clock = Instant::now();
     let mut lap = move || {
@@ -236,12 +264,12 @@ async fn supervise(
     let (mut agent, output, lifeline) = start_sandbox(&spec, &hold)?;
     let result = watch(
         &mut agent,
-        proxy.as_mut(),
-        &mut servers,
+        proxy_trouble(proxy.as_mut(), &mut servers),
         &mut gates,
         &limits,
         stop,
         log,
+        unwitnessed(checkpoints, log),
     )
     .await;
     let sandbox = lap();
@@ -532,30 +560,18 @@ pub(crate) fn proxied_env(
 }
 
 /// Waits for the agent to exit. A signal to constle, the proxy dying, the
-/// audit log failing, a gate timing out under `on_timeout: abort` or a
-/// refusal that cannot be recorded ends the run early.
+/// audit log failing, a gate timing out under `on_timeout: abort`, a
+/// refusal that cannot be recorded or a checkpoint short of its required
+/// quorum ends the run early.
 async fn watch(
     agent: &mut tokio::process::Child,
-    mut proxy: Option<&mut Proxy>,
-    servers: &mut StdioServers,
+    trouble: impl Future<Output = (Option<String>, ProxyTrouble)>,
     gates: &mut McpGates,
     limits: &RunLimits,
     stop: &mut StopSignals,
     log: &AuditLog,
+    unwitnessed: impl Future<Output = RunError>,
 ) -> Result<i32, RunError> {
-    // The agent's proxy, or a stdio server's: either failing ends the run.
-    let trouble = async {
-        let agent = async {
-            match proxy.as_deref_mut() {
-                Some(proxy) => (None, proxy.trouble().await),
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            trouble = agent => trouble,
-            (server, trouble) = servers.proxy_trouble() => (Some(server), trouble),
-        }
-    };
     tokio::select! {
         status = agent.wait() => {
             let code = exit_code(status.map_err(io("waiting for the agent"))?);
@@ -593,12 +609,41 @@ async fn watch(
                 GateStop::Unrecorded { server, error } => RunError::RefusalUnrecorded { server, error },
             })
         }
+        stop = unwitnessed => {
+            let _ = agent.start_kill();
+            Err(stop)
+        }
         (name, number) = stop.recv() => {
             if let Ok(stopped) = event("run_interrupted").with("signal", name) {
                 record(log, stopped).await?;
             }
             Ok(128 + number)
         }
+    }
+}
+
+/// The agent's proxy, or a stdio server's, failing: either ends the run.
+async fn proxy_trouble(
+    proxy: Option<&mut Proxy>,
+    servers: &mut StdioServers,
+) -> (Option<String>, ProxyTrouble) {
+    let agent = async {
+        match proxy {
+            Some(proxy) => (None, proxy.trouble().await),
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        trouble = agent => trouble,
+        (server, trouble) = servers.proxy_trouble() => (Some(server), trouble),
+    }
+}
+
+/// A checkpoint short of its required quorum, which ends the run.
+async fn unwitnessed(checkpoints: Option<&mut RunCheckpoints>, log: &AuditLog) -> RunError {
+    match checkpoints {
+        Some(checkpoints) => checkpoints.watch(log).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -302,6 +302,16 @@ pub enum AuditCommand {
     Verify(VerifyArgs),
     /// Print a log as a timeline (does not verify it).
     Show(ShowArgs),
+    /// Print the verifier key of the agent's log, for its witnesses'
+    /// `--logs` file.
+    LogKey(LogKeyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LogKeyArgs {
+    /// The Agentfile: its `identity.did`, `name` and `audit.deployment`.
+    #[arg(long)]
+    pub agentfile: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -128,7 +128,10 @@ impl V<'_, '_> {
     /// is checked against the witness's key, so TLS adds no integrity.
     fn witness_url(&mut self, value: &Located<String>) -> Option<HttpUrl> {
         match HttpUrl::parse_inner(&value.value) {
-            Ok(url) => Some(url),
+            Ok(url) => {
+                self.secret_url_warning(value, &url, "audit.witnesses[].url");
+                Some(url)
+            }
             Err(e) => {
                 self.sink.error("invalid_url", value.pos, e.message, e.help);
                 None
@@ -229,7 +232,8 @@ fn check_deployment(s: &str) -> Result<String, InvalidValue> {
 /// `<name>+<8 hex>+<base64(0x04 || 32-byte key)>`, the shape of a
 /// `cosignature/v1` verifier key.
 fn check_witness_key(s: &str) -> Result<String, InvalidValue> {
-    let parts: Vec<&str> = s.split('+').collect();
+    // The base64 may hold `+` too: only the first two separate parts.
+    let parts: Vec<&str> = s.splitn(3, '+').collect();
     let shaped = match parts.as_slice() {
         [name, id, key] => {
             !name.is_empty()

@@ -18,7 +18,7 @@ use constle_tlog::{
 use serde_json::Value;
 
 use crate::Outcome;
-use crate::cli::{ShowArgs, VerifyArgs};
+use crate::cli::{LogKeyArgs, ShowArgs, VerifyArgs};
 use crate::terminal::{self, Paint, escape, paint};
 
 pub fn verify(args: &VerifyArgs) -> anyhow::Result<Outcome> {
@@ -388,4 +388,23 @@ fn event_paint(event: &str) -> Paint {
         e if e.starts_with("gate_") => Paint::Yellow,
         _ => Paint::Cyan,
     }
+}
+
+/// The log's verifier key (`<origin>+<key ID>+<base64>`) on standard output.
+pub fn log_key(args: &LogKeyArgs) -> anyhow::Result<Outcome> {
+    let manifest = match constle_manifest::load_file(&args.agentfile, &super::host_env) {
+        Ok(valid) => valid.manifest,
+        Err(rejected) => bail!(
+            "the Agentfile {} is invalid:\n{rejected}",
+            args.agentfile.display()
+        ),
+    };
+    let Some(witnessing) = constle_checkpoints::Witnessing::from_manifest(&manifest)? else {
+        bail!(
+            "the Agentfile {} declares no identity.did, so its log is not signed and has no checkpoints",
+            args.agentfile.display()
+        );
+    };
+    terminal::out(&witnessing.log_key.vkey());
+    Ok(Outcome::Success)
 }

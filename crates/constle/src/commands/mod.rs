@@ -32,6 +32,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::WitnessKeygen(args) => keygen::run(constle_identity::KeyKind::Witness, &args),
         Command::Audit(AuditCommand::Verify(args)) => audit::verify(&args),
         Command::Audit(AuditCommand::Show(args)) => audit::show(&args),
+        Command::Audit(AuditCommand::LogKey(args)) => audit::log_key(&args),
         Command::Spend(SpendCommand::Show(args)) => spend::show(&args),
         Command::A2a(A2aCommand::Send(args)) => a2a::send(&args),
         Command::A2a(A2aCommand::Listen(args)) => a2a::listen(&args),

@@ -1,0 +1,154 @@
+//! A checkpoint round's cost, from `Checkpointer::round` being called to
+//! its cosignatures checked: reading the head, building the tree from the
+//! log's files, signing, two witnesses (real `constle-witness` servers on
+//! loopback, in this process) asked at once and their answers verified, the
+//! latest checkpoint written. The baseline, in the same run, is the same
+//! round without witnesses. Each round follows 10 new entries, as a run's
+//! would; measured at two log sizes, since the tree is built from the
+//! files every round. CPU time is the whole process's (witnesses
+//! included), per round. Run with `bench/checkpoints.sh`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::print_stdout,
+    clippy::cast_precision_loss,
+    missing_docs,
+    reason = "a benchmark that cannot set up must stop, and prints its table"
+)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use constle_audit::{Appender, Event};
+use constle_checkpoints::{Checkpointer, Trigger, Witness, Witnessing};
+use constle_identity::{Name, SigningIdentity};
+use constle_tlog::{Deployment, LogKey, Origin, WitnessSigner};
+use constle_witness::{Logs, StateDir};
+
+const SEED: [u8; 32] = [7; 32];
+
+fn main() {
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(101);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "| log entries | witnesses | rounds | p50 ms | p99 ms | max ms | CPU ms/round | p50 vs no witness |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for entries in [1_000, 100_000] {
+        let home = tempfile::tempdir().unwrap();
+        let logs = home.path().join("logs");
+        append(&logs, entries);
+        let witnesses = runtime
+            .block_on(async { vec![witness(1, home.path()).await, witness(2, home.path()).await] });
+        let base = runtime.block_on(measure(&logs, Vec::new(), rounds));
+        let with = runtime.block_on(measure(&logs, witnesses, rounds));
+        for (n, row) in [(0, &base), (2, &with)] {
+            println!(
+                "| {entries} | {n} | {rounds} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x |",
+                row.p(0.5),
+                row.p(0.99),
+                row.p(1.0),
+                row.cpu_ms,
+                row.p(0.5) / base.p(0.5)
+            );
+        }
+    }
+}
+
+struct Row {
+    ms: Vec<f64>,
+    cpu_ms: f64,
+}
+
+impl Row {
+    fn p(&self, p: f64) -> f64 {
+        self.ms[((self.ms.len() as f64 - 1.0) * p).round() as usize]
+    }
+}
+
+async fn measure(logs: &Path, witnesses: Vec<Witness>, rounds: usize) -> Row {
+    let n = witnesses.len();
+    let config = Witnessing {
+        log_key: log_key(),
+        witnesses,
+        quorum: n,
+        required: false,
+        every_entries: 256,
+        every: Duration::from_secs(60),
+    };
+    let mut c =
+        Checkpointer::new(config, SigningIdentity::from_bytes(&SEED), logs, agent()).unwrap();
+    let mut ms = Vec::with_capacity(rounds);
+    let mut cpu = Duration::ZERO;
+    for _ in 0..rounds {
+        append(logs, 10);
+        let (cpu0, t0) = (cpu_time(), Instant::now());
+        let round = c.round(Trigger::Interval).await.unwrap();
+        ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        cpu += cpu_time() - cpu0;
+        assert_eq!(round.cosigned, n, "{:?}", round.warnings);
+    }
+    ms.sort_by(f64::total_cmp);
+    Row {
+        ms,
+        cpu_ms: cpu.as_secs_f64() * 1e3 / rounds as f64,
+    }
+}
+
+fn agent() -> Name {
+    Name::new("bench").unwrap()
+}
+
+fn log_key() -> LogKey {
+    let origin = Origin::new(&Deployment::new("ci.example.com").unwrap(), &agent());
+    LogKey::new(origin, SigningIdentity::from_bytes(&SEED).did())
+}
+
+fn append(dir: &Path, n: usize) {
+    let appender = Appender::new(dir, agent(), Some(SigningIdentity::from_bytes(&SEED))).unwrap();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(4096) {
+        let events = chunk
+            .iter()
+            .map(|i| Event::new("tick").unwrap().with("i", *i as i64).unwrap())
+            .collect();
+        appender.append(events).unwrap();
+    }
+}
+
+async fn witness(n: u8, home: &Path) -> Witness {
+    let signer = WitnessSigner::new(
+        &format!("w{n}.example.org"),
+        SigningIdentity::from_bytes(&[n; 32]),
+    )
+    .unwrap();
+    let key = signer.public().clone();
+    let logs = Logs::parse(&format!("{}\n", log_key().vkey()), "logs".as_ref()).unwrap();
+    let state = StateDir::open(&home.join(format!("w{n}"))).unwrap();
+    let served = Arc::new(constle_witness::Witness::new(signer, logs, state));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(constle_witness::serve(
+        listener,
+        served,
+        std::future::pending(),
+    ));
+    Witness {
+        endpoint: format!("{url}/add-checkpoint"),
+        shown_url: url,
+        key,
+    }
+}
+
+fn cpu_time() -> Duration {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).unwrap();
+    let d =
+        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    d(usage.user_time()) + d(usage.system_time())
+}

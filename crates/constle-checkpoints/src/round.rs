@@ -1,0 +1,272 @@
+//! One checkpoint round: sign the log's head, ask every witness, keep what
+//! they cosigned.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use constle_audit::{Event, EventError, Head};
+use constle_identity::{Name, SigningIdentity};
+use constle_tlog::{LogTree, VerifiedCheckpoint, sign_checkpoint};
+use futures_util::future::join_all;
+
+use crate::config::{Witness, Witnessing};
+use crate::error::CheckpointError;
+use crate::schedule::Trigger;
+use crate::submit::{Answer, add_checkpoint, client};
+
+/// Where the latest checkpoint of `agent`'s log, with the cosignatures it
+/// got, is kept: `<dir>/<agent>.checkpoint`.
+pub fn latest_checkpoint_path(dir: &Path, agent: &Name) -> PathBuf {
+    dir.join(format!("{agent}.checkpoint"))
+}
+
+/// Makes checkpoints of one agent's log and has them cosigned.
+pub struct Checkpointer {
+    config: Witnessing,
+    signer: SigningIdentity,
+    dir: PathBuf,
+    agent: Name,
+    client: reqwest::Client,
+    /// What each witness is believed to have cosigned last, by name.
+    cosigned: HashMap<String, u64>,
+}
+
+/// What a round did.
+#[derive(Debug)]
+pub struct Round {
+    /// The checkpoint's size.
+    pub size: u64,
+    /// The entries to record, in order: `checkpoint`, then one per witness,
+    /// then `checkpoint_quorum_missed` when the quorum is required and
+    /// missed.
+    pub events: Vec<Event>,
+    /// One line per witness that did not cosign, for the terminal.
+    pub warnings: Vec<String>,
+    /// How many witnesses cosigned.
+    pub cosigned: usize,
+    /// Why the run must stop, when its required quorum was missed.
+    pub stop: Option<String>,
+}
+
+impl Checkpointer {
+    /// For the log of `agent` in `dir`, signed by `signer` (the key
+    /// `config.log_key` names).
+    ///
+    /// # Errors
+    ///
+    /// [`CheckpointError::Client`] if no HTTP client can be made.
+    pub fn new(
+        config: Witnessing,
+        signer: SigningIdentity,
+        dir: &Path,
+        agent: Name,
+    ) -> Result<Checkpointer, CheckpointError> {
+        let client = client().map_err(|err| CheckpointError::Client(err.to_string()))?;
+        Ok(Checkpointer {
+            config,
+            signer,
+            dir: dir.to_owned(),
+            agent,
+            client,
+            cosigned: HashMap::new(),
+        })
+    }
+
+    /// What the rounds are configured with.
+    pub fn config(&self) -> &Witnessing {
+        &self.config
+    }
+
+    /// The number of entries the head anchor names.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckpointError::Head`] if it cannot be read.
+    pub fn log_size(&self) -> Result<u64, CheckpointError> {
+        let head = Head::load(&self.dir, &self.agent).map_err(|err| CheckpointError::Head {
+            dir: self.dir.clone(),
+            reason: err.to_string(),
+        })?;
+        Ok(head.map_or(0, |h| h.head.seq + 1))
+    }
+
+    /// Checkpoints the log at its head and asks every witness to cosign.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckpointError`] when the log cannot be read or the checkpoint
+    /// signed or written; a witness failing is in the [`Round`] instead.
+    pub async fn round(&mut self, trigger: Trigger) -> Result<Round, CheckpointError> {
+        let size = self.log_size()?;
+        let tree = LogTree::from_log_dir(&self.dir, &self.agent)?.tree;
+        if tree.len() < size {
+            return Err(CheckpointError::Short {
+                dir: self.dir.clone(),
+                expected: size,
+                found: tree.len(),
+            });
+        }
+        let head = tree.head_at(size).map_err(|err| CheckpointError::Head {
+            dir: self.dir.clone(),
+            reason: err.to_string(),
+        })?;
+        let signed = sign_checkpoint(&self.signer, &self.config.log_key, head)?;
+        let checkpoint = signed.verify(&self.config.log_key)?;
+        let answers = join_all(
+            self.config
+                .witnesses
+                .iter()
+                .map(|w| self.ask(w, &checkpoint, &tree)),
+        )
+        .await;
+        let mut round = Round {
+            size,
+            events: vec![checkpoint_event(&checkpoint, trigger)],
+            warnings: Vec::new(),
+            cosigned: 0,
+            stop: None,
+        };
+        let mut lines = Vec::new();
+        for (witness, (answer, elapsed)) in self.config.witnesses.iter().zip(answers) {
+            match answer {
+                Answer::Cosigned(line) => {
+                    self.cosigned.insert(witness.key.name().to_owned(), size);
+                    round.cosigned += 1;
+                    round
+                        .events
+                        .extend(cosigned_event(&checkpoint, witness, &line, elapsed));
+                    lines.push(line);
+                }
+                Answer::Stale(latest) => {
+                    let reason =
+                        format!("it last cosigned size {latest}, which this log cannot extend");
+                    round.failed(witness, size, &reason, Some(409));
+                }
+                Answer::Failed(reason, status) => round.failed(witness, size, &reason, status),
+            }
+        }
+        self.store_latest(&checkpoint, &lines)?;
+        round.judge(&self.config);
+        Ok(round)
+    }
+
+    /// One witness's answer, resubmitting once from the size it says it
+    /// last cosigned (how a client learns it, per tlog-witness).
+    async fn ask(
+        &self,
+        witness: &Witness,
+        checkpoint: &VerifiedCheckpoint,
+        tree: &LogTree,
+    ) -> (Answer, u128) {
+        let started = Instant::now();
+        let old = self.cosigned.get(witness.key.name()).copied().unwrap_or(0);
+        let size = checkpoint.head().size;
+        let answer = match add_checkpoint(&self.client, witness, checkpoint, tree, old).await {
+            Answer::Stale(latest) if latest != old && latest <= size => {
+                add_checkpoint(&self.client, witness, checkpoint, tree, latest).await
+            }
+            answer => answer,
+        };
+        (answer, started.elapsed().as_millis())
+    }
+
+    /// Replaces `<agent>.checkpoint` with the signed note and `lines`,
+    /// atomically and durably, readable by the owner only.
+    fn store_latest(
+        &self,
+        checkpoint: &VerifiedCheckpoint,
+        lines: &[String],
+    ) -> Result<(), CheckpointError> {
+        let path = latest_checkpoint_path(&self.dir, &self.agent);
+        let failed = |err: std::io::Error| CheckpointError::Write {
+            path: path.clone(),
+            reason: err.to_string(),
+        };
+        let mut note = checkpoint.signed().as_bytes().to_vec();
+        for line in lines {
+            note.extend_from_slice(line.as_bytes());
+            note.push(b'\n');
+        }
+        let mut temp = tempfile::NamedTempFile::new_in(&self.dir).map_err(failed)?;
+        temp.write_all(&note)
+            .and_then(|()| temp.as_file().sync_all())
+            .map_err(failed)?;
+        temp.persist(&path).map_err(|e| failed(e.error))?;
+        std::fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(failed)
+    }
+}
+
+impl Round {
+    fn failed(&mut self, witness: &Witness, size: u64, reason: &str, status: Option<u16>) {
+        let name = witness.key.name();
+        self.warnings.push(format!(
+            "witness {name} ({}) did not cosign checkpoint {size}: {reason}; it is asked again at the next checkpoint",
+            witness.shown_url
+        ));
+        let event = Event::new("checkpoint_witness_failed")
+            .and_then(|e| e.with("size", size_value(size)))
+            .and_then(|e| e.with("witness", name))
+            .and_then(|e| e.with("url", witness.shown_url.as_str()))
+            .and_then(|e| e.with("reason", reason))
+            .and_then(|e| match status {
+                Some(status) => e.with("status", i64::from(status)),
+                None => Ok(e),
+            });
+        self.events.extend(event.ok());
+    }
+
+    /// Adds `checkpoint_quorum_missed` and the reason to stop, when the
+    /// quorum is required and was not met.
+    fn judge(&mut self, config: &Witnessing) {
+        if !config.required || self.cosigned >= config.quorum {
+            return;
+        }
+        let event = Event::new("checkpoint_quorum_missed")
+            .and_then(|e| e.with("size", size_value(self.size)))
+            .and_then(|e| e.with("cosigned", self.cosigned as i64))
+            .and_then(|e| e.with("quorum", config.quorum as i64));
+        self.events.extend(event.ok());
+        self.stop = Some(format!(
+            "checkpoint {} was cosigned by {} of {} witnesses, and the Agentfile requires {}: the run stops rather than go on unwitnessed",
+            self.size,
+            self.cosigned,
+            config.witnesses.len(),
+            config.quorum
+        ));
+    }
+}
+
+fn checkpoint_event(checkpoint: &VerifiedCheckpoint, trigger: Trigger) -> Event {
+    let head = checkpoint.head();
+    let note = String::from_utf8_lossy(checkpoint.signed().as_bytes()).into_owned();
+    let event = Event::new("checkpoint")
+        .and_then(|e| e.with("size", size_value(head.size)))
+        .and_then(|e| e.with("root", head.root.to_string()))
+        .and_then(|e| e.with("trigger", trigger.as_str()))
+        .and_then(|e| e.with("note", note));
+    event.unwrap_or_else(|_| unreachable!("checkpoint fields are valid"))
+}
+
+fn cosigned_event(
+    checkpoint: &VerifiedCheckpoint,
+    witness: &Witness,
+    line: &str,
+    elapsed: u128,
+) -> Result<Event, EventError> {
+    let head = checkpoint.head();
+    Event::new("checkpoint_cosigned")
+        .and_then(|e| e.with("size", size_value(head.size)))
+        .and_then(|e| e.with("root", head.root.to_string()))
+        .and_then(|e| e.with("witness", witness.key.name()))
+        .and_then(|e| e.with("cosignature", line))
+        .and_then(|e| e.with("round_trip_ms", i64::try_from(elapsed).unwrap_or(i64::MAX)))
+}
+
+/// Sizes are entry counts, far below 2^53.
+fn size_value(size: u64) -> i64 {
+    i64::try_from(size).unwrap_or(i64::MAX)
+}

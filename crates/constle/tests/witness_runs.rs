@@ -1,0 +1,476 @@
+//! `constle run` with witnesses: each a real `constle witness serve` in a
+//! network namespace of its own (another machine, at a documentation
+//! address), reached over the namespaces' links only. Checkpoints at the
+//! start and end of every run, cosigned by a quorum; a witness down, killed
+//! with SIGKILL and restarted, or shown a rewritten log.
+
+// Helpers outside `#[test]` functions report through panics too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::sync::{Arc, Mutex};
+
+use constle_identity::{DidKey, Name};
+use constle_testkit::{HostsFile, TestHost};
+use constle_tlog::{Deployment, LogKey, Origin, SignedCheckpoint, WitnessKey, verify_cosignature};
+use libtest_mimic::Arguments;
+
+mod common;
+
+use common::{Case, constle_bin, e2e, report, text};
+
+const DEPLOYMENT: &str = "ci.example.com";
+const PORT: u16 = 7710;
+const TOKEN: &str = "M4RK3R-witness-token";
+const EXAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/invoice-processor/work/agent.py"
+);
+
+fn main() {
+    let tests = vec![
+        e2e(
+            "two_of_two_witnesses_cosign_the_start_and_end_of_every_run",
+            two_of_two,
+        ),
+        e2e(
+            "two_of_three_with_one_down_and_one_killed_and_restarted_keeps_witnessing",
+            two_of_three,
+        ),
+        e2e(
+            "a_witness_down_leaves_the_run_going_unless_the_quorum_is_required",
+            witness_down,
+        ),
+        e2e(
+            "a_log_started_over_with_the_same_key_is_refused_by_its_witness",
+            forked,
+        ),
+        e2e(
+            "new_entries_during_a_run_are_checkpointed_while_it_runs",
+            during,
+        ),
+    ];
+    libtest_mimic::run(&Arguments::from_args(), tests).exit();
+}
+
+/// A `constle witness serve` in a namespace of its own; SIGKILLed when
+/// dropped (or killed), its state kept in `home` for a restart.
+struct NsWitness {
+    host: TestHost,
+    name: String,
+    home: PathBuf,
+    logs: PathBuf,
+    key: Option<WitnessKey>,
+    child: Option<Child>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl NsWitness {
+    /// A namespace for witness `name` of `log`, with its key made but not
+    /// yet serving.
+    fn new(case: &Case, name: &str, log: &LogKey) -> NsWitness {
+        let host = TestHost::builder()
+            .port(PORT)
+            .without_listener()
+            .start()
+            .unwrap();
+        let home = case.path(&format!("{name}-home"));
+        let out = case
+            .command(&["witness-keygen", "w"])
+            .env("CONSTLE_HOME", &home)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", report(&out));
+        let logs = case.path(&format!("{name}-logs.txt"));
+        fs::write(&logs, format!("{}\n", log.vkey())).unwrap();
+        NsWitness {
+            host,
+            name: name.to_owned(),
+            home,
+            logs,
+            key: None,
+            child: None,
+            stderr: Arc::default(),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}:{PORT}", self.host.ipv4())
+    }
+
+    /// Starts serving; returns once it listens.
+    fn serve(&mut self) -> &mut NsWitness {
+        let listen = format!("{}:{PORT}", self.host.ipv4());
+        let mut child = self
+            .host
+            .command(constle_bin())
+            .unwrap()
+            .args(["witness", "serve", "--key", "w", "--name", &self.name])
+            .arg("--logs")
+            .arg(&self.logs)
+            .args(["--listen", &listen])
+            .env("CONSTLE_HOME", &self.home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            self.stderr.lock().unwrap().push_str(&format!("{line}\n"));
+            if let Some(vkey) = line.strip_prefix("constle witness: verifier key ") {
+                self.key = Some(WitnessKey::from_vkey(vkey).unwrap());
+            }
+            if line.contains("add-checkpoint at http://") {
+                break;
+            }
+        }
+        let sink = Arc::clone(&self.stderr);
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        assert!(self.key.is_some(), "{}", self.stderr.lock().unwrap());
+        self.child = Some(child);
+        self
+    }
+
+    fn key(&self) -> &WitnessKey {
+        self.key.as_ref().expect("the witness has served once")
+    }
+
+    /// SIGKILL, at once.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// The Agentfile's list entry for this witness.
+    fn entry(&self) -> String {
+        format!(
+            "    - url: {}\n      key: {}\n",
+            self.url(),
+            self.key().vkey()
+        )
+    }
+
+    fn said(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for NsWitness {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An agent with an identity, its log's key, and where its logs are.
+struct Agent {
+    case: Case,
+    log: LogKey,
+}
+
+impl Agent {
+    fn new() -> Agent {
+        let case = Case::new();
+        let did = case.keygen(&["keygen", "agent"]);
+        let did = DidKey::parse(did.lines().last().unwrap()).unwrap();
+        let origin = Origin::new(
+            &Deployment::new(DEPLOYMENT).unwrap(),
+            &Name::new("test-agent").unwrap(),
+        );
+        Agent {
+            log: LogKey::new(origin, &did),
+            case,
+        }
+    }
+
+    /// Writes the Agentfile: `command` in the sandbox without network,
+    /// witnesses listed as their entries, `quorum`, `required`.
+    fn agentfile(
+        &self,
+        command: &str,
+        witnesses: &[String],
+        quorum: usize,
+        required: bool,
+    ) -> PathBuf {
+        let network = "  network:\n    egress: none\n";
+        let audit = format!("witness_quorum: {quorum}\n  witness_quorum_required: {required}\n");
+        self.agentfile_with(command, network, witnesses, &audit)
+    }
+
+    /// The Agentfile with `network` under `sandbox` and `audit`'s lines
+    /// after the witnesses.
+    fn agentfile_with(
+        &self,
+        command: &str,
+        network: &str,
+        witnesses: &[String],
+        audit: &str,
+    ) -> PathBuf {
+        self.case.agentfile(&format!(
+            "identity:\n  did: {}\nsandbox:\n  command: [sh, -c, {command:?}]\n{network}audit:\n  deployment: {DEPLOYMENT}\n  witnesses:\n{}  {audit}",
+            self.log.did(),
+            witnesses.concat(),
+        ))
+    }
+
+    fn run(&self, agentfile: &Path) -> Output {
+        self.case.run(&["run", agentfile.to_str().unwrap()])
+    }
+
+    /// The events named `name`, in order.
+    fn events(&self, name: &str) -> Vec<serde_json::Value> {
+        self.case.events(name)
+    }
+
+    /// Every `checkpoint_cosigned` verifies with `witness`'s key over the
+    /// checkpoint its `checkpoint` entry names; returns their sizes.
+    fn cosigned_by(&self, witness: &NsWitness) -> Vec<u64> {
+        let notes: Vec<_> = self.events("checkpoint");
+        self.events("checkpoint_cosigned")
+            .into_iter()
+            .filter(|e| e["witness"] == witness.name)
+            .map(|e| {
+                let size = e["size"].as_u64().unwrap();
+                let note = notes.iter().find(|n| n["size"] == size).unwrap();
+                let signed = SignedCheckpoint::parse(note["note"].as_str().unwrap().as_bytes());
+                let checkpoint = signed.unwrap().verify(&self.log).unwrap();
+                let line = e["cosignature"].as_str().unwrap();
+                verify_cosignature(&checkpoint, witness.key(), line).unwrap();
+                size
+            })
+            .collect()
+    }
+
+    fn triggers(&self) -> Vec<String> {
+        self.events("checkpoint")
+            .iter()
+            .map(|e| e["trigger"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+/// Two witnesses, both required: every checkpoint of two runs is cosigned
+/// by both, the second run's from the size each cosigned in the first.
+fn two_of_two() {
+    let agent = Agent::new();
+    let mut w1 = NsWitness::new(&agent.case, "w1.example.org", &agent.log);
+    let mut w2 = NsWitness::new(&agent.case, "w2.example.org", &agent.log);
+    let entries = [w1.serve().entry(), w2.serve().entry()];
+    let agentfile = agent.agentfile("echo hello", &entries, 2, true);
+    for _ in 0..2 {
+        let out = agent.run(&agentfile);
+        assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+        assert!(!text(&out.stderr).contains("warning"), "{}", report(&out));
+    }
+    assert_eq!(
+        agent.triggers(),
+        ["run_start", "run_end", "run_start", "run_end"]
+    );
+    let sizes: Vec<u64> = agent
+        .events("checkpoint")
+        .iter()
+        .map(|e| e["size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(agent.cosigned_by(&w1), sizes);
+    assert_eq!(agent.cosigned_by(&w2), sizes);
+    // The run's end is in the last checkpoint: run_finished is just before.
+    let finished = agent.events("run_finished");
+    assert_eq!(finished[1]["seq"].as_u64().unwrap() + 1, sizes[3]);
+
+    let latest = fs::read_to_string(agent.case.home().join("logs/test-agent.checkpoint")).unwrap();
+    let signature_lines = latest.lines().filter(|l| l.starts_with("— ")).count();
+    assert_eq!(
+        signature_lines, 3,
+        "the agent's and both witnesses':\n{latest}"
+    );
+    assert!(latest.starts_with(&format!("{}\n{}\n", agent.log.origin(), sizes[3])));
+    for w in [&w1, &w2] {
+        assert!(
+            w.said()
+                .contains(&format!("witness: 200 {}", agent.log.origin())),
+            "{}",
+            w.said()
+        );
+    }
+}
+
+/// Three witnesses, two required: one never answers (its machine is up,
+/// nothing listens), which is a warning and an entry; one is SIGKILLed
+/// after the run and restarted, and from its state on disk cosigns the
+/// next run's checkpoints as extensions of the ones it cosigned.
+fn two_of_three() {
+    let agent = Agent::new();
+    let mut w1 = NsWitness::new(&agent.case, "w1.example.org", &agent.log);
+    let mut w2 = NsWitness::new(&agent.case, "w2.example.org", &agent.log);
+    let mut w3 = NsWitness::new(&agent.case, "w3.example.org", &agent.log);
+    let entries = [w1.serve().entry(), w2.serve().entry(), w3.serve().entry()];
+    w3.kill();
+    let agentfile = agent.agentfile("echo hello", &entries, 2, true);
+    let out = agent.run(&agentfile);
+    assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "constle: warning: witness w3.example.org ({}) did not cosign checkpoint",
+            w3.url()
+        )),
+        "{stderr}"
+    );
+    let failed = agent.events("checkpoint_witness_failed");
+    assert_eq!(failed.len(), 2, "at the run's start and end");
+    assert!(
+        failed
+            .iter()
+            .all(|f| f["witness"] == "w3.example.org" && f["url"] == w3.url())
+    );
+
+    w1.kill();
+    w1.serve();
+    let out = agent.run(&agentfile);
+    assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+    let sizes: Vec<u64> = agent
+        .events("checkpoint")
+        .iter()
+        .map(|e| e["size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(agent.cosigned_by(&w1), sizes);
+    assert_eq!(agent.cosigned_by(&w2), sizes);
+    assert!(agent.cosigned_by(&w3).is_empty());
+}
+
+/// A witness down: with the quorum not required the run goes on, warned;
+/// with it required the agent never starts, and the run fails.
+fn witness_down() {
+    let agent = Agent::new();
+    let mut w1 = NsWitness::new(&agent.case, "w1.example.org", &agent.log);
+    // Its URL carries an access token, which nothing may show.
+    let entry = [w1
+        .serve()
+        .entry()
+        .replace(&w1.url(), &format!("{}/?token={TOKEN}", w1.url()))];
+    w1.kill();
+    let marker = agent.case.path("work/started");
+    let command = "touch started";
+    let out = agent.run(&agent.agentfile(command, &entry, 1, false));
+    assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+    assert!(marker.exists());
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "witness w1.example.org ({}/?token=***) did not cosign",
+            w1.url()
+        )),
+        "{}",
+        report(&out)
+    );
+    assert_eq!(agent.events("checkpoint").len(), 2);
+    assert!(agent.events("checkpoint_cosigned").is_empty());
+    let log = fs::read_to_string(agent.case.log_file()).unwrap();
+    assert!(
+        !log.contains(TOKEN) && !text(&out.stderr).contains(TOKEN),
+        "{log}"
+    );
+
+    fs::remove_file(&marker).unwrap();
+    let out = agent.run(&agent.agentfile(command, &entry, 1, true));
+    assert_eq!(out.status.code(), Some(125), "{}", report(&out));
+    assert!(!marker.exists(), "the agent started without its witness");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("cosigned by 0 of 1 witnesses"), "{stderr}");
+    assert!(
+        stderr.contains("the run stops rather than go on unwitnessed"),
+        "{stderr}"
+    );
+    let missed = agent.events("checkpoint_quorum_missed");
+    assert_eq!(missed[0]["cosigned"], 0);
+    assert_eq!(missed[0]["quorum"], 1);
+}
+
+/// The key holder moves the log aside and starts a new chain with the same
+/// key: the witness that cosigned the old one refuses every checkpoint of
+/// the new (422), so with its quorum required the agent does not start.
+fn forked() {
+    let agent = Agent::new();
+    let mut w1 = NsWitness::new(&agent.case, "w1.example.org", &agent.log);
+    let entry = [w1.serve().entry()];
+    let agentfile = agent.agentfile("echo hello", &entry, 1, true);
+    let out = agent.run(&agentfile);
+    assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+    let logs = agent.case.home().join("logs");
+    fs::rename(&logs, agent.case.path("old-logs")).unwrap();
+
+    // A longer and a shorter new history: neither is an extension.
+    for command in ["echo again; echo and again", "true"] {
+        let out = agent.run(&agent.agentfile(command, &entry, 1, true));
+        assert_eq!(out.status.code(), Some(125), "{}", report(&out));
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("did not cosign") && stderr.contains("cosigned by 0 of 1"),
+            "{stderr}"
+        );
+        assert!(agent.events("checkpoint_cosigned").is_empty());
+        fs::remove_dir_all(&logs).unwrap();
+    }
+    let refused = w1.said();
+    assert!(
+        refused.contains("witness: 422") || refused.contains("witness: 409"),
+        "{refused}"
+    );
+}
+
+/// The example agent's requests are entries (the proxy's decisions); with
+/// a checkpoint every 2 entries and the agent still running a few seconds
+/// after them, a round happens during the run, between the first and the
+/// last, and the witness cosigns it.
+fn during() {
+    let agent = Agent::new();
+    let outside = TestHost::start().unwrap();
+    let mut w1 = NsWitness::new(&agent.case, "w1.example.org", &agent.log);
+    let entry = [w1.serve().entry()];
+    fs::copy(EXAMPLE, agent.case.path("work/agent.py")).unwrap();
+    let hosts = agent.case.path("hosts");
+    HostsFile::new()
+        .with(outside.ipv4(), "api.groq.com")
+        .write(&hosts)
+        .unwrap();
+    let network = format!(
+        "  env:\n    ALLOWED_ADDRESS: \"{}\"\n  network:\n    allowed_hosts: [api.groq.com]\n",
+        outside.ipv4()
+    );
+    let audit = "checkpoint_every_entries: 2\n";
+    let agentfile = agent.agentfile_with("python3 agent.py; sleep 3", &network, &entry, audit);
+    let out = agent.case.run(&[
+        "run",
+        "--hosts-file",
+        hosts.to_str().unwrap(),
+        agentfile.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+    let triggers = agent.triggers();
+    assert_eq!(
+        triggers.first().map(String::as_str),
+        Some("run_start"),
+        "{triggers:?}"
+    );
+    assert_eq!(
+        triggers.last().map(String::as_str),
+        Some("run_end"),
+        "{triggers:?}"
+    );
+    assert!(triggers.iter().any(|t| t == "entries"), "{triggers:?}");
+    let sizes: Vec<u64> = agent
+        .events("checkpoint")
+        .iter()
+        .map(|e| e["size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(agent.cosigned_by(&w1), sizes);
+}
