@@ -251,6 +251,24 @@ impl Agent {
             .collect()
     }
 
+    /// `constle audit verify --agentfile` of the log, with the latest
+    /// cosigned checkpoint as a copy kept elsewhere would hold it: it
+    /// must verify; its `witnessed:` line.
+    fn witnessed(&self, agentfile: &Path) -> String {
+        let held = self.case.home().join("logs/test-agent.checkpoint");
+        let out = self.case.run(&[
+            "audit",
+            "verify",
+            &format!("--agentfile={}", agentfile.display()),
+            &format!("--checkpoint={}", held.display()),
+            self.case.log_file().to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+        let stdout = text(&out.stdout);
+        let line = stdout.lines().find(|l| l.starts_with("  witnessed: "));
+        line.unwrap_or_else(|| panic!("{stdout}")).to_owned()
+    }
+
     fn triggers(&self) -> Vec<String> {
         self.events("checkpoint")
             .iter()
@@ -294,6 +312,14 @@ fn two_of_two() {
         "the agent's and both witnesses':\n{latest}"
     );
     assert!(latest.starts_with(&format!("{}\n{}\n", agent.log.origin(), sizes[3])));
+    let after = agent.case.log().len() as u64 - sizes[3];
+    assert_eq!(
+        agent.witnessed(&agentfile),
+        format!(
+            "  witnessed: entries 0–{} by 2 of 2 witnesses (quorum 2); {after} entries after that not yet",
+            sizes[3] - 1
+        )
+    );
     for w in [&w1, &w2] {
         assert!(
             w.said()
@@ -473,4 +499,9 @@ fn during() {
         .map(|e| e["size"].as_u64().unwrap())
         .collect();
     assert_eq!(agent.cosigned_by(&w1), sizes);
+    let last = sizes.last().unwrap();
+    assert!(agent.witnessed(&agentfile).starts_with(&format!(
+        "  witnessed: entries 0–{} by 1 of 1 witness (quorum 1); ",
+        last - 1
+    )),);
 }
