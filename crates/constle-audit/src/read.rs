@@ -79,12 +79,12 @@ pub fn read_log_file(path: &Path) -> Result<Vec<u8>, ReadError> {
 }
 
 /// Reads the regular file at `path` (links followed) whole, if it holds at
-/// most `max` bytes, under the rules day files are read by: for other
-/// files of the log's kind (a run receipt).
+/// most `max` bytes: for the files that come with a log (a cosigned
+/// checkpoint, a run receipt), read as carefully as the log's own.
 ///
 /// # Errors
 ///
-/// [`ReadError`] as for [`read_log_file`].
+/// As [`read_log_file`].
 pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, ReadError> {
     let file = open_for_reading(path)?;
     let meta = file.metadata().map_err(|source| io_error(path, source))?;

@@ -109,6 +109,13 @@ pub enum FindingCode {
     QuorumUnproven,
     /// The log names an approver set version the set does not have.
     ApproverSetUnknown,
+    /// A witness cosigned a tree head the log's tree no longer has at that
+    /// size.
+    WitnessedHistoryRewritten,
+    /// A witness cosigned a tree larger than the log.
+    WitnessedEntriesMissing,
+    /// A recorded cosignature by a declared witness does not verify.
+    CosignatureInvalid,
 }
 
 impl FindingCode {
@@ -133,6 +140,9 @@ impl FindingCode {
             FindingCode::VoteMismatch => "vote_mismatch",
             FindingCode::QuorumUnproven => "quorum_unproven",
             FindingCode::ApproverSetUnknown => "approver_set_unknown",
+            FindingCode::WitnessedHistoryRewritten => "witnessed_history_rewritten",
+            FindingCode::WitnessedEntriesMissing => "witnessed_entries_missing",
+            FindingCode::CosignatureInvalid => "cosignature_invalid",
         }
     }
 
@@ -174,6 +184,15 @@ impl FindingCode {
             }
             FindingCode::ApproverSetUnknown => {
                 "the log names an approver set version that is not in the verified set"
+            }
+            FindingCode::WitnessedHistoryRewritten => {
+                "entries a witness cosigned were changed, removed or inserted, and the log re-signed"
+            }
+            FindingCode::WitnessedEntriesMissing => {
+                "entries a witness cosigned were cut off the log"
+            }
+            FindingCode::CosignatureInvalid => {
+                "a witness's cosignature does not verify: the entry or checkpoint holding it was edited"
             }
         }
     }

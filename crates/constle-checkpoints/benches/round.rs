@@ -6,7 +6,14 @@
 //! round without witnesses. Each round follows 10 new entries, as a run's
 //! would; measured at two log sizes, since the tree is built from the
 //! files every round. CPU time is the whole process's (witnesses
-//! included), per round. Run with `bench/checkpoints.sh`.
+//! included), per round. Each round's entries are appended as a run's are.
+//!
+//! Then, on the 100 000-entry log with what its rounds recorded, `audit
+//! verify`'s work with the witnesses' cosignatures checked (every day file
+//! verified, the tree built with the recorded cosignatures, all of them
+//! held against it) against plain verification of the day files, in the
+//! same run: the clock and the CPU time, median of 5. Run with
+//! `bench/checkpoints.sh`.
 
 #![allow(
     clippy::unwrap_used,
@@ -20,10 +27,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use constle_audit::{Appender, Event};
+use std::num::NonZeroUsize;
+
+use constle_audit::{Appender, Event, TrustAnchors, Verdict, verify_file};
 use constle_checkpoints::{Checkpointer, Trigger, Witness, Witnessing};
 use constle_identity::{Name, SigningIdentity};
-use constle_tlog::{Deployment, LogKey, Origin, WitnessSigner};
+use constle_tlog::{
+    CoverageVerdict, Deployment, LogKey, LogTree, Origin, WitnessKey, WitnessSigner,
+    check_coverage, day_files,
+};
 use constle_witness::{Logs, StateDir};
 
 const SEED: [u8; 32] = [7; 32];
@@ -41,14 +53,19 @@ fn main() {
         "| log entries | witnesses | rounds | p50 ms | p99 ms | max ms | CPU ms/round | p50 vs no witness |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut verify_rows = Vec::new();
     for entries in [1_000, 100_000] {
         let home = tempfile::tempdir().unwrap();
         let logs = home.path().join("logs");
         append(&logs, entries);
         let witnesses = runtime
             .block_on(async { vec![witness(1, home.path()).await, witness(2, home.path()).await] });
+        let keys: Vec<WitnessKey> = witnesses.iter().map(|w| w.key.clone()).collect();
         let base = runtime.block_on(measure(&logs, Vec::new(), rounds));
         let with = runtime.block_on(measure(&logs, witnesses, rounds));
+        if entries == 100_000 {
+            verify_rows.push(verify_table(&logs, &keys));
+        }
         for (n, row) in [(0, &base), (2, &with)] {
             println!(
                 "| {entries} | {n} | {rounds} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x |",
@@ -60,6 +77,70 @@ fn main() {
             );
         }
     }
+    println!();
+    for row in verify_rows {
+        print!("{row}");
+    }
+}
+
+/// `audit verify` of the log with and without the witnesses' check.
+fn verify_table(logs: &Path, keys: &[WitnessKey]) -> String {
+    let anchors = TrustAnchors {
+        agent: Some(agent()),
+        agent_did: Some(SigningIdentity::from_bytes(&SEED).did().clone()),
+        approver: None,
+        approvers: None,
+        pinned: true,
+    };
+    let days: Vec<_> = day_files(logs, &agent())
+        .unwrap()
+        .iter()
+        .map(|d| d.path())
+        .collect();
+    let plain = || {
+        for day in &days {
+            assert!(matches!(
+                verify_file(day, &anchors).unwrap(),
+                Verdict::Verified(_)
+            ));
+        }
+    };
+    let quorum = NonZeroUsize::new(keys.len()).unwrap();
+    let witnessed = || {
+        plain();
+        let log = LogTree::from_log_dir(logs, &agent()).unwrap();
+        let verdict = check_coverage(
+            &log.tree,
+            log_key().origin(),
+            keys,
+            quorum,
+            &log.recorded.cosigned,
+        );
+        assert!(matches!(verdict, CoverageVerdict::Covered(_)));
+    };
+    let (plain_ms, plain_cpu) = median_of_5(plain);
+    let (with_ms, with_cpu) = median_of_5(witnessed);
+    let entries = LogTree::from_log_dir(logs, &agent()).unwrap().tree.len();
+    format!(
+        "| audit verify, {entries} entries | ms | CPU ms | vs plain (clock) | vs plain (CPU) |\n|---|---:|---:|---:|---:|\n| plain | {plain_ms:.0} | {plain_cpu:.0} | 1.00x | 1.00x |\n| with the witnesses' cosignatures | {with_ms:.0} | {with_cpu:.0} | {:.2}x | {:.2}x |\n",
+        with_ms / plain_ms,
+        with_cpu / plain_cpu
+    )
+}
+
+/// The median clock and CPU time of five runs of `work`, in ms.
+fn median_of_5(work: impl Fn()) -> (f64, f64) {
+    let mut clock = Vec::new();
+    let mut cpu = Vec::new();
+    for _ in 0..5 {
+        let (cpu0, t0) = (cpu_time(), Instant::now());
+        work();
+        clock.push(t0.elapsed().as_secs_f64() * 1e3);
+        cpu.push((cpu_time() - cpu0).as_secs_f64() * 1e3);
+    }
+    clock.sort_by(f64::total_cmp);
+    cpu.sort_by(f64::total_cmp);
+    (clock[2], cpu[2])
 }
 
 struct Row {
@@ -94,6 +175,9 @@ async fn measure(logs: &Path, witnesses: Vec<Witness>, rounds: usize) -> Row {
         ms.push(t0.elapsed().as_secs_f64() * 1e3);
         cpu += cpu_time() - cpu0;
         assert_eq!(round.cosigned, n, "{:?}", round.warnings);
+        Appender::new(logs, agent(), Some(SigningIdentity::from_bytes(&SEED)))
+            .and_then(|a| a.append(round.events))
+            .unwrap();
     }
     ms.sort_by(f64::total_cmp);
     Row {

@@ -61,10 +61,11 @@ impl VerifiedCosignature {
     }
 }
 
-/// The message a `cosignature/v1` signs.
-fn message(checkpoint: &VerifiedCheckpoint, timestamp: u64) -> Vec<u8> {
+/// The message a `cosignature/v1` signs, of the checkpoint whose note text
+/// is `text`.
+fn message(text: &[u8], timestamp: u64) -> Vec<u8> {
     let mut message = format!("cosignature/v1\ntime {timestamp}\n").into_bytes();
-    message.extend_from_slice(checkpoint.text());
+    message.extend_from_slice(text);
     message
 }
 
@@ -90,7 +91,7 @@ pub fn cosign(
     timestamp: u64,
 ) -> Result<Cosignature, CosignatureError> {
     check_timestamp(timestamp)?;
-    let signature = signer.sign(&message(checkpoint, timestamp));
+    let signature = signer.sign(&message(checkpoint.text(), timestamp));
     let mut bytes = Vec::with_capacity(72);
     bytes.extend_from_slice(&timestamp.to_be_bytes());
     bytes.extend_from_slice(&signature.to_bytes());
@@ -113,6 +114,18 @@ pub fn cosign(
 /// length or timestamp, or a signature that does not verify.
 pub fn verify_cosignature(
     checkpoint: &VerifiedCheckpoint,
+    witness: &WitnessKey,
+    line: &str,
+) -> Result<VerifiedCosignature, CosignatureError> {
+    verify_over_text(checkpoint.text(), witness, line)
+}
+
+/// [`verify_cosignature`] over a checkpoint's note text, signed by the log
+/// or not: what a witness cosigns is the text, so a cosignature recorded
+/// without its checkpoint is checked over the text rebuilt from origin,
+/// size and root.
+pub(crate) fn verify_over_text(
+    text: &[u8],
     witness: &WitnessKey,
     line: &str,
 ) -> Result<VerifiedCosignature, CosignatureError> {
@@ -139,7 +152,7 @@ pub fn verify_cosignature(
     let signature = Signature::from_slice(signature).map_err(|_| invalid())?;
     witness
         .did()
-        .verify(&message(checkpoint, timestamp), &signature)
+        .verify(&message(text, timestamp), &signature)
         .map_err(|_| invalid())?;
     Ok(VerifiedCosignature {
         witness: witness.name().to_owned(),
@@ -171,4 +184,11 @@ pub fn find_cosignature(
     Err(CosignatureError::Missing {
         key: witness.label(),
     })
+}
+
+/// The key name and key ID a note signature line (without its newline)
+/// names, if it is one.
+pub(crate) fn line_signer(line: &str) -> Option<(String, u32)> {
+    let sig = signed_note::Signature::from_bytes(line.as_bytes()).ok()?;
+    Some((sig.name().to_owned(), sig.id()))
 }

@@ -12,6 +12,10 @@
 //! entry whose `seq` is the number of lines before it. That fails when the
 //! oldest days were deleted (retention) or lines are missing between days.
 //!
+//! Each leaf is also scanned for the cosignatures the log records
+//! ([`Recorded`]), so whoever checks what witnesses cosigned reads the files
+//! once.
+//!
 //! A last line without a newline in the latest file is a torn tail (a
 //! crashed or still-running writer) and is not a leaf; its length is
 //! reported. Lines after the head anchor are leaves: a caller that wants
@@ -24,6 +28,7 @@ use constle_audit::{DayFile, parse_line, read_log_file};
 use constle_identity::Name;
 
 use crate::error::LogFilesError;
+use crate::recorded::Recorded;
 use crate::tree::LogTree;
 
 /// An agent's tree as read from its day files.
@@ -35,6 +40,8 @@ pub struct LogFiles {
     pub files: Vec<PathBuf>,
     /// Bytes after the latest file's last newline, not in the tree.
     pub torn_tail: usize,
+    /// The `checkpoint_cosigned` entries among the leaves.
+    pub recorded: Recorded,
 }
 
 /// The day files of `agent` in `dir`, oldest first.
@@ -88,6 +95,7 @@ impl LogTree {
         let mut tree = LogTree::new();
         let mut files = Vec::with_capacity(days.len());
         let mut torn_tail = 0;
+        let mut recorded = Recorded::default();
         let count = days.len();
         for (i, day) in days.into_iter().enumerate() {
             let path = day.path();
@@ -117,6 +125,7 @@ impl LogTree {
                     check_first_seq(&path, line, tree.len())?;
                 }
                 visit(tree.len(), line);
+                recorded.scan(tree.len(), line);
                 tree.push(line);
             }
             files.push(path);
@@ -125,6 +134,7 @@ impl LogTree {
             tree,
             files,
             torn_tail,
+            recorded,
         })
     }
 }

@@ -20,6 +20,11 @@
 //!   cosignatures (`cosignature/v1`).
 //! - [`check_submission`] and [`AddCheckpoint`]: a witness's decision on a
 //!   submitted checkpoint, with the HTTP status of each refusal.
+//! - [`check_coverage`]: every cosignature found for a log (its
+//!   `checkpoint_cosigned` entries, read with the tree into [`Recorded`],
+//!   and checkpoints held elsewhere, [`Cosigned::from_checkpoint`]) checked
+//!   against its tree: how far it is witnessed ([`Coverage`]), or the
+//!   findings that show it was rewritten or cut since.
 //!
 //! The formats are specified, with test vectors, in
 //! `docs/spec/log-checkpoints.md`.
@@ -86,10 +91,12 @@
 
 mod checkpoint;
 mod cosignature;
+mod coverage;
 mod error;
 mod files;
 mod keys;
 mod origin;
+mod recorded;
 mod tree;
 mod witness;
 
@@ -104,6 +111,7 @@ pub use checkpoint::{
 pub use cosignature::{
     Cosignature, VerifiedCosignature, cosign, find_cosignature, verify_cosignature,
 };
+pub use coverage::{Cosigned, Coverage, CoverageVerdict, Source, check_coverage};
 pub use error::{
     CheckpointError, CosignatureError, KeyError, LogFilesError, OriginError, ProofError, Refusal,
     RequestError,
@@ -111,6 +119,7 @@ pub use error::{
 pub use files::{LogFiles, day_files};
 pub use keys::{LogKey, WitnessKey, WitnessSigner};
 pub use origin::{Deployment, Origin};
+pub use recorded::{COSIGNED_EVENT, Recorded};
 pub use tree::{
     ConsistencyProof, Hash, InclusionProof, LogTree, MAX_PROOF_HASHES, TreeHead,
     verify_consistency, verify_inclusion,

@@ -618,3 +618,318 @@ mod files {
         ));
     }
 }
+
+mod coverage {
+    use std::num::NonZeroUsize;
+    use std::path::PathBuf;
+
+    use constle_audit::FindingCode;
+
+    use super::*;
+
+    fn signer(n: u8) -> WitnessSigner {
+        let name = format!("witness.example.org/w{n}");
+        WitnessSigner::new(&name, SigningIdentity::from_bytes(&[n + 1; 32])).unwrap()
+    }
+
+    /// `by`'s cosignature of `tree`'s head at `size`, recorded at entry `seq`.
+    fn cosigned(tree: &LogTree, size: u64, by: &WitnessSigner, seq: u64) -> Cosigned {
+        let head = tree.head_at(size).unwrap();
+        let line = cosign(&checkpoint(head), by, 1_786_184_102).unwrap();
+        Cosigned {
+            head,
+            witness: by.public().name().to_owned(),
+            line: line.line().trim_end().to_owned(),
+            source: Source::Entry(seq),
+        }
+    }
+
+    fn check(
+        tree: &LogTree,
+        declared: &[&WitnessSigner],
+        quorum: usize,
+        found: &[Cosigned],
+    ) -> CoverageVerdict {
+        let keys: Vec<WitnessKey> = declared.iter().map(|s| s.public().clone()).collect();
+        let quorum = NonZeroUsize::new(quorum).unwrap();
+        check_coverage(tree, log_key().origin(), &keys, quorum, found)
+    }
+
+    fn covered(verdict: CoverageVerdict) -> Coverage {
+        match verdict {
+            CoverageVerdict::Covered(coverage) => coverage,
+            CoverageVerdict::Tampered { findings, .. } => panic!("tampered: {findings:#?}"),
+        }
+    }
+
+    fn findings(verdict: CoverageVerdict) -> Vec<(FindingCode, String)> {
+        match verdict {
+            CoverageVerdict::Covered(coverage) => panic!("not caught: {coverage}"),
+            CoverageVerdict::Tampered { findings, .. } => findings
+                .into_iter()
+                .inspect(|f| assert_eq!(f.line, None))
+                .map(|f| (f.code, f.detail))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_quorum_covers_up_to_the_smallest_of_its_largest_trees() {
+        let tree = tree_of(&lines(10));
+        let (w1, w2, w3) = (signer(1), signer(2), signer(3));
+        let found = [
+            cosigned(&tree, 6, &w1, 6),
+            cosigned(&tree, 6, &w2, 7),
+            cosigned(&tree, 8, &w1, 9),
+        ];
+        let coverage = covered(check(&tree, &[&w1, &w2], 2, &found));
+        assert_eq!((coverage.witnessed(), coverage.size()), (6, 10));
+        assert_eq!(
+            coverage.to_string(),
+            "entries 0–5 by 2 of 2 witnesses (quorum 2); 4 entries after that not yet"
+        );
+        // A larger tree covers the smaller ones: w1 at 8, w2 at 6 is 6.
+        let found = [cosigned(&tree, 8, &w1, 8), cosigned(&tree, 6, &w2, 9)];
+        let coverage = covered(check(&tree, &[&w1, &w2, &w3], 2, &found));
+        assert_eq!(
+            coverage.to_string(),
+            "entries 0–5 by 2 of 3 witnesses (quorum 2); 4 entries after that not yet"
+        );
+        let found = [
+            cosigned(&tree, 10, &w1, 8),
+            cosigned(&tree, 10, &w3, 9),
+            cosigned(&tree, 6, &w2, 9),
+        ];
+        let coverage = covered(check(&tree, &[&w1, &w2, &w3], 2, &found));
+        assert_eq!(
+            coverage.to_string(),
+            "entries 0–9 by 2 of 3 witnesses (quorum 2)"
+        );
+        assert_eq!(
+            coverage.reach(),
+            [
+                ("witness.example.org/w1".to_owned(), 10),
+                ("witness.example.org/w2".to_owned(), 6),
+                ("witness.example.org/w3".to_owned(), 10),
+            ]
+        );
+        let one = tree_of(&lines(1));
+        let coverage = covered(check(&one, &[&w1], 1, &[cosigned(&one, 1, &w1, 0)]));
+        assert_eq!(coverage.to_string(), "entry 0 by 1 of 1 witness (quorum 1)");
+    }
+
+    #[test]
+    fn below_the_quorum_says_who_cosigned_how_far() {
+        let tree = tree_of(&lines(10));
+        let (w1, w2, w3) = (signer(1), signer(2), signer(3));
+        let coverage = covered(check(&tree, &[&w1, &w2], 2, &[]));
+        assert_eq!(coverage.witnessed(), 0);
+        assert_eq!(
+            coverage.to_string(),
+            "no entry yet (2 witnesses declared, quorum 2)"
+        );
+        let found = [cosigned(&tree, 4, &w1, 4), cosigned(&tree, 1, &w3, 5)];
+        let coverage = covered(check(&tree, &[&w1, &w2, &w3], 3, &found));
+        assert_eq!(
+            coverage.to_string(),
+            "no entry yet by a quorum (3 of 3 witnesses): witness.example.org/w1 cosigned entries 0–3, witness.example.org/w3 cosigned entry 0"
+        );
+        // The same witness twice, from the log and from a file, is one.
+        let mut again = cosigned(&tree, 4, &w1, 4);
+        again.source = Source::File(PathBuf::from("bot.checkpoint"));
+        let found = [cosigned(&tree, 4, &w1, 4), again];
+        assert_eq!(covered(check(&tree, &[&w1, &w2], 2, &found)).witnessed(), 0);
+    }
+
+    #[test]
+    fn cosignatures_by_undeclared_keys_are_notes_and_count_for_nothing() {
+        let tree = tree_of(&lines(5));
+        let (w1, w2) = (signer(1), signer(2));
+        // w2's name with another key: not the witness declared.
+        let impostor =
+            WitnessSigner::new(w2.public().name(), SigningIdentity::from_bytes(&[9; 32])).unwrap();
+        let found = [
+            cosigned(&tree, 5, &w1, 5),
+            cosigned(&tree, 5, &impostor, 6),
+            cosigned(&tree, 5, &signer(7), 7),
+        ];
+        let coverage = covered(check(&tree, &[&w1, &w2], 2, &found));
+        assert_eq!(coverage.witnessed(), 0);
+        assert_eq!(coverage.notes().len(), 2);
+        assert_eq!(
+            coverage.notes()[1],
+            format!(
+                "the cosignature by witness.example.org/w7+{:08x} in the checkpoint_cosigned entry seq 7 is not by a witness the Agentfile declares: not counted",
+                signer(7).public().key_id()
+            )
+        );
+    }
+
+    #[test]
+    fn a_cosignature_that_does_not_verify_is_tampering() {
+        let tree = tree_of(&lines(6));
+        let (w1, w2) = (signer(1), signer(2));
+        // Moved to another tree head of the same log.
+        let mut moved = cosigned(&tree, 5, &w1, 6);
+        moved.head = tree.head_at(4).unwrap();
+        // Recorded under another witness's name.
+        let mut renamed = cosigned(&tree, 5, &w1, 7);
+        renamed.witness = w2.public().name().to_owned();
+        let mut garbage = cosigned(&tree, 5, &w2, 8);
+        garbage.line = "— witness.example.org/w2 not base64".to_owned();
+        let found = [moved, renamed, garbage, cosigned(&tree, 5, &w2, 9)];
+        let found = findings(check(&tree, &[&w1, &w2], 2, &found));
+        assert!(
+            found
+                .iter()
+                .all(|(code, _)| *code == FindingCode::CosignatureInvalid)
+        );
+        let details: Vec<&str> = found.iter().map(|(_, d)| d.as_str()).collect();
+        let root4 = tree.root_at(4).unwrap();
+        assert_eq!(
+            details,
+            [
+                format!(
+                    "the cosignature by {}+{:08x} does not verify over this checkpoint (ci.example.com/constle/bot size 4 root {root4}; in the checkpoint_cosigned entry seq 6)",
+                    w1.public().name(),
+                    w1.public().key_id()
+                ),
+                "the checkpoint_cosigned entry seq 7 names the witness witness.example.org/w2, but its cosignature is by witness.example.org/w1".to_owned(),
+                "the cosignature in the checkpoint_cosigned entry seq 8 is not a note signature line".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rewritten_history_is_caught_between_the_last_agreed_size_and_the_first_not() {
+        let original = tree_of(&lines(10));
+        let (w1, w2) = (signer(1), signer(2));
+        let found = [
+            cosigned(&original, 3, &w1, 3),
+            cosigned(&original, 3, &w2, 4),
+            cosigned(&original, 7, &w1, 7),
+            cosigned(&original, 7, &w2, 8),
+            cosigned(&original, 8, &w1, 9),
+        ];
+        let mut edited = lines(10);
+        edited[5] = b"{\"seq\":5,\"event\":\"edited\"}".to_vec();
+        let tree = tree_of(&edited);
+        let found = findings(check(&tree, &[&w1, &w2], 2, &found));
+        let (root7, root8) = (original.root_at(7).unwrap(), original.root_at(8).unwrap());
+        assert_eq!(
+            found,
+            [
+                (
+                    FindingCode::WitnessedHistoryRewritten,
+                    format!(
+                        "the histories part at an entry in seq 3..6 (the log's root at size 7 is {}, witnesses witness.example.org/w1, witness.example.org/w2 cosigned {root7}; in the checkpoint_cosigned entry seq 7, the checkpoint_cosigned entry seq 8)",
+                        tree.root_at(7).unwrap()
+                    )
+                ),
+                (
+                    FindingCode::WitnessedHistoryRewritten,
+                    format!(
+                        "the histories part at an entry in seq 3..7 (the log's root at size 8 is {}, witness witness.example.org/w1 cosigned {root8}; in the checkpoint_cosigned entry seq 9)",
+                        tree.root_at(8).unwrap()
+                    )
+                ),
+            ]
+        );
+        // Cosigned at 5 and 6, the entry between them is named.
+        let found = [
+            cosigned(&original, 5, &w1, 5),
+            cosigned(&original, 6, &w1, 6),
+        ];
+        let found = findings(check(&tree, &[&w1], 1, &found));
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0]
+                .1
+                .starts_with("the histories part at entry seq 5 ("),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn another_root_for_a_size_is_caught_even_beside_the_logs_own() {
+        // A split view: w1 was shown the log, w2 another history.
+        let tree = tree_of(&lines(8));
+        let mut forked = lines(8);
+        forked[6] = b"{\"seq\":6,\"event\":\"forked\"}".to_vec();
+        let fork = tree_of(&forked);
+        let (w1, w2) = (signer(1), signer(2));
+        let found = [
+            cosigned(&tree, 4, &w2, 4),
+            cosigned(&tree, 8, &w1, 8),
+            cosigned(&fork, 8, &w2, 9),
+        ];
+        let found = findings(check(&tree, &[&w1, &w2], 1, &found));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0, FindingCode::WitnessedHistoryRewritten);
+        assert!(
+            found[0].1.starts_with(&format!(
+                "the histories part at an entry in seq 4..7 (the log's root at size 8 is {}, witness witness.example.org/w2 cosigned {}",
+                tree.root(),
+                fork.root()
+            )),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_cut_log_is_caught() {
+        let original = tree_of(&lines(12));
+        let w1 = signer(1);
+        let cut = tree_of(&lines(9));
+        let mut held = cosigned(&original, 12, &w1, 0);
+        held.source = Source::File(PathBuf::from("bot.checkpoint"));
+        let found = [cosigned(&original, 10, &w1, 10), held];
+        let found = findings(check(&cut, &[&w1], 1, &found));
+        let (root10, root12) = (original.root_at(10).unwrap(), original.root_at(12).unwrap());
+        assert_eq!(
+            found,
+            [
+                (
+                    FindingCode::WitnessedEntriesMissing,
+                    format!(
+                        "the log has 9 entries, but witness witness.example.org/w1 cosigned size 10 (root {root10}; in the checkpoint_cosigned entry seq 10): entry seq 9 is missing"
+                    )
+                ),
+                (
+                    FindingCode::WitnessedEntriesMissing,
+                    format!(
+                        "the log has 9 entries, but witness witness.example.org/w1 cosigned size 12 (root {root12}; in the checkpoint file bot.checkpoint): entries seq 9..11 are missing"
+                    )
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_held_checkpoint_gives_its_cosignatures_but_not_the_logs_own_signature() {
+        let tree = tree_of(&lines(4));
+        let (w1, w2) = (signer(1), signer(2));
+        let head = tree.head();
+        let mut note = sign_checkpoint(&agent_key(), &log_key(), head)
+            .unwrap()
+            .as_bytes()
+            .to_vec();
+        for w in [&w1, &w2] {
+            note.extend_from_slice(cosign(&checkpoint(head), w, 7).unwrap().line().as_bytes());
+        }
+        let held = SignedCheckpoint::parse(&note)
+            .unwrap()
+            .verify(&log_key())
+            .unwrap();
+        let source = Source::File(PathBuf::from("bot.checkpoint"));
+        let found = Cosigned::from_checkpoint(&held, &source);
+        let names: Vec<&str> = found.iter().map(|c| c.witness.as_str()).collect();
+        assert_eq!(names, [w1.public().name(), w2.public().name()]);
+        assert!(found.iter().all(|c| c.head == head && c.source == source));
+        let coverage = covered(check(&tree, &[&w1, &w2], 2, &found));
+        assert_eq!(
+            coverage.to_string(),
+            "entries 0–3 by 2 of 2 witnesses (quorum 2)"
+        );
+    }
+}

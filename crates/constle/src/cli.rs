@@ -356,10 +356,15 @@ pub struct LogKeyArgs {
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// Pin the agent's DID and the approver key from this Agentfile. Without
-    /// it, only the log's internal consistency is checked.
+    /// Pin the agent's DID, the approver key and the witnesses from this
+    /// Agentfile. Without it, only the log's internal consistency is checked.
     #[arg(long)]
     pub agentfile: Option<PathBuf>,
+    /// A cosigned checkpoint kept outside the log (a copy of
+    /// `<agent>.checkpoint`, a receipt's): the log must still be the one its
+    /// witnesses cosigned. Repeatable; needs the Agentfile's audit.witnesses.
+    #[arg(long = "checkpoint", value_name = "FILE", requires = "agentfile")]
+    pub checkpoints: Vec<PathBuf>,
     /// Day files, `<agent>-<YYYY-MM-DD>.jsonl`.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,

@@ -14,13 +14,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
-use constle_audit::{Appender, Event, parse_line};
 use constle_identity::{Name, SigningIdentity};
 use constle_testkit::{Answer, McpServerOptions, SimulatedApprover, TestMcpServer};
 use libtest_mimic::Arguments;
 use serde_json::Value;
 
 mod common;
+use common::log::reseal;
 use common::mcp::{call, listed_approvers, outcome, quorum_webhook_var};
 use common::{Case, e2e, report, text};
 
@@ -292,27 +292,10 @@ fn rewrite(fx: &Fixture, name: &str, mut keep: Box<dyn FnMut(&mut Value) -> bool
     let key = SigningIdentity::from_pkcs8_pem(&key).unwrap();
     let dir = fx.case.path(&format!("rewritten-{name}"));
     fs::create_dir(&dir).unwrap();
-    let mut events = Vec::new();
-    for line in fs::read_to_string(fx.case.log_file()).unwrap().lines() {
-        assert!(parse_line(line.as_bytes()).is_ok());
-        let mut entry: Value = serde_json::from_str(line).unwrap();
-        if !keep(&mut entry) {
-            continue;
-        }
-        let name = entry["event"].as_str().unwrap().to_owned();
-        let fields = entry.as_object().unwrap().iter().filter(|(k, _)| {
-            !["v", "seq", "ts", "agent", "event", "prev", "did", "sig"].contains(&k.as_str())
-        });
-        let event = fields.fold(Event::new(&name).unwrap(), |event, (k, v)| {
-            event.with(k, v.clone()).unwrap()
-        });
-        events.push(event);
-    }
-    let written = Appender::new(&dir, Name::new("test-agent").unwrap(), Some(key))
-        .unwrap()
-        .append(events)
-        .unwrap();
-    written[0].path.clone()
+    let mut entries = fx.case.log();
+    entries.retain_mut(|entry| keep(entry));
+    let agent = Name::new("test-agent").unwrap();
+    reseal(&entries, &dir, &agent, key).remove(0)
 }
 
 fn not_a_quorum() {

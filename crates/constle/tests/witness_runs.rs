@@ -84,6 +84,14 @@ fn two_of_two() {
         "the agent's and both witnesses':\n{latest}"
     );
     assert!(latest.starts_with(&format!("{}\n{}\n", agent.log.origin(), sizes[3])));
+    let after = agent.case.log().len() as u64 - sizes[3];
+    assert_eq!(
+        agent.witnessed(&agentfile),
+        format!(
+            "  witnessed: entries 0–{} by 2 of 2 witnesses (quorum 2); {after} entries after that not yet",
+            sizes[3] - 1
+        )
+    );
     for w in [&w1, &w2] {
         assert!(
             w.said()
@@ -263,4 +271,9 @@ fn during() {
         .map(|e| e["size"].as_u64().unwrap())
         .collect();
     assert_eq!(agent.cosigned_by(&w1), sizes);
+    let last = sizes.last().unwrap();
+    assert!(agent.witnessed(&agentfile).starts_with(&format!(
+        "  witnessed: entries 0–{} by 1 of 1 witness (quorum 1); ",
+        last - 1
+    )),);
 }

@@ -1,14 +1,20 @@
 //! `constle audit verify` and `constle audit show`.
 
-use std::path::Path;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use constle_approvers::{SetPin, read_versions, verify_files};
 use constle_audit::{
-    Approvers, Finding, SetVersion, TrustAnchors, Verdict, VerifiedLog, parse_line, read_log_file,
-    verify_file,
+    Approvers, Finding, SetVersion, TrustAnchors, Verdict, VerifiedLog, parse_line, read_bounded,
+    read_log_file, verify_file,
 };
-use constle_manifest::{ApproverSetRef, QuorumSource};
+use constle_identity::Name;
+use constle_manifest::{ApproverSetRef, Manifest, QuorumSource};
+use constle_tlog::{
+    Cosigned, Coverage, CoverageVerdict, Deployment, LogKey, LogTree, MAX_CHECKPOINT_BYTES, Origin,
+    SignedCheckpoint, Source, WitnessKey, check_coverage,
+};
 use serde_json::Value;
 
 use crate::Outcome;
@@ -16,8 +22,18 @@ use crate::cli::{LogKeyArgs, ShowArgs, VerifyArgs};
 use crate::terminal::{self, Paint, escape, paint};
 
 pub fn verify(args: &VerifyArgs) -> anyhow::Result<Outcome> {
-    let anchors = match &args.agentfile {
-        Some(path) => match pinned_anchors(path)? {
+    let manifest = args.agentfile.as_deref().map(load_manifest).transpose()?;
+    let witnessing = manifest.as_ref().map(Witnessing::of).transpose()?.flatten();
+    // Read before the log, so that none holds a tree written after it.
+    let held = match &witnessing {
+        Some(w) => w.held_cosignatures(&args.checkpoints)?,
+        None if args.checkpoints.is_empty() => Vec::new(),
+        None => bail!(
+            "--checkpoint needs witnesses to check it against: the Agentfile declares no audit.witnesses"
+        ),
+    };
+    let anchors = match &manifest {
+        Some(manifest) => match pinned_anchors(manifest) {
             Ok(anchors) => anchors,
             Err(set_problem) => {
                 terminal::out(&format!(
@@ -49,19 +65,30 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<Outcome> {
             }
         }
     }
+    if let Some(witnessing) = &witnessing {
+        for dir in log_dirs(&args.files) {
+            terminal::out("");
+            if !witnessing.check(&dir, &held)? {
+                outcome = Outcome::PolicyFailure;
+            }
+        }
+    }
     Ok(outcome)
 }
 
-/// What the Agentfile at `path` pins, or what is wrong with its approver
-/// set (tampering, for `audit verify`); an error if it cannot be read.
-fn pinned_anchors(path: &Path) -> anyhow::Result<Result<TrustAnchors, String>> {
-    let manifest = match constle_manifest::load_file(path, &super::host_env) {
-        Ok(valid) => valid.manifest,
+fn load_manifest(path: &Path) -> anyhow::Result<Manifest> {
+    match constle_manifest::load_file(path, &super::host_env) {
+        Ok(valid) => Ok(valid.manifest),
         Err(rejected) => bail!(
             "the Agentfile {} is invalid, so it cannot pin anything:\n{rejected}",
             path.display()
         ),
-    };
+    }
+}
+
+/// What `manifest` pins, or what is wrong with its approver set
+/// (tampering, for `audit verify`).
+fn pinned_anchors(manifest: &Manifest) -> Result<TrustAnchors, String> {
     let approvers = match manifest.human_gates.quorum.as_ref().map(|q| &q.source) {
         None => None,
         Some(QuorumSource::Listed {
@@ -73,16 +100,129 @@ fn pinned_anchors(path: &Path) -> anyhow::Result<Result<TrustAnchors, String>> {
         }),
         Some(QuorumSource::Set(set)) => match set_versions(set) {
             Ok(versions) => Some(Approvers::Versions(versions)),
-            Err(problem) => return Ok(Err(problem)),
+            Err(problem) => return Err(problem),
         },
     };
-    Ok(Ok(TrustAnchors {
+    Ok(TrustAnchors {
         agent_did: manifest.identity.as_ref().map(|i| i.did.clone()),
         approver: manifest.human_gates.approver_pubkey.clone(),
         approvers,
-        agent: Some(manifest.name),
+        agent: Some(manifest.name.clone()),
         pinned: true,
-    }))
+    })
+}
+
+/// The directories of `files`, each once, in the order given: each holds
+/// one log whose witnesses are checked.
+fn log_dirs(files: &[PathBuf]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for file in files {
+        let dir = match file.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    dirs
+}
+
+/// The log's witnesses, as the Agentfile declares them (`audit`).
+struct Witnessing {
+    agent: Name,
+    key: LogKey,
+    witnesses: Vec<WitnessKey>,
+    quorum: NonZeroUsize,
+}
+
+impl Witnessing {
+    /// `None` when the Agentfile declares no witness.
+    fn of(manifest: &Manifest) -> anyhow::Result<Option<Witnessing>> {
+        let audit = &manifest.audit;
+        if audit.witnesses.is_empty() {
+            return Ok(None);
+        }
+        // The Agentfile was validated: witnesses come with an identity,
+        // a deployment and a quorum from 1 to their number.
+        let identity = manifest
+            .identity
+            .as_ref()
+            .context("audit.witnesses without identity.did")?;
+        let quorum =
+            NonZeroUsize::new(audit.witness_quorum).context("audit.witness_quorum is 0")?;
+        let origin = Origin::new(&Deployment::new(&audit.deployment)?, &manifest.name);
+        let witnesses = audit
+            .witnesses
+            .iter()
+            .map(|w| {
+                WitnessKey::from_vkey(&w.key)
+                    .with_context(|| format!("the key of witness {} is unusable", w.name()))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Some(Witnessing {
+            agent: manifest.name.clone(),
+            key: LogKey::new(origin, &identity.did),
+            witnesses,
+            quorum,
+        }))
+    }
+
+    /// The cosignatures on the checkpoints in `files`, each of which must be
+    /// a checkpoint of this log signed by the agent's key.
+    fn held_cosignatures(&self, files: &[PathBuf]) -> anyhow::Result<Vec<Cosigned>> {
+        let mut found = Vec::new();
+        for path in files {
+            let context = || format!("cannot use the checkpoint file {}", path.display());
+            let bytes = read_bounded(path, MAX_CHECKPOINT_BYTES as u64).with_context(context)?;
+            let checkpoint = SignedCheckpoint::parse(&bytes)
+                .and_then(|c| c.verify(&self.key))
+                .with_context(context)?;
+            found.extend(Cosigned::from_checkpoint(
+                &checkpoint,
+                &Source::File(path.clone()),
+            ));
+        }
+        Ok(found)
+    }
+
+    /// Checks every cosignature of the agent's log in `dir` (those it
+    /// records and `held`) and prints what they show; false for tampering.
+    fn check(&self, dir: &Path, held: &[Cosigned]) -> anyhow::Result<bool> {
+        let log = LogTree::from_log_dir(dir, &self.agent).with_context(|| {
+            format!(
+                "cannot check what the witnesses cosigned of {}'s log in {}",
+                self.agent,
+                dir.display()
+            )
+        })?;
+        let mut found = log.recorded.cosigned;
+        found.extend_from_slice(held);
+        let origin = self.key.origin();
+        let verdict = check_coverage(&log.tree, origin, &self.witnesses, self.quorum, &found);
+        let heading = format!(
+            "{}'s log in {}",
+            self.agent,
+            escape(&dir.display().to_string())
+        );
+        let mut findings = log.recorded.malformed;
+        let notes = match verdict {
+            CoverageVerdict::Covered(coverage) if findings.is_empty() => {
+                print_witnessed(&heading, &coverage);
+                return Ok(true);
+            }
+            CoverageVerdict::Covered(coverage) => coverage.notes().to_vec(),
+            CoverageVerdict::Tampered {
+                findings: contradictions,
+                notes,
+            } => {
+                findings.extend(contradictions);
+                notes
+            }
+        };
+        print_findings(&heading, "log", &findings, &notes);
+        Ok(false)
+    }
 }
 
 /// Every version of the approver set `set` names, verified as a chain from
@@ -129,16 +269,42 @@ fn print_verified(log: &VerifiedLog) {
     }
 }
 
+fn print_witnessed(heading: &str, coverage: &Coverage) {
+    terminal::out(&paint(
+        Paint::Green,
+        &format!("✓ witness cosignatures checked: {heading}"),
+    ));
+    terminal::out("");
+    let line = format!("  witnessed: {}", escape(&coverage.to_string()));
+    match coverage.witnessed() {
+        0 => terminal::out(&paint(Paint::Yellow, &line)),
+        _ => terminal::out(&line),
+    }
+    for note in coverage.notes() {
+        terminal::out(&format!("  note:      {}", escape(note)));
+    }
+}
+
 fn print_tampered(path: &Path, findings: &[Finding], notes: &[String]) {
-    let path = escape(&path.display().to_string());
+    print_findings(
+        &escape(&path.display().to_string()),
+        "file",
+        findings,
+        notes,
+    );
+}
+
+/// The findings in what `heading` names (escaped already), those of no
+/// line placed in `whole`.
+fn print_findings(heading: &str, whole: &str, findings: &[Finding], notes: &[String]) {
     terminal::out(&format!(
-        "{} TAMPERING DETECTED in {path}",
+        "{} TAMPERING DETECTED in {heading}",
         paint(Paint::Red, "error:")
     ));
     for finding in findings {
         let place = finding
             .line
-            .map_or_else(|| "file".to_owned(), |line| format!("line {line}"));
+            .map_or_else(|| whole.to_owned(), |line| format!("line {line}"));
         terminal::out(&format!(
             "  {place}: {} — {}",
             paint(Paint::Bold, finding.code.as_str()),

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod log;
 pub mod mcp;
 pub mod server;
 pub mod witnesses;

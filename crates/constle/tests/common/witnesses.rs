@@ -12,7 +12,7 @@ use constle_identity::{DidKey, Name};
 use constle_testkit::TestHost;
 use constle_tlog::{Deployment, LogKey, Origin, SignedCheckpoint, WitnessKey, verify_cosignature};
 
-use super::{Case, constle_bin, report};
+use super::{Case, constle_bin, report, text};
 
 /// The agents' deployment: the origin's first part.
 pub const DEPLOYMENT: &str = "ci.example.com";
@@ -193,6 +193,24 @@ impl Agent {
     /// The events named `name`, in order.
     pub fn events(&self, name: &str) -> Vec<serde_json::Value> {
         self.case.events(name)
+    }
+
+    /// `constle audit verify --agentfile` of the log, with the latest
+    /// cosigned checkpoint as a copy kept elsewhere would hold it: it
+    /// must verify; its `witnessed:` line.
+    pub fn witnessed(&self, agentfile: &Path) -> String {
+        let held = self.case.home().join("logs/test-agent.checkpoint");
+        let out = self.case.run(&[
+            "audit",
+            "verify",
+            &format!("--agentfile={}", agentfile.display()),
+            &format!("--checkpoint={}", held.display()),
+            self.case.log_file().to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+        let stdout = text(&out.stdout);
+        let line = stdout.lines().find(|l| l.starts_with("  witnessed: "));
+        line.unwrap_or_else(|| panic!("{stdout}")).to_owned()
     }
 
     /// Every `checkpoint_cosigned` verifies with `witness`'s key over the
