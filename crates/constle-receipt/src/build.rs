@@ -5,7 +5,7 @@
 //! every entry between is the run's). Its checkpoint is the first
 //! `checkpoint` entry after `run_finished` whose tree covers
 //! `run_finished` and that the pinned quorum of witnesses cosigned
-//! (`checkpoint_cosigned` entries of its size), as docs/spec/log-checkpoints.md
+//! (`checkpoint_cosigned` entries of its size and root), as docs/spec/log-checkpoints.md
 //! §6 has the run write them. What is built is verified against the pins
 //! before it is returned.
 
@@ -13,13 +13,15 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use constle_audit::LineError;
-use constle_tlog::{LogTree, SignedCheckpoint, VerifiedCheckpoint, WitnessKey, verify_cosignature};
+use constle_tlog::{
+    Cosigned, Hash, LogTree, SignedCheckpoint, VerifiedCheckpoint, WitnessKey, verify_cosignature,
+};
 use serde_json::Value;
 
 use crate::error::BuildError;
 use crate::format::{Included, Receipt};
 use crate::log::{
-    CHECKPOINT, COSIGNED, Kept, LogLines, RUN_FINISHED, RUN_STARTED, ReadFailure, TOOLS_OFFERED,
+    CHECKPOINT, Kept, LogLines, RUN_FINISHED, RUN_STARTED, ReadFailure, TOOLS_OFFERED,
 };
 use crate::verify::{Pins, VerifiedReceipt};
 
@@ -156,16 +158,20 @@ enum Problem {
 
 impl Checkpoints {
     fn read(log: &LogLines, pins: &Pins) -> Checkpoints {
-        let mut cosigned: HashMap<u64, Vec<&Kept>> = HashMap::new();
-        for kept in log.of(COSIGNED) {
-            if let Some(size) = kept.entry.fields.get("size").and_then(Value::as_u64) {
-                cosigned.entry(size).or_default().push(kept);
-            }
+        // By size and root: the checkpoint text a cosignature is of.
+        let mut cosigned: HashMap<(u64, Hash), Vec<&Cosigned>> = HashMap::new();
+        for recorded in &log.recorded.cosigned {
+            let head = recorded.head;
+            cosigned
+                .entry((head.size, head.root))
+                .or_default()
+                .push(recorded);
         }
         let read = |kept: &Kept| {
             let checkpoint = recorded_checkpoint(log, pins, kept)?;
+            let head = checkpoint.head();
             let candidates = cosigned
-                .get(&checkpoint.head().size)
+                .get(&(head.size, head.root))
                 .map_or(&[][..], Vec::as_slice);
             let cosignatures = recorded_cosignatures(candidates, pins, &checkpoint);
             Ok(Witnessed {
@@ -247,24 +253,25 @@ fn recorded_checkpoint(
     }
 }
 
-/// Of the `checkpoint_cosigned` entries of `checkpoint`'s size, the first
-/// by each pinned witness that verifies, in the log's order. Others (a
-/// witness not pinned, one that does not verify) are not the checkpoint's.
+/// Of the `checkpoint_cosigned` entries of `checkpoint`'s size and root,
+/// the first by each pinned witness that verifies, in the log's order.
+/// Others (a witness not pinned, one that does not verify) are not the
+/// checkpoint's.
 fn recorded_cosignatures(
-    candidates: &[&Kept],
+    candidates: &[&Cosigned],
     pins: &Pins,
     checkpoint: &VerifiedCheckpoint,
 ) -> Vec<(WitnessKey, String)> {
     let mut found: Vec<(WitnessKey, String)> = Vec::new();
-    for kept in candidates {
-        let text = |key| kept.entry.fields.get(key).and_then(Value::as_str);
-        let (Some(name), Some(line)) = (text("witness"), text("cosignature")) else {
+    for recorded in candidates {
+        let Some(key) = pins
+            .witnesses()
+            .iter()
+            .find(|w| w.name() == recorded.witness)
+        else {
             continue;
         };
-        let Some(key) = pins.witnesses().iter().find(|w| w.name() == name) else {
-            continue;
-        };
-        let line = line.strip_suffix('\n').unwrap_or(line);
+        let line = recorded.line.strip_suffix('\n').unwrap_or(&recorded.line);
         if found.iter().all(|(k, _)| k != key) && verify_cosignature(checkpoint, key, line).is_ok()
         {
             found.push((key.clone(), line.to_owned()));

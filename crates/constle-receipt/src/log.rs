@@ -1,11 +1,12 @@
-//! What a receipt reads of a log: its tree, and the entries of the few
-//! events a receipt is made of, read in one pass over the day files.
+//! What a receipt reads of a log: its tree, the entries of the few events
+//! a receipt is made of, and the cosignatures it records, read in one pass
+//! over the day files.
 
 use std::path::Path;
 
 use constle_audit::{Entry, LineError, parse_line};
 use constle_identity::Name;
-use constle_tlog::{LogFilesError, LogTree};
+use constle_tlog::{LogFilesError, LogTree, Recorded};
 
 /// The events a receipt reads.
 pub(crate) const RUN_STARTED: &str = "run_started";
@@ -27,10 +28,12 @@ pub(crate) struct Kept {
     pub(crate) entry: Entry,
 }
 
-/// The log's tree and its entries of [`EVENTS`], in `seq` order.
+/// The log's tree, its entries of [`EVENTS`] in `seq` order, and its
+/// `checkpoint_cosigned` entries (not yet verified).
 pub(crate) struct LogLines {
     pub(crate) tree: LogTree,
     pub(crate) kept: Vec<Kept>,
+    pub(crate) recorded: Recorded,
 }
 
 /// Why a log could not be read for a receipt.
@@ -68,6 +71,7 @@ impl LogLines {
         Ok(LogLines {
             tree: files.tree,
             kept,
+            recorded: files.recorded,
         })
     }
 
