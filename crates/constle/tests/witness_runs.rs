@@ -14,8 +14,10 @@ use libtest_mimic::Arguments;
 
 mod common;
 
+use common::log::{read_entries, reseal};
 use common::witnesses::{Agent, NsWitness};
 use common::{e2e, report, text};
+use constle_identity::{KeyKind, KeyStore, Name};
 
 const TOKEN: &str = "M4RK3R-witness-token";
 const EXAMPLE: &str = concat!(
@@ -28,6 +30,10 @@ fn main() {
         e2e(
             "two_of_two_witnesses_cosign_the_start_and_end_of_every_run",
             two_of_two,
+        ),
+        e2e(
+            "a_past_rewritten_and_resigned_with_the_real_key_is_caught_by_what_the_witnesses_cosigned",
+            rewritten,
         ),
         e2e(
             "two_of_three_with_one_down_and_one_killed_and_restarted_keeps_witnessing",
@@ -276,4 +282,48 @@ fn during() {
         "  witnessed: entries 0–{} by 1 of 1 witness (quorum 1); ",
         last - 1
     )),);
+}
+
+/// Two witnessed runs, then the key holder edits the first run's exit
+/// status and re-signs the whole log with the agent's real key: it
+/// verifies as a chain, but not against what the witnesses cosigned, and
+/// `audit verify` says between which entries the histories part.
+fn rewritten() {
+    let agent = Agent::new();
+    let mut w1 = NsWitness::new(&agent.case, "w1.example.org", &agent.log);
+    let mut w2 = NsWitness::new(&agent.case, "w2.example.org", &agent.log);
+    let entries = [w1.serve().entry(), w2.serve().entry()];
+    let agentfile = agent.agentfile("exit 3", &entries, 2, true);
+    for _ in 0..2 {
+        assert_eq!(agent.run(&agentfile).status.code(), Some(3));
+    }
+    let sizes: Vec<u64> = agent
+        .events("checkpoint")
+        .iter()
+        .map(|e| e["size"].as_u64().unwrap())
+        .collect();
+    let logs = agent.case.home().join("logs");
+    let name = Name::new("test-agent").unwrap();
+    let mut log = read_entries(&logs, &name);
+    let first_end = log
+        .iter()
+        .position(|e| e["event"] == "run_finished")
+        .unwrap();
+    log[first_end]["exit_status"] = 0.into();
+    let key = KeyStore::open(&agent.case.home())
+        .unwrap()
+        .find(KeyKind::Agent, agent.log.did())
+        .unwrap();
+    fs::remove_dir_all(&logs).unwrap();
+    let files = reseal(&log, &logs, &name, key);
+    let (code, said) = agent.case.audit_verify(&agentfile, &files[0]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("witnessed_history_rewritten"), "{said}");
+    let range = format!(
+        "the histories part at an entry in seq {}..{}",
+        sizes[0],
+        sizes[1] - 1
+    );
+    assert!(said.contains(&range), "{said}");
+    assert!(first_end as u64 >= sizes[0] && (first_end as u64) < sizes[1]);
 }
