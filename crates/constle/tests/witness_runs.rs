@@ -162,10 +162,14 @@ fn witness_down() {
         .serve()
         .entry()
         .replace(&w1.url(), &format!("{}/?token={TOKEN}", w1.url()))];
-    w1.kill();
     let marker = agent.case.path("work/started");
     let command = "touch started";
-    let out = agent.run(&agent.agentfile(command, &entry, 1, false));
+    let agentfile = agent.agentfile(command, &entry, 1, false);
+    // One run witnessed, then the witness is gone for the next.
+    assert_eq!(agent.run(&agentfile).status.code(), Some(0));
+    let witnessed = agent.events("checkpoint")[1]["size"].as_u64().unwrap();
+    w1.kill();
+    let out = agent.run(&agentfile);
     assert_eq!(out.status.code(), Some(0), "{}", report(&out));
     assert!(marker.exists());
     assert!(
@@ -176,8 +180,17 @@ fn witness_down() {
         "{}",
         report(&out)
     );
-    assert_eq!(agent.events("checkpoint").len(), 2);
-    assert!(agent.events("checkpoint_cosigned").is_empty());
+    assert_eq!(agent.events("checkpoint").len(), 4);
+    assert_eq!(agent.events("checkpoint_cosigned").len(), 2);
+    assert_eq!(agent.events("checkpoint_witness_failed").len(), 2);
+    let after = agent.case.log().len() as u64 - witnessed;
+    assert_eq!(
+        agent.witnessed(&agentfile),
+        format!(
+            "  witnessed: entries 0–{} by 1 of 1 witness (quorum 1); {after} entries after that not yet",
+            witnessed - 1
+        )
+    );
     let log = fs::read_to_string(agent.case.log_file()).unwrap();
     assert!(
         !log.contains(TOKEN) && !text(&out.stderr).contains(TOKEN),
