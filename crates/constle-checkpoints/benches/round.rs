@@ -4,8 +4,8 @@
 //! loopback, in this process) asked at once and their answers verified, the
 //! latest checkpoint written. The baseline, in the same run, is the same
 //! round without witnesses. Each round follows 10 new entries, as a run's
-//! would; measured at two log sizes, since the tree is built from the
-//! files every round. CPU time is the whole process's (witnesses
+//! would; measured at two log sizes (the first round reads the whole log,
+//! each later one only what was appended since). CPU time is the whole process's (witnesses
 //! included), per round. Each round's entries are appended as a run's are.
 //!
 //! Then, on the 100 000-entry log with what its rounds recorded, `audit

@@ -39,18 +39,6 @@ pub enum CheckpointError {
     /// The log's files do not make a tree.
     #[error("cannot build the audit log's tree: {0}")]
     Files(#[from] constle_tlog::LogFilesError),
-    /// The files hold fewer entries than the head anchor names.
-    #[error(
-        "the audit log in {dir} has {found} entries, fewer than the {expected} its head anchor names"
-    )]
-    Short {
-        /// The log directory.
-        dir: PathBuf,
-        /// Entries the head names.
-        expected: u64,
-        /// Entries found.
-        found: u64,
-    },
     /// The checkpoint cannot be signed.
     #[error("cannot sign the checkpoint: {0}")]
     Sign(#[from] constle_tlog::CheckpointError),

@@ -5,8 +5,9 @@
 //! - [`Witnessing::from_manifest`]: the Agentfile's `audit` section with the
 //!   keys parsed strictly, or nothing for an unsigned log.
 //! - [`Schedule`]: when a round is due ([`Trigger`]).
-//! - [`Checkpointer::round`]: one round. It reads the head anchor, builds the
-//!   tree of the log files at the head's size, signs the checkpoint with the
+//! - [`Checkpointer::round`]: one round. It reads the head anchor, reads
+//!   the log's files on to it (only what was appended since the last round,
+//!   [`constle_tlog::LogFollower`]), signs the checkpoint with the
 //!   agent's key, asks every witness at once, checks each cosignature
 //!   against the witness's key, and writes the latest cosigned checkpoint
 //!   beside the log. It returns the [`Round`]: the entries to record, the

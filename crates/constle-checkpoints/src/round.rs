@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use constle_audit::{Event, EventError, Head};
 use constle_identity::{Name, SigningIdentity};
-use constle_tlog::{LogTree, VerifiedCheckpoint, sign_checkpoint};
+use constle_tlog::{LogFollower, LogTree, VerifiedCheckpoint, sign_checkpoint};
 use futures_util::future::join_all;
 
 use crate::config::{Witness, Witnessing};
@@ -29,6 +29,8 @@ pub struct Checkpointer {
     dir: PathBuf,
     agent: Name,
     client: reqwest::Client,
+    /// The log's tree, read on from where the last round stopped.
+    follower: LogFollower,
     /// What each witness is believed to have cosigned last, by name.
     cosigned: HashMap<String, u64>,
 }
@@ -68,6 +70,7 @@ impl Checkpointer {
             config,
             signer,
             dir: dir.to_owned(),
+            follower: LogFollower::new(dir, agent.clone()),
             agent,
             client,
             cosigned: HashMap::new(),
@@ -85,11 +88,15 @@ impl Checkpointer {
     ///
     /// [`CheckpointError::Head`] if it cannot be read.
     pub fn log_size(&self) -> Result<u64, CheckpointError> {
+        Ok(self.head()?.map_or(0, |h| h.seq + 1))
+    }
+
+    fn head(&self) -> Result<Option<Head>, CheckpointError> {
         let head = Head::load(&self.dir, &self.agent).map_err(|err| CheckpointError::Head {
             dir: self.dir.clone(),
             reason: err.to_string(),
         })?;
-        Ok(head.map_or(0, |h| h.head.seq + 1))
+        Ok(head.map(|signed| signed.head))
     }
 
     /// Checkpoints the log at its head and asks every witness to cosign.
@@ -99,26 +106,20 @@ impl Checkpointer {
     /// [`CheckpointError`] when the log cannot be read or the checkpoint
     /// signed or written; a witness failing is in the [`Round`] instead.
     pub async fn round(&mut self, trigger: Trigger) -> Result<Round, CheckpointError> {
-        let size = self.log_size()?;
-        let tree = LogTree::from_log_dir(&self.dir, &self.agent)?.tree;
-        if tree.len() < size {
-            return Err(CheckpointError::Short {
-                dir: self.dir.clone(),
-                expected: size,
-                found: tree.len(),
-            });
+        let head = self.head()?;
+        let size = head.as_ref().map_or(0, |h| h.seq + 1);
+        if let Some(head) = &head {
+            self.follower.follow(&head.file, head.len, size)?;
         }
-        let head = tree.head_at(size).map_err(|err| CheckpointError::Head {
-            dir: self.dir.clone(),
-            reason: err.to_string(),
-        })?;
+        let tree = self.follower.tree();
+        let head = tree.head();
         let signed = sign_checkpoint(&self.signer, &self.config.log_key, head)?;
         let checkpoint = signed.verify(&self.config.log_key)?;
         let answers = join_all(
             self.config
                 .witnesses
                 .iter()
-                .map(|w| self.ask(w, &checkpoint, &tree)),
+                .map(|w| self.ask(w, &checkpoint, tree)),
         )
         .await;
         let mut round = Round {

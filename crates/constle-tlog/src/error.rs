@@ -359,4 +359,14 @@ pub enum LogFilesError {
         /// Its `seq`.
         found: u64,
     },
+    /// The files do not hold the entries a head anchor names, as a
+    /// following reader last saw them: the log shrank, was replaced, or
+    /// its head file is not one of its day files.
+    #[error("{}: {what}; run `constle audit verify`", .dir.display())]
+    NotFollowing {
+        /// The log directory.
+        dir: PathBuf,
+        /// What does not hold.
+        what: String,
+    },
 }

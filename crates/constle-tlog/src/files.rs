@@ -110,24 +110,10 @@ impl LogTree {
                 }
                 torn_tail = torn.len();
             }
-            let mut lines = complete.split(|&b| b == b'\n');
-            // `complete` ends in a newline, so the last piece is empty.
-            let n_lines = complete.iter().filter(|&&b| b == b'\n').count();
-            for number in 1..=n_lines {
-                let Some(line) = lines.next() else { break };
-                if line.is_empty() {
-                    return Err(LogFilesError::EmptyLine {
-                        file: path,
-                        line: number,
-                    });
-                }
-                if number == 1 {
-                    check_first_seq(&path, line, tree.len())?;
-                }
-                visit(tree.len(), line);
-                recorded.scan(tree.len(), line);
-                tree.push(line);
-            }
+            push_lines(&path, complete, true, &mut tree, |seq, line| {
+                visit(seq, line);
+                recorded.scan(seq, line);
+            })?;
             files.push(path);
         }
         Ok(LogFiles {
@@ -137,6 +123,37 @@ impl LogTree {
             recorded,
         })
     }
+}
+
+/// Pushes the lines of `complete` (whole lines, each ending in a newline)
+/// of the day file `path` onto `tree`, handing each to `each` first. When
+/// `complete` starts the file, its first line's `seq` must continue the
+/// tree.
+pub(crate) fn push_lines(
+    path: &Path,
+    complete: &[u8],
+    starts_file: bool,
+    tree: &mut LogTree,
+    mut each: impl FnMut(u64, &[u8]),
+) -> Result<(), LogFilesError> {
+    let mut lines = complete.split(|&b| b == b'\n');
+    // `complete` ends in a newline, so the last piece is empty.
+    let n_lines = complete.iter().filter(|&&b| b == b'\n').count();
+    for number in 1..=n_lines {
+        let Some(line) = lines.next() else { break };
+        if line.is_empty() {
+            return Err(LogFilesError::EmptyLine {
+                file: path.to_owned(),
+                line: number,
+            });
+        }
+        if number == 1 && starts_file {
+            check_first_seq(path, line, tree.len())?;
+        }
+        each(tree.len(), line);
+        tree.push(line);
+    }
+    Ok(())
 }
 
 fn check_first_seq(path: &Path, line: &[u8], expected: u64) -> Result<(), LogFilesError> {

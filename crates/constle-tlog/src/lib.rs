@@ -9,7 +9,8 @@
 //! - [`LogTree`]: the agent's chain as an RFC 6962 Merkle tree, one leaf per
 //!   line (its exact bytes, without the newline), in chain order across day
 //!   files; built line by line or from the log files alone
-//!   ([`LogTree::from_log_dir`]); inclusion and consistency proofs
+//!   ([`LogTree::from_log_dir`]), or kept up to date as it grows
+//!   ([`LogFollower`]); inclusion and consistency proofs
 //!   ([`verify_inclusion`], [`verify_consistency`]).
 //! - [`Origin`] (`<deployment>/constle/<agent>`), [`LogKey`] and
 //!   [`WitnessKey`]: names and keys as signed notes write them.
@@ -94,6 +95,7 @@ mod cosignature;
 mod coverage;
 mod error;
 mod files;
+mod follow;
 mod keys;
 mod origin;
 mod recorded;
@@ -117,6 +119,7 @@ pub use error::{
     RequestError,
 };
 pub use files::{LogFiles, day_files};
+pub use follow::LogFollower;
 pub use keys::{LogKey, WitnessKey, WitnessSigner};
 pub use origin::{Deployment, Origin};
 pub use recorded::{COSIGNED_EVENT, Recorded};

@@ -933,3 +933,70 @@ mod coverage {
         );
     }
 }
+
+mod follow {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    use constle_audit::{Appender, Event, Head};
+    use jiff::{SignedDuration, Timestamp};
+
+    use super::*;
+
+    fn agent() -> Name {
+        Name::new("bot").unwrap()
+    }
+
+    /// Appends `n` entries to `dir`, each an hour after the last (so days
+    /// turn), through one clock shared by every appender.
+    fn append(dir: &std::path::Path, clock: &Arc<AtomicI64>, n: usize) -> Head {
+        let clock = Arc::clone(clock);
+        let appender = Appender::new(dir, agent(), Some(agent_key()))
+            .unwrap()
+            .with_clock(move || {
+                let hours = clock.fetch_add(1, Ordering::SeqCst);
+                Timestamp::UNIX_EPOCH + SignedDuration::from_hours(hours + 490_000)
+            });
+        let events = (0..n)
+            .map(|i| Event::new("tick").unwrap().with("i", i as u64).unwrap())
+            .collect();
+        appender.append(events).unwrap();
+        Head::load(dir, &agent()).unwrap().unwrap().head
+    }
+
+    #[test]
+    fn it_reads_on_across_days_to_the_same_tree_as_a_full_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(AtomicI64::new(0));
+        let mut follower = LogFollower::new(dir.path(), agent());
+        let mut days = 0;
+        for n in [1, 5, 30, 2, 60] {
+            let head = append(dir.path(), &clock, n);
+            let followed = follower
+                .follow(&head.file, head.len, head.seq + 1)
+                .unwrap()
+                .root();
+            let full = LogTree::from_log_dir(dir.path(), &agent()).unwrap();
+            assert_eq!(followed, full.tree.root());
+            days = full.files.len();
+        }
+        assert!(days >= 4, "{days} days");
+    }
+
+    #[test]
+    fn a_log_that_shrank_or_started_again_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(AtomicI64::new(0));
+        let mut follower = LogFollower::new(dir.path(), agent());
+        let head = append(dir.path(), &clock, 40);
+        follower.follow(&head.file, head.len, head.seq + 1).unwrap();
+        // Moved aside, and a shorter chain started under the same name.
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        let head = append(dir.path(), &clock, 3);
+        let refused = follower.follow(&head.file, head.len, head.seq + 1);
+        assert!(
+            matches!(refused, Err(LogFilesError::NotFollowing { .. })),
+            "{refused:?}"
+        );
+    }
+}
