@@ -23,22 +23,18 @@
     reason = "a benchmark that cannot set up must stop, and prints its table"
 )]
 
+use std::num::NonZeroUsize;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::num::NonZeroUsize;
+use constle_audit::{TrustAnchors, Verdict, verify_file};
+use constle_checkpoints::{Trigger, Witness};
+use constle_tlog::{CoverageVerdict, LogTree, WitnessKey, check_coverage, day_files};
 
-use constle_audit::{Appender, Event, TrustAnchors, Verdict, verify_file};
-use constle_checkpoints::{Checkpointer, Trigger, Witness, Witnessing};
-use constle_identity::{Name, SigningIdentity};
-use constle_tlog::{
-    CoverageVerdict, Deployment, LogKey, LogTree, Origin, WitnessKey, WitnessSigner,
-    check_coverage, day_files,
-};
-use constle_witness::{Logs, StateDir};
+#[path = "../tests/support/mod.rs"]
+mod support;
 
-const SEED: [u8; 32] = [7; 32];
+use support::{agent, agent_key, append, checkpointer, config, log_key, record, witness};
 
 fn main() {
     let rounds: usize = std::env::var("ROUNDS")
@@ -58,8 +54,12 @@ fn main() {
         let home = tempfile::tempdir().unwrap();
         let logs = home.path().join("logs");
         append(&logs, entries);
-        let witnesses = runtime
-            .block_on(async { vec![witness(1, home.path()).await, witness(2, home.path()).await] });
+        let witnesses = runtime.block_on(async {
+            vec![
+                witness(1, &home.path().join("w1")).await,
+                witness(2, &home.path().join("w2")).await,
+            ]
+        });
         let keys: Vec<WitnessKey> = witnesses.iter().map(|w| w.key.clone()).collect();
         let base = runtime.block_on(measure(&logs, Vec::new(), rounds));
         let with = runtime.block_on(measure(&logs, witnesses, rounds));
@@ -87,7 +87,7 @@ fn main() {
 fn verify_table(logs: &Path, keys: &[WitnessKey]) -> String {
     let anchors = TrustAnchors {
         agent: Some(agent()),
-        agent_did: Some(SigningIdentity::from_bytes(&SEED).did().clone()),
+        agent_did: Some(agent_key().did().clone()),
         approver: None,
         approvers: None,
         pinned: true,
@@ -156,16 +156,7 @@ impl Row {
 
 async fn measure(logs: &Path, witnesses: Vec<Witness>, rounds: usize) -> Row {
     let n = witnesses.len();
-    let config = Witnessing {
-        log_key: log_key(),
-        witnesses,
-        quorum: n,
-        required: false,
-        every_entries: 256,
-        every: Duration::from_secs(60),
-    };
-    let mut c =
-        Checkpointer::new(config, SigningIdentity::from_bytes(&SEED), logs, agent()).unwrap();
+    let mut c = checkpointer(logs, config(witnesses, n, false));
     let mut ms = Vec::with_capacity(rounds);
     let mut cpu = Duration::ZERO;
     for _ in 0..rounds {
@@ -175,58 +166,12 @@ async fn measure(logs: &Path, witnesses: Vec<Witness>, rounds: usize) -> Row {
         ms.push(t0.elapsed().as_secs_f64() * 1e3);
         cpu += cpu_time() - cpu0;
         assert_eq!(round.cosigned, n, "{:?}", round.warnings);
-        Appender::new(logs, agent(), Some(SigningIdentity::from_bytes(&SEED)))
-            .and_then(|a| a.append(round.events))
-            .unwrap();
+        record(logs, round.events);
     }
     ms.sort_by(f64::total_cmp);
     Row {
         ms,
         cpu_ms: cpu.as_secs_f64() * 1e3 / rounds as f64,
-    }
-}
-
-fn agent() -> Name {
-    Name::new("bench").unwrap()
-}
-
-fn log_key() -> LogKey {
-    let origin = Origin::new(&Deployment::new("ci.example.com").unwrap(), &agent());
-    LogKey::new(origin, SigningIdentity::from_bytes(&SEED).did())
-}
-
-fn append(dir: &Path, n: usize) {
-    let appender = Appender::new(dir, agent(), Some(SigningIdentity::from_bytes(&SEED))).unwrap();
-    for chunk in (0..n).collect::<Vec<_>>().chunks(4096) {
-        let events = chunk
-            .iter()
-            .map(|i| Event::new("tick").unwrap().with("i", *i as i64).unwrap())
-            .collect();
-        appender.append(events).unwrap();
-    }
-}
-
-async fn witness(n: u8, home: &Path) -> Witness {
-    let signer = WitnessSigner::new(
-        &format!("w{n}.example.org"),
-        SigningIdentity::from_bytes(&[n; 32]),
-    )
-    .unwrap();
-    let key = signer.public().clone();
-    let logs = Logs::parse(&format!("{}\n", log_key().vkey()), "logs".as_ref()).unwrap();
-    let state = StateDir::open(&home.join(format!("w{n}"))).unwrap();
-    let served = Arc::new(constle_witness::Witness::new(signer, logs, state));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(constle_witness::serve(
-        listener,
-        served,
-        std::future::pending(),
-    ));
-    Witness {
-        endpoint: format!("{url}/add-checkpoint"),
-        shown_url: url,
-        key,
     }
 }
 

@@ -4,65 +4,13 @@
 // Helpers outside `#[test]` functions report through panics too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
+use constle_checkpoints::{Round, Trigger, Witness, latest_checkpoint_path};
+use constle_identity::SigningIdentity;
+use constle_tlog::{SignedCheckpoint, WitnessSigner, verify_cosignature};
 
-use constle_audit::{Appender, Event};
-use constle_checkpoints::{
-    Checkpointer, Round, Trigger, Witness, Witnessing, latest_checkpoint_path,
-};
-use constle_identity::{Name, SigningIdentity};
-use constle_tlog::{
-    Deployment, LogKey, Origin, SignedCheckpoint, WitnessSigner, verify_cosignature,
-};
-use constle_witness::{Logs, StateDir};
+mod support;
 
-const AGENT_SEED: [u8; 32] = [7; 32];
-
-fn agent() -> Name {
-    Name::new("bot").unwrap()
-}
-
-fn log_key() -> LogKey {
-    let origin = Origin::new(&Deployment::new("ci.example.com").unwrap(), &agent());
-    LogKey::new(origin, SigningIdentity::from_bytes(&AGENT_SEED).did())
-}
-
-fn append(dir: &Path, n: usize) {
-    let appender =
-        Appender::new(dir, agent(), Some(SigningIdentity::from_bytes(&AGENT_SEED))).unwrap();
-    let events = (0..n).map(|_| Event::new("tick").unwrap()).collect();
-    appender.append(events).unwrap();
-}
-
-/// Starts a witness named `w<n>` on loopback; its state lives in `state`.
-async fn witness(n: u8, state: &Path) -> Witness {
-    let signer = WitnessSigner::new(
-        &format!("w{n}.example.org"),
-        SigningIdentity::from_bytes(&[n; 32]),
-    )
-    .unwrap();
-    let key = signer.public().clone();
-    let logs = Logs::parse(&format!("{}\n", log_key().vkey()), "logs".as_ref()).unwrap();
-    let served = Arc::new(constle_witness::Witness::new(
-        signer,
-        logs,
-        StateDir::open(state).unwrap(),
-    ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(constle_witness::serve(
-        listener,
-        served,
-        std::future::pending(),
-    ));
-    Witness {
-        endpoint: format!("{url}/add-checkpoint"),
-        shown_url: url,
-        key,
-    }
-}
+use support::{agent, append, checkpointer, config, log_key, witness};
 
 /// A witness no one listens for.
 fn down() -> Witness {
@@ -78,27 +26,6 @@ fn down() -> Witness {
         shown_url: format!("http://127.0.0.1:{port}"),
         key: signer.public().clone(),
     }
-}
-
-fn config(witnesses: Vec<Witness>, quorum: usize, required: bool) -> Witnessing {
-    Witnessing {
-        log_key: log_key(),
-        witnesses,
-        quorum,
-        required,
-        every_entries: 256,
-        every: Duration::from_secs(60),
-    }
-}
-
-fn checkpointer(dir: &Path, config: Witnessing) -> Checkpointer {
-    Checkpointer::new(
-        config,
-        SigningIdentity::from_bytes(&AGENT_SEED),
-        dir,
-        agent(),
-    )
-    .unwrap()
 }
 
 fn names(round: &Round) -> Vec<String> {
