@@ -7,7 +7,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
-use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
@@ -23,6 +22,7 @@ mod common;
 
 use common::Case;
 use common::http::{self, Response};
+use common::witnesses::started;
 
 const WITNESS_NAME: &str = "witness.example.org/w1";
 
@@ -111,29 +111,8 @@ impl Witness {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let stderr = Arc::new(Mutex::new(String::new()));
-        let (mut addr, mut key) = (None, None);
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            stderr.lock().unwrap().push_str(&format!("{line}\n"));
-            if let Some(vkey) = line.strip_prefix("constle witness: verifier key ") {
-                key = Some(WitnessKey::from_vkey(vkey).unwrap());
-            }
-            if let Some(url) = line.split("add-checkpoint at http://").nth(1) {
-                addr = Some(url.trim_end_matches("/add-checkpoint").to_owned());
-                break;
-            }
-        }
-        let (Some(addr), Some(key)) = (addr, key) else {
-            panic!("the witness did not start:\n{}", stderr.lock().unwrap());
-        };
-        let sink = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                sink.lock().unwrap().push_str(&format!("{line}\n"));
-            }
-        });
+        let (key, addr) = started(&mut child, &stderr);
         assert_eq!(key.name(), WITNESS_NAME);
         Witness {
             child,

@@ -19,6 +19,35 @@ pub const DEPLOYMENT: &str = "ci.example.com";
 /// Where each witness listens, in its namespace.
 pub const PORT: u16 = 7710;
 
+/// Reads what the `constle witness serve` `child` says on standard error as
+/// it starts, up to its URL: its verifier key and the address it listens
+/// on. All it says, then and later, is collected in `said`.
+pub fn started(child: &mut Child, said: &Arc<Mutex<String>>) -> (WitnessKey, String) {
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut key, mut addr) = (None, None);
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        said.lock().unwrap().push_str(&format!("{line}\n"));
+        if let Some(vkey) = line.strip_prefix("constle witness: verifier key ") {
+            key = Some(WitnessKey::from_vkey(vkey).unwrap());
+        }
+        if let Some(url) = line.split("add-checkpoint at http://").nth(1) {
+            addr = Some(url.trim_end_matches("/add-checkpoint").to_owned());
+            break;
+        }
+    }
+    let sink = Arc::clone(said);
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            sink.lock().unwrap().push_str(&format!("{line}\n"));
+        }
+    });
+    match (key, addr) {
+        (Some(key), Some(addr)) => (key, addr),
+        _ => panic!("the witness did not start:\n{}", said.lock().unwrap()),
+    }
+}
+
 /// A `constle witness serve` in a namespace of its own; SIGKILLed when
 /// dropped (or killed), its state kept in `home` for a restart.
 pub struct NsWitness {
@@ -81,24 +110,7 @@ impl NsWitness {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            self.stderr.lock().unwrap().push_str(&format!("{line}\n"));
-            if let Some(vkey) = line.strip_prefix("constle witness: verifier key ") {
-                self.key = Some(WitnessKey::from_vkey(vkey).unwrap());
-            }
-            if line.contains("add-checkpoint at http://") {
-                break;
-            }
-        }
-        let sink = Arc::clone(&self.stderr);
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                sink.lock().unwrap().push_str(&format!("{line}\n"));
-            }
-        });
-        assert!(self.key.is_some(), "{}", self.stderr.lock().unwrap());
+        self.key = Some(started(&mut child, &self.stderr).0);
         self.child = Some(child);
         self
     }
