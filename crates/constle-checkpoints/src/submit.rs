@@ -117,15 +117,10 @@ fn refusal(status: u16, text: &str) -> String {
 }
 
 /// A witness's text as it may appear in the log and on the terminal:
-/// printable ASCII only, bounded.
+/// bounded, and escaped as everything constle did not write
+/// (`constle-escape`).
 fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| match c {
-            ' '..='~' => c,
-            _ => '?',
-        })
-        .take(MAX_REASON_CHARS)
-        .collect()
+    constle_escape::escape(&text.chars().take(MAX_REASON_CHARS).collect::<String>())
 }
 
 async fn read_limited(mut response: reqwest::Response) -> Result<String, String> {
@@ -141,4 +136,17 @@ async fn read_limited(mut response: reqwest::Response) -> Result<String, String>
         }
     }
     String::from_utf8(body).map_err(|_| "an answer that is not UTF-8".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_witness_text_reaches_no_terminal_as_it_is_and_is_bounded() {
+        let shown = refusal(422, "bad\u{1b}[2J\rproof\u{202e}");
+        assert!(!shown.chars().any(constle_escape::is_unsafe), "{shown}");
+        assert!(shown.starts_with("refused with 422: bad"), "{shown}");
+        assert_eq!(printable(&"x".repeat(1000)).len(), MAX_REASON_CHARS);
+    }
 }
