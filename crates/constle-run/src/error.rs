@@ -47,6 +47,9 @@ pub enum RunError {
     /// The sandbox could not be set up or started.
     #[error("the sandbox could not start: {0}")]
     Sandbox(String),
+    /// Run as root, the sandbox got no host id of its own.
+    #[error("the sandbox could not start: {0}")]
+    HostId(#[from] constle_hostids::HostIdError),
     /// The approver set (`human_gates.approver_set`) cannot be used: it
     /// does not verify, rolls back, expired, or its store is damaged.
     #[error("the approver set cannot be used, so nothing was started: {0}")]

@@ -13,11 +13,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use constle_audit::{Appender, AuditError, AuditLog, Event, EventError};
 use constle_egress::{EgressPolicy, NetworkEvent, Squid};
+use constle_hostids::HostId;
 use constle_identity::{KeyKind, KeyStore};
 use constle_limits::LimitHit;
 use constle_manifest::QuorumSource;
 use constle_manifest::{Egress, Manifest};
-use constle_sandbox::{CommandIo, Private, Relay, SandboxSpec};
+use constle_sandbox::{CommandIo, Private, Relay, SandboxSpec, TmpfsSizes};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::a2a::A2aLink;
@@ -197,6 +198,7 @@ async fn supervise(
     // needs a stage whose parents anyone may search (see SandboxSpec).
     let stage = private_dir("constle-stage-")?;
     let private = private_paths(options);
+    let host_id = HostId::allocate_if_root()?;
     let mut spec = SandboxSpec {
         command: manifest.sandbox.command.clone(),
         workdir: manifest.sandbox.workdir.clone(),
@@ -212,6 +214,8 @@ async fn supervise(
             .collect(),
         stage: stage.path().to_path_buf(),
         cgroup_procs: Vec::new(),
+        host_id: host_id.as_ref().map(HostId::get),
+        tmpfs: TmpfsSizes::DEFAULT,
     };
     // What the sandbox would mount, before anything starts; the launcher
     // checks it all again on the objects it then mounts.

@@ -25,10 +25,11 @@ use std::time::{Duration, SystemTime};
 
 use constle_audit::{AuditError, AuditLog, Event};
 use constle_egress::EgressPolicy;
+use constle_hostids::HostId;
 use constle_manifest::{Manifest, McpServer, McpTransport, StdioServer};
 use constle_mcp_gate::DEFAULT_RESPONSE_TIMEOUT;
 use constle_mcp_stdio::{Launch, LaunchFuture, Process, ServerEvent, StdioBridge};
-use constle_sandbox::{CommandIo, Private, SandboxSpec};
+use constle_sandbox::{CommandIo, Private, SandboxSpec, TmpfsSizes};
 use tokio::io::AsyncReadExt as _;
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
@@ -128,6 +129,8 @@ struct Running {
     /// The work directory of the run (a default one) and the stage, kept
     /// until the run ends.
     _dirs: Vec<tempfile::TempDir>,
+    /// Its processes' host id, held until the run ends (root only).
+    _host_id: Option<HostId>,
 }
 
 impl StdioServers {
@@ -230,6 +233,7 @@ impl Running {
             }
         };
         let stage = private_dir("constle-stage-")?;
+        let host_id = HostId::allocate_if_root()?;
         let limits = RunLimits::for_server(cx.manifest, &id)?;
         let proxy = match stdio.allowed_hosts.as_slice() {
             [] => None,
@@ -254,6 +258,8 @@ impl Running {
             private: server_private(cx, &id),
             stage: stage.path().to_path_buf(),
             cgroup_procs: limits.procs_files(),
+            host_id: host_id.as_ref().map(HostId::get),
+            tmpfs: TmpfsSizes::DEFAULT,
         };
         dirs.push(stage);
         spec.check_dirs()
@@ -296,6 +302,7 @@ impl Running {
             recorder,
             flush,
             _dirs: dirs,
+            _host_id: host_id,
         })
     }
 }

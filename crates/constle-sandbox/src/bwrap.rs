@@ -115,6 +115,17 @@ impl Args {
         let fd = fd.as_raw_fd().to_string();
         self.push(&[flag.as_ref(), fd.as_ref(), dest.as_os_str()]);
     }
+    /// A fresh tmpfs at `at` of mode `perms`, holding at most `bytes`.
+    fn tmpfs(&mut self, perms: &str, bytes: u64, at: &Path) {
+        let bytes = bytes.to_string();
+        self.push(&[
+            "--perms".as_ref(),
+            perms.as_ref(),
+            "--size".as_ref(),
+            bytes.as_ref(),
+        ]);
+        self.push(&["--tmpfs".as_ref(), at.as_os_str()]);
+    }
     fn symlink(&mut self, target: &Path, at: &Path) {
         self.push(&["--symlink".as_ref(), target.as_os_str(), at.as_os_str()]);
     }
@@ -165,18 +176,12 @@ pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>, fds: &Descriptors) -> BwrapArgs
         None => mount_system(&mut a, fds),
     }
     mount_proc(&mut a);
-    a.push(&["--dev".as_ref(), "/dev".as_ref()]);
+    mount_dev(&mut a, spec.tmpfs.shm);
     // A private /tmp, and the agent's home, empty at each start (bwrap
     // makes each as the sandbox's uid, so the home is the agent's alone).
     // Both before the work directory, which may lie in either.
-    for (perms, dir) in [("1777", "/tmp"), ("0700", AGENT_HOME)] {
-        a.push(&[
-            "--perms".as_ref(),
-            perms.as_ref(),
-            "--tmpfs".as_ref(),
-            dir.as_ref(),
-        ]);
-    }
+    a.tmpfs("1777", spec.tmpfs.tmp, Path::new("/tmp"));
+    a.tmpfs("0700", spec.tmpfs.home, Path::new(AGENT_HOME));
 
     a.bind_fd("--ro-bind-fd", &fds.exe, Path::new(EXE_INSIDE));
     for ((.., inside), fd) in spec.sockets().zip(&fds.sockets) {
@@ -256,6 +261,16 @@ fn mount_proc(a: &mut Args) {
     }
 }
 
+/// A minimal `/dev`, bwrap's: a tmpfs holding the harmless devices, a
+/// private `pts` and `shm`. That tmpfs belongs to the sandbox's uid and has
+/// no bound, so `/dev/shm` gets a bounded tmpfs of its own and the rest is
+/// made read-only: nothing the agent writes under `/dev` is unbounded.
+fn mount_dev(a: &mut Args, shm_bytes: u64) {
+    a.push(&["--dev".as_ref(), "/dev".as_ref()]);
+    a.tmpfs("1777", shm_bytes, Path::new("/dev/shm"));
+    a.push(&["--remount-ro".as_ref(), "/dev".as_ref()]);
+}
+
 /// Every top-level entry of the rootfs the launcher opened, read-only
 /// (links recreated). Mounting entries one by one rather than the rootfs at
 /// `/` means the rootfs need not hold the sandbox's mount points
@@ -275,7 +290,7 @@ mod tests {
     use std::fs::File;
 
     use super::*;
-    use crate::CommandIo;
+    use crate::{CommandIo, TmpfsSizes};
 
     fn fd() -> OwnedFd {
         File::open("/dev/null").unwrap().into()
@@ -309,6 +324,8 @@ mod tests {
             private: vec![],
             stage: work.path().to_path_buf(),
             cgroup_procs: vec![],
+            host_id: None,
+            tmpfs: TmpfsSizes::DEFAULT,
         };
         let checked = spec.check().unwrap();
         let fds = Descriptors {
@@ -331,13 +348,33 @@ mod tests {
         assert_eq!(args[pos("PATH") + 1], DEFAULT_PATH);
         assert_eq!(args.iter().filter(|a| *a == "HOME").count(), 1);
         assert_eq!(args[pos("HOME") + 1], "/nonexistent");
-        assert_eq!(args[pos(AGENT_HOME) - 2], "0700");
+        // every file system in memory bounded, each by its own size
+        let tmpfs = |at: &str| {
+            let i = args.iter().position(|a| a == at).unwrap();
+            assert_eq!(args[i - 1], "--tmpfs", "{at}");
+            (args[i - 4].clone(), args[i - 2].clone())
+        };
+        assert_eq!(tmpfs(AGENT_HOME), ("0700".into(), (1u64 << 30).to_string()));
+        assert_eq!(tmpfs("/tmp"), ("1777".into(), (1u64 << 30).to_string()));
+        assert_eq!(
+            tmpfs("/dev/shm"),
+            ("1777".into(), (64u64 << 20).to_string())
+        );
+        assert_eq!(args.iter().filter(|a| *a == "--tmpfs").count(), 3);
+        // /dev read-only once /dev/shm is mounted in it
+        let remount = |at: &str| {
+            let found = args
+                .windows(2)
+                .position(|w| w[0] == "--remount-ro" && w[1] == at);
+            found.unwrap()
+        };
+        assert!(pos("/dev/shm") < remount("/dev"));
         // /tmp and the home before the workdir (which may lie in either),
         // the root read-only last, the seccomp filters after every mount
         assert!(pos("/tmp") < pos("--bind-fd"));
         assert!(pos(AGENT_HOME) < pos("--bind-fd"));
-        assert!(pos("--bind-fd") < pos("--remount-ro"));
-        assert!(pos("--remount-ro") < pos("--add-seccomp-fd"));
+        assert!(pos("--bind-fd") < remount("/"));
+        assert!(remount("/") < pos("--add-seccomp-fd"));
         assert_eq!(args.iter().filter(|a| *a == "--add-seccomp-fd").count(), 2);
         // the agent's own passwd and group, none of the host's
         assert_eq!(args.iter().filter(|a| *a == "--ro-bind-data").count(), 2);

@@ -11,6 +11,16 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SandboxError {
+    /// A file system in memory would be smaller than
+    /// [`MIN_TMPFS_BYTES`](crate::MIN_TMPFS_BYTES).
+    #[error("the sandbox's {mount} would hold only {bytes} bytes; give it at least 1 MiB")]
+    TmpfsTooSmall {
+        /// Where it is mounted.
+        mount: &'static str,
+        /// The size asked for.
+        bytes: u64,
+    },
+
     /// `command` is empty.
     #[error("the sandbox command is empty: give the program to run and its arguments")]
     EmptyCommand,

@@ -15,8 +15,8 @@
 //!    `passwd`, `group`, seccomp filters ([`seccomp_programs`]) and
 //!    bwrap's arguments into memory files;
 //! 4. enters the run's cgroups (`sandbox.limits`), then, as root only,
-//!    switches to [`ROOT_AGENT_HOST_ID`] for good (no supplementary groups,
-//!    no way back);
+//!    switches to the run's host id (`SandboxSpec::host_id`) for good (no
+//!    supplementary groups, no way back);
 //! 5. replaces itself with `bwrap --args FD`, which inherits exactly those
 //!    descriptors. bwrap mounts each by descriptor and checks the mount is
 //!    the same object.
@@ -43,7 +43,7 @@ use nix::sys::stat::{Mode, SFlag, fstat};
 use nix::unistd::{Gid, Uid, fchownat, geteuid, setgroups, setresgid, setresuid};
 use rustix::mount::{MoveMountFlags, move_mount};
 
-use crate::layout::{LAUNCH_SUBCOMMAND, ROOT_AGENT_HOST_ID, ROOTFS_SKIPPED, group, passwd};
+use crate::layout::{LAUNCH_SUBCOMMAND, ROOTFS_SKIPPED, group, passwd};
 use crate::plan::Plan;
 use crate::resolve::OpenDir;
 use crate::spec::CheckedSpec;
@@ -62,12 +62,18 @@ enum LaunchError {
         source: io::Error,
     },
     #[error(
-        "as root, the agent runs as uid {ROOT_AGENT_HOST_ID} and sees its work directory {path:?} \
+        "as root, the agent runs as a uid of its own and sees its work directory {path:?} \
          through an idmapped mount, which failed ({source}); the file system may not support \
-         idmapped mounts: run constle as an unprivileged user, or make the work directory \
-         belong to uid and gid {ROOT_AGENT_HOST_ID}"
+         idmapped mounts: run constle as an unprivileged user"
     )]
     Idmap { path: PathBuf, source: io::Error },
+    #[error(
+        "as root, the sandbox needs a host id of its own from {first}–{last} (`constle run` \
+         gives one); the plan has {given:?}",
+        first = constle_hostids::RUN_IDS.start(),
+        last = constle_hostids::RUN_IDS.end()
+    )]
+    HostId { given: Option<u32> },
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> LaunchError {
@@ -145,16 +151,20 @@ impl Descriptors {
 
 fn launch() -> Result<Infallible, LaunchError> {
     let plan = Plan::from_env().map_err(LaunchError::Usage)?;
-    let as_root = geteuid().is_root();
-    if as_root {
+    let as_root = match (geteuid().is_root(), plan.spec.host_id) {
+        (false, _) => None,
+        (true, Some(id)) if constle_hostids::RUN_IDS.contains(&id) => Some(id),
+        (true, given) => return Err(LaunchError::HostId { given }),
+    };
+    if as_root.is_some() {
         // First: a descriptor opened before it names a mount of the host's
         // namespace, which nothing here may mount over or copy.
         private_mount_namespace()?;
     }
     let checked = plan.spec.check()?;
     let mut fds = open_mounts(&checked)?;
-    if as_root {
-        confine_as_root(&checked, &plan.spec.stage, &mut fds)?;
+    if let Some(id) = as_root {
+        confine_as_root(&checked, id, &plan.spec.stage, &mut fds)?;
     }
     let args = bwrap::bwrap_args(&checked, &fds);
     let options = memfd(c"bwrap-args", &nul_separated(&args.options))?;
@@ -165,8 +175,8 @@ fn launch() -> Result<Infallible, LaunchError> {
     // everything the sandbox runs is inside the run's cgroups.
     constle_limits::enter(&plan.spec.cgroup_procs)
         .map_err(|e| LaunchError::Usage(format!("cannot enter the run's cgroups: {e}")))?;
-    if as_root {
-        become_agent()?;
+    if let Some(id) = as_root {
+        become_agent(id)?;
     }
     let err = Command::new(&plan.bwrap)
         .arg("--args")
@@ -232,30 +242,23 @@ fn private_mount_namespace() -> Result<(), LaunchError> {
 /// where the agent's uid can reach it.
 fn confine_as_root(
     checked: &CheckedSpec<'_>,
+    id: u32,
     stage: &Path,
     fds: &mut Descriptors,
 ) -> Result<(), LaunchError> {
-    let agent = (ROOT_AGENT_HOST_ID, ROOT_AGENT_HOST_ID);
-    let workdir = &checked.workdir;
-    let idmapped = match (workdir.uid, workdir.gid) == agent {
-        true => None,
-        false => Some(idmapped_workdir(workdir)?),
-    };
+    let idmapped = idmapped_workdir(&checked.workdir, id)?;
     for ((name, ..), fd) in checked.sockets().zip(&fds.sockets) {
         fchownat(
             fd,
             "",
-            Some(Uid::from_raw(agent.0)),
-            Some(Gid::from_raw(agent.1)),
+            Some(Uid::from_raw(id)),
+            Some(Gid::from_raw(id)),
             AtFlags::AT_EMPTY_PATH,
         )
         .map_err(nix_err(format!("cannot hand socket {name} to the agent")))?;
     }
     let stage = Stage::mount(stage)?;
-    fds.workdir = match idmapped {
-        Some(tree) => stage.attach(&tree, &fds.workdir, "workdir")?,
-        None => stage.bind(&fds.workdir, "workdir", Kind::Dir)?,
-    };
+    fds.workdir = stage.attach(&idmapped, &fds.workdir, "workdir")?;
     fds.exe = stage.bind(&fds.exe, "constle", Kind::File)?;
     for ((name, ..), fd) in checked.sockets().zip(fds.sockets.iter_mut()) {
         *fd = stage.bind(fd, &format!("socket-{name}"), Kind::File)?;
@@ -362,17 +365,17 @@ fn reopen_same(fd: &OwnedFd, at: &Path) -> Result<OwnedFd, LaunchError> {
     }
 }
 
-/// The work directory as the agent's uid sees it: an idmapped, detached
-/// copy of its mount.
-fn idmapped_workdir(workdir: &OpenDir) -> Result<OwnedFd, LaunchError> {
+/// The work directory as the agent's uid `id` sees it: an idmapped,
+/// detached copy of its mount.
+fn idmapped_workdir(workdir: &OpenDir, id: u32) -> Result<OwnedFd, LaunchError> {
     let failed = |source| LaunchError::Idmap {
         path: workdir.path.clone(),
         source,
     };
     // The owner's ids are the namespace's inside ids, the agent's outside.
     let userns = constle_idmap::user_namespace(
-        &format!("{} {ROOT_AGENT_HOST_ID} 1\n", workdir.uid),
-        &format!("{} {ROOT_AGENT_HOST_ID} 1\n", workdir.gid),
+        &format!("{} {id} 1\n", workdir.uid),
+        &format!("{} {id} 1\n", workdir.gid),
     )
     .map_err(failed)?;
     constle_idmap::idmapped_clone(workdir.fd.as_fd(), userns.as_fd()).map_err(failed)
@@ -380,10 +383,10 @@ fn idmapped_workdir(workdir: &OpenDir) -> Result<OwnedFd, LaunchError> {
 
 /// Switches to the agent's host uid and gid for good: the real, effective
 /// and saved ids all change, and supplementary groups are dropped.
-fn become_agent() -> Result<(), LaunchError> {
-    let uid = Uid::from_raw(ROOT_AGENT_HOST_ID);
-    let gid = Gid::from_raw(ROOT_AGENT_HOST_ID);
-    let what = format!("cannot switch to uid {ROOT_AGENT_HOST_ID}");
+fn become_agent(id: u32) -> Result<(), LaunchError> {
+    let uid = Uid::from_raw(id);
+    let gid = Gid::from_raw(id);
+    let what = format!("cannot switch to uid {id}");
     setgroups(&[]).map_err(nix_err(&what))?;
     setresgid(gid, gid, gid).map_err(nix_err(&what))?;
     setresuid(uid, uid, uid).map_err(nix_err(&what))?;

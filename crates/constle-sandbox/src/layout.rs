@@ -26,12 +26,6 @@ pub const LAUNCH_SUBCOMMAND: &str = "sandbox-exec";
 /// The agent's uid and gid inside the sandbox, whoever starts constle.
 pub const AGENT_ID: u32 = 1000;
 
-/// The host uid and gid the agent runs as when constle runs as root: no
-/// user of the host, and never root. (When constle runs as another user,
-/// the agent runs as that user: an unprivileged process cannot switch to
-/// anyone else.)
-pub const ROOT_AGENT_HOST_ID: u32 = 65533;
-
 /// The sandbox's host name (own UTS namespace).
 pub const HOSTNAME: &str = "constle-sandbox";
 

@@ -46,7 +46,7 @@
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
-//! use constle_sandbox::{CommandIo, Private, Relay, SandboxSpec, sandbox_command};
+//! use constle_sandbox::{CommandIo, Private, Relay, SandboxSpec, TmpfsSizes, sandbox_command};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let spec = SandboxSpec {
@@ -70,6 +70,8 @@
 //!     }],
 //!     stage: "/tmp/constle-stage-1234".into(),
 //!     cgroup_procs: vec![],
+//!     host_id: None,
+//!     tmpfs: TmpfsSizes::DEFAULT,
 //! };
 //! let status = sandbox_command(&spec)?.status()?; // the agent's status
 //! # Ok(())
@@ -80,8 +82,9 @@
 //!
 //! - **Identity**: uid and gid [`AGENT_ID`] (`agent` in the sandbox's own
 //!   `/etc/passwd`), which on the host is the user who started constle, or
-//!   [`ROOT_AGENT_HOST_ID`] when that user is root: no id inside maps to
-//!   the host's root. Every capability dropped, `no_new_privs` set, and a
+//!   when that user is root, [`SandboxSpec::host_id`], an id of this
+//!   sandbox's own (`constle_hostids`): no id inside maps to the host's
+//!   root. Every capability dropped, `no_new_privs` set, and a
 //!   seccomp filter (see `seccomp`) on it and everything it starts.
 //! - **Namespaces**: its own network (loopback only), PID (it sees only the
 //!   sandbox's processes; pid 1 is constle's non-dumpable init, which reaps
@@ -136,9 +139,8 @@
 //!   older `bwrap` refuses the invocation, so the run fails rather than
 //!   starts weaker.
 //! - As root, the work directory must be on a file system that supports
-//!   idmapped mounts (ext4, xfs, btrfs, tmpfs since Linux 6.3, …), unless it
-//!   belongs to [`ROOT_AGENT_HOST_ID`]; mounts below the work directory are
-//!   not shown then.
+//!   idmapped mounts (ext4, xfs, btrfs, tmpfs since Linux 6.3, …); mounts
+//!   below the work directory are not shown then.
 //! - With a rootfs, the rootfs must provide what the constle binary needs
 //!   to start (its C library and dynamic linker), or constle must be built
 //!   statically, and its own `/etc/passwd` (the sandbox's is not used).
@@ -172,8 +174,8 @@ pub use init::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, init_ma
 pub use launch::launch_main;
 pub use layout::{
     AGENT_HOME, AGENT_ID, DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND,
-    ROOT_AGENT_HOST_ID, RUN_DIR, STDIO_INSIDE,
+    RUN_DIR, STDIO_INSIDE,
 };
 pub use seccomp::seccomp_programs;
-pub use spec::{CommandIo, Private, Relay, SandboxSpec};
+pub use spec::{CommandIo, MIN_TMPFS_BYTES, Private, Relay, SandboxSpec, TmpfsSizes};
 pub use splice::{SpliceSocket, splice_bidirectional};

@@ -93,7 +93,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::{CommandIo, Private, Relay};
+    use crate::{CommandIo, Private, Relay, TmpfsSizes};
 
     #[test]
     fn round_trip_keeps_every_byte() {
@@ -117,6 +117,8 @@ mod tests {
                 }],
                 stage: odd.clone(),
                 cgroup_procs: vec![odd.join("cgroup.procs")],
+                host_id: None,
+                tmpfs: TmpfsSizes::DEFAULT,
             },
             bwrap: "/usr/bin/bwrap".into(),
         };

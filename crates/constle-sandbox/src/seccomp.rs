@@ -24,11 +24,13 @@
 //!   struct and `openat2` its mode, so neither can be checked; refusing
 //!   them with `ENOSYS` ("not implemented") makes glibc, Go and the rest
 //!   fall back to `clone` and `openat`, whose arguments the filter checks.
-//! - **Only the low 32 bits of an argument are compared.** Every argument
-//!   inspected here is an `int`, `unsigned int` or `umode_t` to the kernel
-//!   (and `clone` uses the low half of its flags), which ignores the upper
-//!   bits. Comparing all 64 bits would let garbage in the upper half slip
-//!   past a rule while the kernel still does what the low half asks.
+//! - **Only the low 32 bits of an argument are compared**, but for sizes.
+//!   Every other argument inspected here is an `int`, `unsigned int` or
+//!   `umode_t` to the kernel (and `clone` uses the low half of its flags),
+//!   which ignores the upper bits. Comparing all 64 bits would let garbage
+//!   in the upper half slip past a rule while the kernel still does what
+//!   the low half asks. A size (`shmget`'s) is a `size_t`, all 64 bits of
+//!   which the kernel uses, so it is compared whole.
 //! - **x32.** On x86_64, system calls of the x32 ABI carry the same
 //!   architecture (`AUDIT_ARCH_X86_64`) and their number with bit
 //!   `0x4000_0000` set: `ptrace` is `0x4000_0209`, not 101. seccompiler's
@@ -54,7 +56,7 @@ use std::collections::btree_map::Entry;
 
 use libc::{
     AF_INET, AF_INET6, AF_UNIX, CLONE_NEWCGROUP, CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS,
-    CLONE_NEWPID, CLONE_NEWTIME, CLONE_NEWUSER, CLONE_NEWUTS, EAFNOSUPPORT, ENOSYS, EPERM,
+    CLONE_NEWPID, CLONE_NEWTIME, CLONE_NEWUSER, CLONE_NEWUTS, EAFNOSUPPORT, EINVAL, ENOSYS, EPERM,
     IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_MPTCP, IPPROTO_TCP, IPPROTO_UDP, O_CREAT, O_TMPFILE,
     S_ISGID, S_ISUID, SOCK_DCCP, SOCK_RAW, SOCK_RDM, SOCK_SEQPACKET, TIOCCONS, TIOCLINUX, TIOCSETD,
     TIOCSTI, UNAME26,
@@ -109,6 +111,8 @@ enum Arg {
     AnyFlag(&'static [u32]),
     /// One of these values, once masked with the first field.
     MaskedOneOf(u32, &'static [u32]),
+    /// A `size_t` greater than this (all 64 bits compared).
+    SizeAbove(u64),
 }
 
 /// These system calls fail with `errno` when every condition holds (an
@@ -137,6 +141,10 @@ const SYS_OPEN_TREE_ATTR: i64 = 467;
 /// (`PER_LINUX32`), the 2.6-style version number (`UNAME26`), both, and the
 /// query `0xffffffff` (Docker's list).
 const PERSONALITIES: &[u32] = &[0, 8, UNAME26 as u32, UNAME26 as u32 | 8, 0xffff_ffff];
+
+/// The largest System V shared memory segment: 64 KiB. What the kernel
+/// answers a segment above its own limit, `EINVAL`, answers a larger one.
+const MAX_SYSV_SEGMENT: u64 = 64 << 10;
 
 /// The `clone` flags that create namespaces. `CLONE_NEWTIME` (0x80) falls in
 /// the exit-signal byte of `clone`'s flags, where the kernel rejects it as a
@@ -358,6 +366,15 @@ const POLICY: &[Refusal] = &[
         calls: &[libc::SYS_personality],
         when: &[(0, Arg::NoneOf(PERSONALITIES))],
     },
+    // System V shared memory outlives every process until the sandbox's IPC
+    // namespace ends, and no file system bounds it: segments of at most
+    // 64 KiB only, which with the namespace's limit of 4096 segments bounds
+    // it to 256 MiB. (POSIX shared memory lives in the bounded /dev/shm.)
+    Refusal {
+        errno: EINVAL,
+        calls: &[libc::SYS_shmget],
+        when: &[(1, Arg::SizeAbove(MAX_SYSV_SEGMENT))],
+    },
     // Arguments out of the filter's reach: the caller falls back.
     always(ENOSYS, &[libc::SYS_clone3, libc::SYS_openat2]),
 ];
@@ -423,6 +440,12 @@ impl Arg {
             Arg::MaskedOneOf(mask, values) => {
                 each(values, &|_| SeccompCmpOp::MaskedEq(mask.into()))
             }
+            Arg::SizeAbove(bytes) => Ok(vec![vec![SeccompCondition::new(
+                index,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::Gt,
+                bytes,
+            )?]]),
             Arg::NoneOf(values) => {
                 let all = values.iter().map(|&v| cond(SeccompCmpOp::Ne, v));
                 Ok(vec![all.collect::<Result<_, _>>()?])

@@ -110,6 +110,48 @@ pub struct SandboxSpec {
     /// entering fails, nothing starts.
     #[serde(with = "crate::plan::paths")]
     pub cgroup_procs: Vec<PathBuf>,
+    /// When constle runs as root: the host uid and gid the sandbox runs as,
+    /// one of `constle_hostids::RUN_IDS`, which the caller holds
+    /// (`constle_hostids::HostId`) for as long as the sandbox lives. The
+    /// launcher refuses to start as root without one, and ignores it
+    /// otherwise (an unprivileged caller's sandbox runs as the caller).
+    pub host_id: Option<u32>,
+    /// The sizes of the sandbox's file systems in memory.
+    pub tmpfs: TmpfsSizes,
+}
+
+/// The most each of the sandbox's file systems in memory may hold, in
+/// bytes. What is written there is memory no process owns, so without a
+/// bound an agent could take the host's memory through them, and the
+/// kernel's OOM killer would pick other processes first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TmpfsSizes {
+    /// `/tmp`.
+    pub tmp: u64,
+    /// The agent's home, [`AGENT_HOME`](crate::AGENT_HOME).
+    pub home: u64,
+    /// `/dev/shm`, POSIX shared memory.
+    pub shm: u64,
+}
+
+impl TmpfsSizes {
+    /// What a sandbox gets unless told otherwise: 1 GiB each for `/tmp` and
+    /// the home, where package managers, compilers and browsers keep caches
+    /// and scratch files (data an agent works on belongs in its work
+    /// directory, on disk), and 64 MiB for `/dev/shm`, Docker's default,
+    /// enough for POSIX shared memory between processes (Chromium wants
+    /// more: give it `--disable-dev-shm-usage`, or a larger `shm`).
+    pub const DEFAULT: TmpfsSizes = TmpfsSizes {
+        tmp: 1 << 30,
+        home: 1 << 30,
+        shm: 64 << 20,
+    };
+}
+
+impl Default for TmpfsSizes {
+    fn default() -> Self {
+        TmpfsSizes::DEFAULT
+    }
 }
 
 /// A spec whose every part was checked. The work directory and rootfs are
@@ -123,6 +165,7 @@ pub(crate) struct CheckedSpec<'a> {
     pub relays: Vec<CheckedRelay<'a>>,
     /// The socket of [`CommandIo::Socket`].
     pub stdio: Option<&'a Path>,
+    pub tmpfs: TmpfsSizes,
 }
 
 impl CheckedSpec<'_> {
@@ -190,6 +233,7 @@ impl SandboxSpec {
             rootfs,
             relays,
             stdio,
+            tmpfs: check_tmpfs(self.tmpfs)?,
         })
     }
 
@@ -205,6 +249,23 @@ impl SandboxSpec {
         Ok((workdir, rootfs))
     }
 }
+
+/// Every size at least [`MIN_TMPFS_BYTES`].
+fn check_tmpfs(sizes: TmpfsSizes) -> Result<TmpfsSizes, SandboxError> {
+    for (mount, bytes) in [
+        ("/tmp", sizes.tmp),
+        (layout::AGENT_HOME, sizes.home),
+        ("/dev/shm", sizes.shm),
+    ] {
+        if bytes < MIN_TMPFS_BYTES {
+            return Err(SandboxError::TmpfsTooSmall { mount, bytes });
+        }
+    }
+    Ok(sizes)
+}
+
+/// The smallest size of a file system in memory: one MiB.
+pub const MIN_TMPFS_BYTES: u64 = 1 << 20;
 
 fn check_command(command: &[String]) -> Result<(), SandboxError> {
     if command.first().is_none_or(String::is_empty) {
@@ -522,6 +583,8 @@ mod check_tests {
             private: vec![],
             stage: dir.path().to_path_buf(),
             cgroup_procs: vec![],
+            host_id: None,
+            tmpfs: TmpfsSizes::DEFAULT,
         };
         base.check().unwrap();
 
@@ -672,6 +735,8 @@ mod check_tests {
             private: vec![],
             stage: host.path().to_path_buf(),
             cgroup_procs: vec![],
+            host_id: None,
+            tmpfs: TmpfsSizes::DEFAULT,
         };
         assert_ne!(top, "tmp");
         // Not in the rootfs at all: the sandbox creates the mount point.
@@ -723,6 +788,8 @@ mod check_tests {
             ],
             stage: host.path().to_path_buf(),
             cgroup_procs: vec![],
+            host_id: None,
+            tmpfs: TmpfsSizes::DEFAULT,
         };
         spec(work.clone()).check().unwrap();
         for (workdir, relation) in [

@@ -127,7 +127,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::CommandIo;
+    use crate::{CommandIo, TmpfsSizes};
 
     fn setid(path: &Path, mode: u32) {
         std::fs::write(path, "#!/bin/sh\n").unwrap();
@@ -165,6 +165,8 @@ mod tests {
             private: vec![],
             stage: outside.path().to_path_buf(),
             cgroup_procs: vec![],
+            host_id: None,
+            tmpfs: TmpfsSizes::DEFAULT,
         };
         let before = SystemTime::now() - Duration::from_secs(5);
         let mut cleared = spec.clear_setid(before).unwrap();

@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use constle_sandbox::{
     AGENT_HOME, CommandIo, DEFAULT_PATH, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND, Private,
-    Relay, SandboxError, SandboxSpec, init_main, launch_main, sandbox_command, seccomp_programs,
+    Relay, SandboxError, SandboxSpec, TmpfsSizes, init_main, launch_main, sandbox_command,
+    seccomp_programs,
 };
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use sha2::{Digest, Sha256};
@@ -68,6 +69,10 @@ fn main() {
         e2e("workdir_under_tmp", workdir_under_tmp),
         e2e("tmp_is_private", tmp_is_private),
         e2e("home_is_private_and_empty", home_is_private_and_empty),
+        e2e(
+            "memory_file_systems_are_bounded",
+            memory_file_systems_are_bounded,
+        ),
         e2e("own_pid_namespace", own_pid_namespace),
         e2e("no_new_privs_no_capabilities_no_userns", no_privileges),
         e2e("hostname", hostname),
@@ -166,6 +171,8 @@ struct Fixture {
     /// In the system's temporary directory, whose parents anyone may
     /// search (the launcher's stage must be).
     stage: TempDir,
+    /// The host id the sandbox runs as (the tests run as root).
+    host_id: constle_hostids::HostId,
 }
 
 impl Fixture {
@@ -180,6 +187,7 @@ impl Fixture {
             dir,
             workdir,
             stage,
+            host_id: constle_hostids::HostId::allocate().unwrap(),
         }
     }
 
@@ -195,6 +203,8 @@ impl Fixture {
             private: Vec::new(),
             stage: self.stage.path().to_path_buf(),
             cgroup_procs: Vec::new(),
+            host_id: Some(self.host_id.get()),
+            tmpfs: TmpfsSizes::DEFAULT,
         }
     }
 
@@ -632,6 +642,62 @@ print("written=" + ",".join(sorted(os.listdir(os.path.join(home, ".cache")))))
         !Path::new(AGENT_HOME).join(".cache").join(&marker).exists(),
         || "the agent's home is on the host".into(),
     )
+}
+
+/// Nothing the agent writes in memory is unbounded: `/tmp`, its home and
+/// `/dev/shm` stop at their sizes (`ENOSPC`), the rest of `/dev` takes no
+/// file at all, and the sizes are the spec's.
+fn memory_file_systems_are_bounded() -> TestResult {
+    let fx = Fixture::new();
+    let mut spec = fx.python(
+        r#"
+import errno, os
+for where in ["/tmp", os.environ["HOME"], "/dev/shm"]:
+    st = os.statvfs(where)
+    print(f"{where}.size={st.f_blocks * st.f_frsize}")
+    written, chunk = 0, b"x" * (1 << 20)
+    try:
+        with open(os.path.join(where, "fill"), "wb") as f:
+            for _ in range(64):
+                f.write(chunk)
+                f.flush()
+                written += len(chunk)
+        print(f"{where}.fill=all {written}")
+    except OSError as e:
+        print(f"{where}.fill={errno.errorcode[e.errno]} after {written >> 20} MiB")
+for name in ["/dev/planted", "/dev/pts/planted"]:
+    try:
+        open(name, "wb").write(b"x")
+        print(f"{name}=written")
+    except OSError as e:
+        print(f"{name}={errno.errorcode[e.errno]}")
+"#,
+        &[],
+    );
+    spec.tmpfs = TmpfsSizes {
+        tmp: 4 << 20,
+        home: 8 << 20,
+        shm: 2 << 20,
+    };
+    let run = run_spec(&spec);
+    run.assert_success();
+    let home = AGENT_HOME;
+    for (key, want) in [
+        ("/tmp.size", (4u64 << 20).to_string()),
+        (&format!("{home}.size"), (8u64 << 20).to_string()),
+        ("/dev/shm.size", (2u64 << 20).to_string()),
+        ("/tmp.fill", "ENOSPC after 4 MiB".into()),
+        (&format!("{home}.fill"), "ENOSPC after 8 MiB".into()),
+        ("/dev/shm.fill", "ENOSPC after 2 MiB".into()),
+        ("/dev/planted", "EROFS".into()),
+    ] {
+        check(run.value(key) == want, || {
+            format!("{key}: want {want}: {run}")
+        })?;
+    }
+    check(run.value("/dev/pts/planted") != "written", || {
+        format!("a file was made in /dev/pts: {run}")
+    })
 }
 
 fn constle_home_is_invisible() -> TestResult {
@@ -1747,6 +1813,7 @@ const SYSCALLS_EXPECTED: &[(&str, &str)] = &[
     ("os.mknod regular u+s", "EPERM"),
     ("no set-id file exists", "OK"),
     ("personality READ_IMPLIES_EXEC", "EPERM"),
+    ("shmget 1 MiB", "EINVAL"),
     #[cfg(target_arch = "x86_64")]
     ("x32 getpid", "EPERM"),
     ("fork", "OK"),
@@ -1763,6 +1830,7 @@ const SYSCALLS_EXPECTED: &[(&str, &str)] = &[
     ("tcgetattr", "OK"),
     ("personality query", "OK"),
     ("memfd_create", "OK"),
+    ("shmget 4 KiB", "OK"),
     ("prctl PR_SET_NAME", "OK"),
     ("epoll", "OK"),
     ("splice", "OK"),

@@ -28,7 +28,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::fmt;
 use std::fs;
@@ -286,15 +286,17 @@ impl Arena {
         }
     }
 
-    /// The host uid and gid the agent runs as: 65533 when root starts
-    /// constle (no user of the host), else that of the user who does.
-    fn agent_host_ids(&self) -> (u32, u32) {
+    /// Whether `uid` and `gid` are the host ids an agent runs as: when root
+    /// starts constle, an id of the run's own from constle's range (no
+    /// user of the host, the same number for both), else those of the user
+    /// who does.
+    fn agent_host_ids_are(&self, uid: u32, gid: u32) -> bool {
         match (self.who, self.as_attacker()) {
-            (Who::Root, _) => (65533, 65533),
-            (Who::User, Some(user)) => (user.uid, user.gid),
+            (Who::Root, _) => uid == gid && constle_hostids::RUN_IDS.contains(&uid),
+            (Who::User, Some(user)) => (uid, gid) == (user.uid, user.gid),
             (Who::User, None) => {
                 let id = |f| text(&cmd_output("id", &[f])).trim().parse().unwrap();
-                (id("-u"), id("-g"))
+                (uid, gid) == (id("-u"), id("-g"))
             }
         }
     }
@@ -1252,12 +1254,11 @@ fn core_handler(who: Who) {
         std::thread::sleep(Duration::from_millis(100));
     }
     drop(pattern);
-    let (uid, gid) = arena.agent_host_ids();
     for line in handled() {
         let fields: Vec<&str> = line.split(' ').collect();
-        assert_eq!(
-            &fields[1..4],
-            [uid.to_string().as_str(), &gid.to_string(), "0"],
+        let id = |i: usize| fields[i].parse().unwrap();
+        assert!(
+            arena.agent_host_ids_are(id(1), id(2)) && fields[3] == "0",
             "the host's core handler was told: {line}\n{run}"
         );
     }
@@ -1490,7 +1491,7 @@ fn ids_seen_from_the_host(who: Who) {
     );
     let inside = sandboxed_processes(&marker);
     assert!(inside.len() >= 2, "init and agent not found: {inside:?}");
-    let (uid, gid) = arena.agent_host_ids();
+    let mut seen = BTreeSet::new();
     for pid in &inside {
         let proc = PathBuf::from(format!("/proc/{pid}"));
         let status = fs::read_to_string(proc.join("status")).unwrap();
@@ -1503,6 +1504,10 @@ fn ids_seen_from_the_host(who: Who) {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
+        let first = |name: &str| -> u32 { field(name).split(' ').next().unwrap().parse().unwrap() };
+        let (uid, gid) = (first("Uid"), first("Gid"));
+        assert!(arena.agent_host_ids_are(uid, gid), "pid {pid}:\n{status}");
+        seen.insert(uid);
         let all = |id: u32| [id; 4].map(|i| i.to_string()).join(" ");
         assert_eq!(field("Uid"), all(uid), "pid {pid}:\n{status}");
         assert_eq!(field("Gid"), all(gid), "pid {pid}:\n{status}");
@@ -1526,6 +1531,7 @@ fn ids_seen_from_the_host(who: Who) {
             }
         }
     }
+    assert_eq!(seen.len(), 1, "one sandbox, one host id: {seen:?}");
     running.stop("TERM").assert_code(143);
 }
 

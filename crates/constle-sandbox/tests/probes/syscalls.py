@@ -33,11 +33,12 @@ NR = {
                    bpf=321, perf_event_open=298, userfaultfd=323, keyctl=250, add_key=248,
                    mount=165, umount2=166, pivot_root=155, unshare=272, setns=308, clone=56,
                    ioctl=16, fchmod=91, fchmodat=268, personality=135,
-                   chmod=90, creat=85, x32_getpid=0x40000000 | 39),
+                   chmod=90, creat=85, shmget=29, shmctl=31, x32_getpid=0x40000000 | 39),
     "aarch64": dict(ptrace=117, process_vm_readv=270, process_vm_writev=271, kcmp=272,
                     bpf=280, perf_event_open=241, userfaultfd=282, keyctl=219, add_key=217,
                     mount=40, umount2=39, pivot_root=41, unshare=97, setns=268, clone=220,
-                    ioctl=29, fchmod=52, fchmodat=53, personality=92),
+                    ioctl=29, fchmod=52, fchmodat=53, personality=92, shmget=194,
+                    shmctl=195),
 }[platform.machine()]
 NR.update(io_uring_setup=425, pidfd_getfd=438, clone3=435, openat2=437, fchmodat2=452)
 
@@ -241,6 +242,19 @@ def read_implies_exec():
 
 
 row("personality READ_IMPLIES_EXEC", read_implies_exec)
+
+# ---------------------------------------------------------------------------
+# System V shared memory, which no file system bounds
+
+IPC_PRIVATE, IPC_CREAT, IPC_RMID = 0, 0o1000, 0
+
+
+def shm_segment(size):
+    segment = sc("shmget", IPC_PRIVATE, size, IPC_CREAT | 0o600)
+    sc("shmctl", segment, IPC_RMID, 0)
+
+
+row("shmget 1 MiB", lambda: shm_segment(1 << 20))
 if "x32_getpid" in NR:
     row("x32 getpid", lambda: sc("x32_getpid"))  # ENOSYS on kernels without x32
 
@@ -318,6 +332,7 @@ row("os.mkfifo", lambda: os.mkfifo("fifo"))
 row("tcgetattr", lambda: termios.tcgetattr(slave))
 row("personality query", lambda: sc("personality", 0xFFFFFFFF))
 row("memfd_create", lambda: os.close(os.memfd_create("probe")))
+row("shmget 4 KiB", lambda: shm_segment(4096))
 row("prctl PR_SET_NAME", lambda: checked(libc.prctl(15, b"probe", 0, 0, 0)))
 row("epoll", epoll)
 row("splice", splice)
