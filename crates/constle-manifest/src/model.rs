@@ -85,6 +85,10 @@ pub struct Sandbox {
     /// The writable work directory, resolved against
     /// [`Manifest::base_dir`] (default: the Agentfile's directory).
     pub workdir: PathBuf,
+    /// Whether the Agentfile names the work directory; `false`: it is the
+    /// default, `./work` beside the Agentfile, which `constle run` makes
+    /// when it does not exist yet.
+    pub workdir_declared: bool,
     /// Extra environment for the agent. Never holds the proxy variables
     /// (`HTTP(S)_PROXY`, `NO_PROXY`, `ALL_PROXY`, any case) nor `CONSTLE_*`.
     pub env: BTreeMap<EnvVarName, String>,

@@ -371,6 +371,7 @@ impl V<'_, '_> {
         Some(Sandbox {
             command: command?,
             workdir: workdir?,
+            workdir_declared: s.workdir.0.is_some(),
             env: env?,
             rootfs: rootfs?,
             network: network?,

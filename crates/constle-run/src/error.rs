@@ -47,6 +47,17 @@ pub enum RunError {
     /// The sandbox could not be set up or started.
     #[error("the sandbox could not start: {0}")]
     Sandbox(String),
+    /// A work directory cannot be used for the run, or could not be put
+    /// right after it.
+    #[error("{}{source}", server.as_ref().map(|id| format!("the work directory of MCP server {id}: ")).unwrap_or_default())]
+    Workdir {
+        /// The stdio MCP server whose work directory it is; `None`: the
+        /// agent's.
+        server: Option<String>,
+        /// Why.
+        #[source]
+        source: constle_workdir::WorkdirError,
+    },
     /// Run as root, the sandbox got no host id of its own.
     #[error("the sandbox could not start: {0}")]
     HostId(#[from] constle_hostids::HostIdError),

@@ -20,9 +20,11 @@ mod run;
 mod spend;
 mod stdio;
 mod stop;
+mod workdir;
 
 pub use a2a::{listener as a2a_listener, listener_event as a2a_event};
 pub use error::RunError;
 pub use plan::{Item, plan};
-pub use run::{RunOptions, RunReport, run};
+pub use run::{RunEnd, RunOptions, RunReport, run};
 pub use spend::{caps, ledger_config, ledger_key, spend_plan, usd};
+pub use workdir::{WorkdirChecked, make_default_workdir};

@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use constle_audit::{Appender, AuditError, AuditLog, Event, EventError};
 use constle_egress::{EgressPolicy, NetworkEvent, Squid};
@@ -31,6 +31,7 @@ use crate::output::{AgentOutput, OutputHold};
 use crate::spend::SpendMeter;
 use crate::stdio::{self, Secrets, StdioServers};
 use crate::stop::GateStop;
+use crate::workdir::{self, WorkdirChecked};
 
 /// Where the agent finds the proxy inside the sandbox.
 const PROXY_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
@@ -57,13 +58,34 @@ pub struct RunReport {
     pub duration: Duration,
 }
 
+/// How a run ended, and what the checks after it did in each work
+/// directory (whether the run succeeded or not).
+#[derive(Debug)]
+pub struct RunEnd {
+    /// The agent's exit, or why the run failed.
+    pub outcome: Result<RunReport, RunError>,
+    /// The agent's work directory and each declared one of a stdio MCP
+    /// server, as far as the run got.
+    pub workdirs: Vec<WorkdirChecked>,
+}
+
 /// Runs the agent the Agentfile describes and returns when it has exited
 /// and everything the run started has been stopped.
 ///
 /// Must be called from a current-thread runtime: the proxy and the sandbox
 /// are tied to the thread that spawns them (PDEATHSIG), which must live as
 /// long as the run.
-pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport, RunError> {
+pub async fn run(manifest: &Manifest, options: &RunOptions) -> RunEnd {
+    let mut workdirs = Vec::new();
+    let outcome = run_checked(manifest, options, &mut workdirs).await;
+    RunEnd { outcome, workdirs }
+}
+
+async fn run_checked(
+    manifest: &Manifest,
+    options: &RunOptions,
+    workdirs: &mut Vec<WorkdirChecked>,
+) -> Result<RunReport, RunError> {
     let started = Instant::now();
     // First: it reads the secrets of the servers' headers, and one missing
     // must leave nothing behind, not even a log entry.
@@ -110,6 +132,7 @@ pub async fn run(manifest: &Manifest, options: &RunOptions) -> Result<RunReport,
                 &log,
                 secrets,
                 checkpoints,
+                workdirs,
             )
             .await
         }
@@ -177,7 +200,9 @@ fn run_started(manifest: &Manifest) -> Event {
     started.unwrap_or_else(|_| event("run_started"))
 }
 
-/// Starts the proxy and the sandbox, waits for the agent, and stops both.
+/// Starts the proxy and the sandbox, waits for the agent, and stops both;
+/// `workdirs` gets what the checks after it did.
+#[allow(clippy::too_many_arguments)]
 async fn supervise(
     manifest: &Manifest,
     gates: PreparedGates,
@@ -186,13 +211,14 @@ async fn supervise(
     log: &Arc<AuditLog>,
     secrets: Secrets,
     checkpoints: Option<&mut RunCheckpoints>,
+    workdirs: &mut Vec<WorkdirChecked>,
 ) -> Result<(i32, Phases), RunError> {
     let mut clock = Instant::now();
     let mut lap = move || {
         let now = Instant::now();
         std::mem::replace(&mut clock, now).elapsed()
     };
-    let began = SystemTime::now();
+    let quarantine = workdir::quarantine_root(&options.home, manifest.name.as_str());
     let sockets = private_dir("constle-sockets-")?;
     // Beside the sockets' directory, not in it: the sandbox's launcher
     // needs a stage whose parents anyone may search (see SandboxSpec).
@@ -216,6 +242,7 @@ async fn supervise(
         cgroup_procs: Vec::new(),
         host_id: host_id.as_ref().map(HostId::get),
         tmpfs: TmpfsSizes::DEFAULT,
+        workdir_inode: None,
     };
     // What the sandbox would mount, before anything starts; the launcher
     // checks it all again on the objects it then mounts.
@@ -242,6 +269,7 @@ async fn supervise(
             options,
             private: &private,
             sockets: sockets.path(),
+            quarantine: &quarantine,
             log,
         },
         secrets,
@@ -267,8 +295,17 @@ async fn supervise(
         .chain(a2a.iter().map(|a| a.relay().clone()))
         .collect();
     spec.cgroup_procs = limits.procs_files();
+    let agent_workdir = workdir::prepare(&spec.workdir, host_id.as_ref(), log, None).await?;
+    spec.workdir_inode = Some(agent_workdir.inode());
     let proxy_start = lap();
-    let (mut agent, output, lifeline) = start_sandbox(&spec, &hold)?;
+    let (mut agent, output, lifeline) = match start_sandbox(&spec, &hold) {
+        Ok(started) => started,
+        Err(err) => {
+            let quarantine = workdir::quarantine_of(&quarantine, None);
+            workdirs.push(workdir::finish(agent_workdir, &quarantine, log, None).await?);
+            return Err(err);
+        }
+    };
     let result = watch(
         &mut agent,
         proxy_trouble(proxy.as_mut(), &mut servers),
@@ -295,8 +332,10 @@ async fn supervise(
     drop(lifeline);
     limits.end();
     output.finish(OUTPUT_GRACE).await;
-    sweep_setid(&spec, began, log, None).await?;
-    let servers_stopped = servers.stop(began).await;
+    let agent_quarantine = workdir::quarantine_of(&quarantine, None);
+    let checked = workdir::finish(agent_workdir, &agent_quarantine, log, None).await;
+    let servers_stopped = servers.stop(workdirs).await;
+    workdirs.insert(0, checked?);
     drop(gates);
     drop(a2a);
     let recorded = match proxy {
@@ -313,43 +352,6 @@ async fn supervise(
     servers_stopped?;
     Ok((code, phases))
 }
-
-/// The second layer behind the seccomp filter's refusal of set-id bits:
-/// with the sandbox gone, no file the agent (or stdio MCP server `server`)
-/// changed keeps one (in a root run its files belong on disk to the work
-/// directory's owner, often root). A bit found is cleared and recorded; a
-/// sweep that cannot run is said, and fails the run.
-pub(crate) async fn sweep_setid(
-    spec: &SandboxSpec,
-    began: SystemTime,
-    log: &AuditLog,
-    server: Option<&str>,
-) -> Result<(), RunError> {
-    let cleared = spec.clear_setid(began).map_err(|e| {
-        RunError::Sandbox(format!(
-            "cannot check the work directory for set-id files: {e}"
-        ))
-    })?;
-    if cleared.is_empty() {
-        return Ok(());
-    }
-    let paths: Vec<String> = cleared
-        .iter()
-        .take(MAX_LISTED)
-        .map(|p| p.display().to_string())
-        .collect();
-    if let Ok(found) = event("setid_cleared")
-        .with("count", i64::try_from(cleared.len()).unwrap_or(i64::MAX))
-        .and_then(|e| e.with("paths", paths))
-        .and_then(|e| of_server(e, server))
-    {
-        record(log, found).await?;
-    }
-    Ok(())
-}
-
-/// How many paths a `setid_cleared` event lists.
-const MAX_LISTED: usize = 20;
 
 /// How long the agent's output may keep coming once the sandbox is gone.
 const OUTPUT_GRACE: Duration = Duration::from_secs(5);
@@ -738,7 +740,7 @@ fn exit_code(status: ExitStatus) -> i32 {
 
 /// `event` with the stdio MCP server it concerns, if any (the agent's own
 /// events carry no `server`).
-fn of_server(event: Event, server: Option<&str>) -> Result<Event, EventError> {
+pub(crate) fn of_server(event: Event, server: Option<&str>) -> Result<Event, EventError> {
     match server {
         Some(server) => event.with("server", server),
         None => Ok(event),

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use constle_audit::{AuditError, AuditLog, Event};
 use constle_egress::EgressPolicy;
@@ -30,6 +30,7 @@ use constle_manifest::{Manifest, McpServer, McpTransport, StdioServer};
 use constle_mcp_gate::DEFAULT_RESPONSE_TIMEOUT;
 use constle_mcp_stdio::{Launch, LaunchFuture, Process, ServerEvent, StdioBridge};
 use constle_sandbox::{CommandIo, Private, SandboxSpec, TmpfsSizes};
+use constle_workdir::Workdir;
 use tokio::io::AsyncReadExt as _;
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
@@ -37,9 +38,8 @@ use tokio::task::JoinHandle;
 
 use crate::error::{RunError, io};
 use crate::limits::{RunLimits, ServerLimits};
-use crate::run::{
-    Proxy, ProxyTrouble, RunOptions, event, private_dir, proxied_env, record, sweep_setid,
-};
+use crate::run::{Proxy, ProxyTrouble, RunOptions, event, private_dir, proxied_env, record};
+use crate::workdir::{self, WorkdirChecked};
 
 /// The most of a run's stderr kept per server; the rest is dropped (and
 /// said so in the file).
@@ -101,6 +101,9 @@ pub(crate) struct Context<'a> {
     pub private: &'a [Private],
     /// The run's private directory for sockets.
     pub sockets: &'a Path,
+    /// The run's quarantine, for what a server leaves in its declared work
+    /// directory.
+    pub quarantine: &'a Path,
     pub log: &'a Arc<AuditLog>,
 }
 
@@ -115,10 +118,11 @@ struct Running {
     /// The values of its `env_secret_refs`, which its gate keeps from the
     /// agent.
     secrets: Vec<String>,
-    /// How its processes start; its spec names the work directory.
-    plan: Arc<LaunchPlan>,
-    /// Whether the work directory is the Agentfile's (else removed).
-    declared_workdir: bool,
+    /// The declared work directory, checked and locked for the run (a
+    /// default one is fresh, private, and removed after the run).
+    workdir: Option<Workdir>,
+    /// Where what the server leaves there is set aside.
+    quarantine: PathBuf,
     /// Its egress proxy, with `network.allowed_hosts`.
     proxy: Option<Proxy>,
     /// Its cgroups, with `sandbox.limits`.
@@ -172,16 +176,19 @@ impl StdioServers {
     }
 
     /// Stops every server and waits until each is gone and its last
-    /// events are recorded; then clears set-id bits in each declared work
-    /// directory, as in the agent's (files changed since `began`).
-    pub(crate) async fn stop(self, began: SystemTime) -> Result<(), RunError> {
+    /// events are recorded; then checks each declared work directory, as
+    /// the agent's (into `workdirs`).
+    pub(crate) async fn stop(self, workdirs: &mut Vec<WorkdirChecked>) -> Result<(), RunError> {
         let mut recorded = Ok(());
         for server in self.servers {
             server.bridge.stop().await;
             recorded = recorded.and(server.limits.end().await);
-            if server.declared_workdir {
-                let swept = sweep_setid(&server.plan.spec, began, &server.log, Some(&server.id));
-                recorded = recorded.and(swept.await);
+            if let Some(workdir) = server.workdir {
+                let id = Some(server.id.as_str());
+                match workdir::finish(workdir, &server.quarantine, &server.log, id).await {
+                    Ok(checked) => workdirs.push(checked),
+                    Err(err) => recorded = recorded.and(Err(err)),
+                }
             }
             // After the server: Squid logs a tunnel when it closes.
             if let Some(proxy) = server.proxy {
@@ -234,6 +241,11 @@ impl Running {
         };
         let stage = private_dir("constle-stage-")?;
         let host_id = HostId::allocate_if_root()?;
+        let quarantine = workdir::quarantine_of(cx.quarantine, Some(&id));
+        let held = match &stdio.workdir {
+            Some(dir) => Some(workdir::prepare(dir, host_id.as_ref(), cx.log, Some(&id)).await?),
+            None => None,
+        };
         let limits = RunLimits::for_server(cx.manifest, &id)?;
         let proxy = match stdio.allowed_hosts.as_slice() {
             [] => None,
@@ -260,6 +272,7 @@ impl Running {
             cgroup_procs: limits.procs_files(),
             host_id: host_id.as_ref().map(HostId::get),
             tmpfs: TmpfsSizes::DEFAULT,
+            workdir_inode: held.as_ref().map(Workdir::inode),
         };
         dirs.push(stage);
         spec.check_dirs()
@@ -276,7 +289,7 @@ impl Running {
             starts: AtomicU32::new(0),
             stderr: Arc::clone(&stderr),
         });
-        let launch = SandboxLaunch(Arc::clone(&plan));
+        let launch = SandboxLaunch(plan);
         let (events, received) = mpsc::unbounded_channel();
         let (flush, flushed) = oneshot::channel();
         let recorder = tokio::spawn(record_events(
@@ -294,8 +307,8 @@ impl Running {
             id,
             bridge,
             secrets,
-            plan,
-            declared_workdir: stdio.workdir.is_some(),
+            workdir: held,
+            quarantine,
             proxy,
             limits,
             log: Arc::clone(cx.log),
@@ -418,7 +431,7 @@ impl LaunchPlan {
             tokio::spawn(Arc::clone(&self.stderr).copy(stderr, child.id()));
         }
         let accepted = tokio::select! {
-            accepted = tokio::time::timeout(CONNECT_TIMEOUT, listener.accept()) => accepted,
+            accepted = tokio::time::timeout(CONNECT_TIMEOUT, constle_sandbox::accept_stdio(&listener)) => accepted,
             status = child.wait() => {
                 let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
                 return Err(io::Error::other(format!("its sandbox ended before the server started ({status})")));
@@ -427,7 +440,7 @@ impl LaunchPlan {
         // One connection per process: nothing else may connect later.
         drop(listener);
         let _ = std::fs::remove_file(&socket);
-        let (stream, _) = accepted.map_err(|_| {
+        let stream = accepted.map_err(|_| {
             io::Error::other(format!(
                 "its sandbox did not connect within {} s",
                 CONNECT_TIMEOUT.as_secs()

@@ -326,6 +326,7 @@ mod tests {
             cgroup_procs: vec![],
             host_id: None,
             tmpfs: TmpfsSizes::DEFAULT,
+            workdir_inode: None,
         };
         let checked = spec.check().unwrap();
         let fds = Descriptors {

@@ -57,6 +57,15 @@ pub enum SandboxError {
         source: io::Error,
     },
 
+    /// `workdir` names another directory than the one the caller holds.
+    #[error(
+        "workdir {path:?} is no longer the directory constle checked before the run (it was moved or replaced); nothing was started"
+    )]
+    WorkdirReplaced {
+        /// The resolved path.
+        path: PathBuf,
+    },
+
     /// `workdir` exists but is not a directory.
     #[error("workdir {path:?} is not a directory")]
     WorkdirNotDir {

@@ -95,8 +95,10 @@ impl InitError {
 /// 3. binds every relay's TCP address (so the agent can connect at once);
 /// 4. starts the agent with stdin `/dev/null`, stdout and stderr inherited,
 ///    and the sandbox's environment; with `--stdio SOCKET`, connects to
-///    the Unix socket first and gives the connection to the command as
-///    both stdin and stdout (a stdio MCP server's protocol channel);
+///    the Unix socket twice first: the second connection is the command's
+///    stdin and stdout (a stdio MCP server's protocol channel), and on the
+///    first it says `started`, or `failed: <why>` when the command could
+///    not be started;
 /// 5. forwards each accepted connection to its relay's Unix socket, both
 ///    ways, passing half-closes on; a connection whose socket cannot be
 ///    reached is closed (the first such failure per relay is reported on
@@ -226,22 +228,53 @@ fn parse_args(args: Vec<OsString>) -> Result<InitArgs, InitError> {
     })
 }
 
-/// The command's stdin and stdout: `/dev/null` and init's own, or both one
-/// connection to the `--stdio` socket.
-fn command_io(stdio: Option<&Path>) -> Result<(Stdio, Stdio), InitError> {
+/// The command's stdin and stdout: `/dev/null` and init's own; or, with
+/// `--stdio`, both one connection to the socket, made after a first one
+/// that says whether the command started ([`report_start`]).
+fn command_io(stdio: Option<&Path>) -> Result<CommandIo, InitError> {
     let Some(socket) = stdio else {
-        return Ok((Stdio::null(), Stdio::inherit()));
+        return Ok(CommandIo {
+            stdin: Stdio::null(),
+            stdout: Stdio::inherit(),
+            report: None,
+        });
     };
     let failed = |source| InitError::Stdio {
         socket: socket.to_path_buf(),
         source,
     };
-    let stream = std::os::unix::net::UnixStream::connect(socket).map_err(failed)?;
+    let connect = || std::os::unix::net::UnixStream::connect(socket).map_err(failed);
+    let report = connect()?;
+    let stream = connect()?;
     let input = stream.try_clone().map_err(failed)?;
-    Ok((
-        Stdio::from(OwnedFd::from(input)),
-        Stdio::from(OwnedFd::from(stream)),
-    ))
+    Ok(CommandIo {
+        stdin: Stdio::from(OwnedFd::from(input)),
+        stdout: Stdio::from(OwnedFd::from(stream)),
+        report: Some(report),
+    })
+}
+
+struct CommandIo {
+    stdin: Stdio,
+    stdout: Stdio,
+    /// With `--stdio`: where the start of the command is reported.
+    report: Option<std::os::unix::net::UnixStream>,
+}
+
+/// Tells the caller of a `--stdio` sandbox whether its command started:
+/// `started`, or `failed: <why>` (a command that does not exist, or cannot
+/// be executed), so that a server that cannot start fails the run before
+/// the agent starts instead of looking like one that exited.
+fn report_start(
+    report: Option<std::os::unix::net::UnixStream>,
+    spawned: &Result<std::process::Child, io::Error>,
+) {
+    let Some(mut report) = report else { return };
+    let said = match spawned {
+        Ok(_) => "started\n".to_owned(),
+        Err(e) => format!("failed: {e}\n"),
+    };
+    let _ = report.write_all(said.as_bytes());
 }
 
 /// Closes every descriptor above 2 without close-on-exec.
@@ -293,16 +326,17 @@ async fn run(args: InitArgs) -> Result<i32, InitError> {
 
     // Before the agent exists, so that no exit goes unnoticed.
     let mut children = Reaper::new()?;
-    let (stdin, stdout) = command_io(stdio.as_deref())?;
-    let agent = std::process::Command::new(&command[0])
+    let io = command_io(stdio.as_deref())?;
+    let spawned = std::process::Command::new(&command[0])
         .args(&command[1..])
-        .stdin(stdin)
-        .stdout(stdout)
-        .spawn()
-        .map_err(|source| InitError::Spawn {
-            program: command[0].clone(),
-            source,
-        })?;
+        .stdin(io.stdin)
+        .stdout(io.stdout)
+        .spawn();
+    report_start(io.report, &spawned);
+    let agent = spawned.map_err(|source| InitError::Spawn {
+        program: command[0].clone(),
+        source,
+    })?;
     let agent = Pid::from_raw(agent.id() as i32);
 
     let connections = TaskTracker::new();

@@ -72,6 +72,7 @@
 //!     cgroup_procs: vec![],
 //!     host_id: None,
 //!     tmpfs: TmpfsSizes::DEFAULT,
+//!     workdir_inode: None,
 //! };
 //! let status = sandbox_command(&spec)?.status()?; // the agent's status
 //! # Ok(())
@@ -165,7 +166,7 @@ mod resolve;
 mod seccomp;
 mod spec;
 mod splice;
-mod sweep;
+mod stdio;
 mod wire;
 
 pub use bwrap::sandbox_command;
@@ -179,3 +180,4 @@ pub use layout::{
 pub use seccomp::seccomp_programs;
 pub use spec::{CommandIo, MIN_TMPFS_BYTES, Private, Relay, SandboxSpec, TmpfsSizes};
 pub use splice::{SpliceSocket, splice_bidirectional};
+pub use stdio::accept_stdio;

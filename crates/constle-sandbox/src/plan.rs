@@ -119,6 +119,7 @@ mod tests {
                 cgroup_procs: vec![odd.join("cgroup.procs")],
                 host_id: None,
                 tmpfs: TmpfsSizes::DEFAULT,
+                workdir_inode: None,
             },
             bwrap: "/usr/bin/bwrap".into(),
         };

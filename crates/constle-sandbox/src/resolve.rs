@@ -25,6 +25,8 @@ pub(crate) struct OpenDir {
     /// The directory's owner and group.
     pub uid: u32,
     pub gid: u32,
+    /// Its device and inode.
+    pub inode: (u64, u64),
 }
 
 /// Opens `path` (following symbolic links) as a directory.
@@ -41,6 +43,7 @@ pub(crate) fn open_dir(path: &Path) -> io::Result<OpenDir> {
         path,
         uid: stat.st_uid,
         gid: stat.st_gid,
+        inode: (stat.st_dev, stat.st_ino),
     })
 }
 

@@ -118,6 +118,10 @@ pub struct SandboxSpec {
     pub host_id: Option<u32>,
     /// The sizes of the sandbox's file systems in memory.
     pub tmpfs: TmpfsSizes,
+    /// The device and inode the work directory must be: the caller holds
+    /// that directory (to check it after the run), and the sandbox mounts
+    /// no other, whatever the path names by the time it starts.
+    pub workdir_inode: Option<(u64, u64)>,
 }
 
 /// The most each of the sandbox's file systems in memory may hold, in
@@ -244,6 +248,12 @@ impl SandboxSpec {
             Some(path) => Some(check_rootfs(path, &self.private)?),
         };
         let workdir = check_workdir(&self.workdir, rootfs.as_ref(), &self.private)?;
+        if self
+            .workdir_inode
+            .is_some_and(|inode| inode != workdir.inode)
+        {
+            return Err(SandboxError::WorkdirReplaced { path: workdir.path });
+        }
         check_exe(&self.constle_exe, &workdir.path)?;
         check_stage(&self.stage)?;
         Ok((workdir, rootfs))
@@ -585,6 +595,7 @@ mod check_tests {
             cgroup_procs: vec![],
             host_id: None,
             tmpfs: TmpfsSizes::DEFAULT,
+            workdir_inode: None,
         };
         base.check().unwrap();
 
@@ -737,6 +748,7 @@ mod check_tests {
             cgroup_procs: vec![],
             host_id: None,
             tmpfs: TmpfsSizes::DEFAULT,
+            workdir_inode: None,
         };
         assert_ne!(top, "tmp");
         // Not in the rootfs at all: the sandbox creates the mount point.
@@ -790,6 +802,7 @@ mod check_tests {
             cgroup_procs: vec![],
             host_id: None,
             tmpfs: TmpfsSizes::DEFAULT,
+            workdir_inode: None,
         };
         spec(work.clone()).check().unwrap();
         for (workdir, relation) in [

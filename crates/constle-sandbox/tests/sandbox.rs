@@ -91,6 +91,10 @@ fn main() {
             "stdio_socket_is_the_commands_stdin_and_stdout",
             stdio_socket_is_the_commands_stdin_and_stdout,
         ),
+        e2e(
+            "stdio_command_that_cannot_start_is_reported",
+            stdio_command_that_cannot_start_is_reported,
+        ),
         e2e("relay_throughput", relay_throughput),
         e2e(
             "relay_host_down_closes_connection",
@@ -205,6 +209,7 @@ impl Fixture {
             cgroup_procs: Vec::new(),
             host_id: Some(self.host_id.get()),
             tmpfs: TmpfsSizes::DEFAULT,
+            workdir_inode: None,
         }
     }
 
@@ -1413,12 +1418,33 @@ fn relay_two_relays() -> TestResult {
 /// With `CommandIo::Socket` the command reads and writes one connection to
 /// the host's socket (what a stdio MCP server speaks on), its stderr is the
 /// sandbox's, and nothing reaches the sandbox's stdout.
+/// The caller's side of a `--stdio` sandbox, on a thread: the command's
+/// channel as [`constle_sandbox::accept_stdio`] gives it, or why not.
+fn stdio_host(
+    path: &Path,
+    talk: fn(std::os::unix::net::UnixStream) -> String,
+) -> thread::JoinHandle<Result<String, String>> {
+    let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let stream = runtime.block_on(async {
+            let listener = tokio::net::UnixListener::from_std(listener).unwrap();
+            constle_sandbox::accept_stdio(&listener).await
+        });
+        let stream = stream.map_err(|e| e.to_string())?.into_std().unwrap();
+        stream.set_nonblocking(false).unwrap();
+        Ok(talk(stream))
+    })
+}
+
 fn stdio_socket_is_the_commands_stdin_and_stdout() -> TestResult {
     let fx = Fixture::new();
     let path = fx.dir.path().join("io.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    let host = thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
+    let host = stdio_host(&path, |mut stream| {
         stream.write_all(b"hello\n").unwrap();
         stream.shutdown(std::net::Shutdown::Write).unwrap();
         let mut said = String::new();
@@ -1434,9 +1460,32 @@ fn stdio_socket_is_the_commands_stdin_and_stdout() -> TestResult {
     let run = run_spec(&spec);
     run.assert_success();
     let said = host.join().unwrap();
-    check(said == "got hello\neof\n", || format!("{said:?}\n{run}"))?;
+    check(said.as_deref() == Ok("got hello\neof\n"), || {
+        format!("{said:?}\n{run}")
+    })?;
     check(run.stdout.is_empty(), || run.to_string())?;
     check(run.stderr.contains("to-stderr"), || run.to_string())
+}
+
+/// A command that cannot start is said to the caller before it takes the
+/// channel for a running server.
+fn stdio_command_that_cannot_start_is_reported() -> TestResult {
+    let fx = Fixture::new();
+    for (command, code) in [("/no/such/server", 127), ("/etc/os-release", 126)] {
+        let path = fx.dir.path().join(format!("io-{code}.sock"));
+        let host = stdio_host(&path, |_| String::new());
+        let mut spec = fx.spec(&[command]);
+        spec.stdio = CommandIo::Socket(path);
+        let run = run_spec(&spec);
+        let said = host.join().unwrap();
+        check(run.status.code() == Some(code), || run.to_string())?;
+        check(
+            said.as_ref()
+                .is_err_and(|e| e.starts_with("its command could not be started: ")),
+            || format!("{said:?}\n{run}"),
+        )?;
+    }
+    Ok(())
 }
 
 fn relay_host_down_closes_connection() -> TestResult {

@@ -19,7 +19,7 @@ pub enum WorkdirError {
     /// Files the agent could change have other names outside the work
     /// directory.
     #[error(
-        "{count} file{s} in the work directory {path} also {have} names outside it (hard links), so the agent would change {them} there too: {listed}; give the work directory its own copies (for example `cp -a --no-preserve=links`, `git clone --no-hardlinks`, pnpm's `package-import-method=copy`) or remove the other names",
+        "{count} file{s} in the work directory {path} also {have} names outside it (hard links), so what runs in the sandbox could change {them} there too: {listed}; give the work directory its own copies (for example `cp -a --no-preserve=links`, `git clone --no-hardlinks`, pnpm's `package-import-method=copy`) or remove the other names; nothing was started",
         s = if *count == 1 { "" } else { "s" },
         have = if *count == 1 { "has" } else { "have" },
         them = if *count == 1 { "it" } else { "them" },

@@ -79,6 +79,14 @@ pub enum Acting {
     User(u32),
 }
 
+impl Acting {
+    /// This process's own user: what a sandbox started without root acts
+    /// as.
+    pub fn this_user() -> Acting {
+        Acting::User(nix::unistd::geteuid().as_raw())
+    }
+}
+
 /// A work directory checked and locked for one run.
 #[derive(Debug)]
 pub struct Workdir {
@@ -118,10 +126,27 @@ impl Workdir {
         })
     }
 
+    /// The work directory's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The device and inode of the directory held: what the sandbox must
+    /// mount.
+    pub fn inode(&self) -> (u64, u64) {
+        self.before.inode
+    }
+
     /// How many of the owner's read-only entries are kept from the agent
     /// for the run.
     pub fn kept_read_only(&self) -> usize {
         self.before.frozen
+    }
+
+    /// How many entries a killed run had kept from its agent were given
+    /// back to the owner before this run.
+    pub fn recovered(&self) -> usize {
+        self.before.recovered
     }
 
     /// Puts the work directory right after the run (the sandbox is gone):

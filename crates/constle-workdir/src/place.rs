@@ -68,6 +68,9 @@ fn one(
     let name = entry.name_bytes();
     match place {
         Place::Config(rule) => (Class::Config(rule.what), Place::Config(rule)),
+        // Git runs a hook by its exact name; the `*.sample` files `git
+        // init` writes are never run.
+        Place::Hooks if name.ends_with(b".sample") => (Class::Plain, Place::Hooks),
         Place::Hooks => (Class::Config(HOOK), Place::Hooks),
         Place::GitDir => match name {
             b"config" | b"config.worktree" => (Class::GitConfig, Place::Plain),

@@ -52,7 +52,8 @@ pub(crate) enum Saved {
 /// The work directory before the run.
 #[derive(Debug)]
 pub(crate) struct Before {
-    /// The root's owner and permission bits.
+    /// The root's device and inode, owner and permission bits.
+    pub inode: Inode,
     pub owner: (u32, u32),
     pub root_mode: u32,
     /// Inodes writable by group or others before the run.
@@ -95,6 +96,7 @@ impl Before {
             });
         }
         let mut before = Before {
+            inode: inode(&st),
             owner: (st.st_uid, st.st_gid),
             root_mode: st.st_mode & 0o7777,
             open: HashSet::new(),

@@ -573,3 +573,38 @@ fn a_fork_bomb_stops_at_its_limit_and_nothing_survives() {
         survivors(&marker).is_empty()
     });
 }
+
+/// A newcomer's first Agentfile names no workdir: the default `./work` is
+/// made (0700, the invoking user's) and the summary says so; a second run
+/// uses it as it is; a declared workdir that is missing is still refused.
+#[test]
+fn the_default_workdir_is_made_when_missing() {
+    use std::os::unix::fs::MetadataExt as _;
+    if !sandbox_ready("default workdir") {
+        return;
+    }
+    let case = Case::new();
+    fs::remove_dir(case.path("work")).unwrap();
+    let minimal = "sandbox:\n  command: [\"sh\", \"-c\", \"echo hi > made-here\"]\n  network:\n    egress: none\n";
+    run_says(&case, minimal, Some(0), "made now, mode 0700");
+    let meta = fs::metadata(case.path("work")).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o700);
+    assert_eq!(meta.uid(), nix_euid());
+    assert_eq!(
+        fs::read_to_string(case.path("work/made-here")).unwrap(),
+        "hi\n"
+    );
+    let again = run_says(&case, minimal, Some(0), "");
+    assert!(!text(&again.stderr).contains("made now"));
+    let declared =
+        "sandbox:\n  command: [\"true\"]\n  workdir: ./elsewhere\n  network:\n    egress: none\n";
+    run_says(&case, declared, Some(125), "create it first");
+    assert!(!case.path("elsewhere").exists());
+}
+
+fn nix_euid() -> u32 {
+    text(&Command::new("id").arg("-u").output().unwrap().stdout)
+        .trim()
+        .parse()
+        .unwrap()
+}

@@ -70,6 +70,10 @@ fn main() {
             "when_a_servers_proxy_dies_the_run_fails_closed",
             server_proxy_dies,
         ),
+        e2e(
+            "a_server_that_cannot_start_fails_the_run_before_the_agent",
+            server_cannot_start,
+        ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }
@@ -93,9 +97,9 @@ impl Fixture {
         let server_work = case.path("server-work");
         fs::create_dir(&server_work).unwrap();
         let exe = std::env::current_exe().unwrap();
-        if fs::hard_link(&exe, server_work.join("server")).is_err() {
-            fs::copy(&exe, server_work.join("server")).unwrap();
-        }
+        // A copy: a hard link would be refused, since what runs in the
+        // sandbox could change the test binary through it.
+        fs::copy(&exe, server_work.join("server")).unwrap();
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -633,4 +637,42 @@ fn server_proxy_dies() {
     assert_eq!(failed.len(), 1, "{report}");
     assert_eq!(failed[0]["server"], "accounting");
     assert_eq!(fx.case.log().last().unwrap()["event"], "run_finished");
+}
+
+/// A server whose command does not exist (by absolute or relative path) or
+/// cannot be executed ends the run with 125 and why, before the agent
+/// starts: the failed start reaches constle, which never takes it for a
+/// server that started and then exited.
+fn server_cannot_start() {
+    for command in ["/no/such/server", "./missing-server", "./not-executable"] {
+        let case = Case::new();
+        fs::create_dir(case.path("server-work")).unwrap();
+        fs::write(case.path("server-work/not-executable"), "#!/bin/sh\n").unwrap();
+        let file = case.agentfile(&format!(
+            r#"sandbox:
+  command: ["sh", "-c", "touch started"]
+  workdir: ./work
+  network:
+    egress: none
+mcp:
+  servers:
+    - id: books
+      command: ["{command}"]
+      workdir: ./server-work
+      tools: [list_invoices]
+"#
+        ));
+        let out = case.run(&["run", file.to_str().unwrap()]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{command}: {stderr}");
+        assert!(
+            !case.path("work/started").exists(),
+            "{command}: the agent started"
+        );
+        assert!(
+            stderr.contains("MCP server books could not start")
+                && stderr.contains("its command could not be started"),
+            "{command}: {stderr}"
+        );
+    }
 }

@@ -33,9 +33,9 @@ impl Case {
     pub fn install_mcp_client(&self) {
         let exe = std::env::current_exe().unwrap();
         let client = self.path("work/mcp-client");
-        if fs::hard_link(&exe, &client).is_err() {
-            fs::copy(&exe, &client).unwrap();
-        }
+        // A copy: a hard link would be refused, since the agent could
+        // change the test binary through it.
+        fs::copy(&exe, &client).unwrap();
     }
 
     /// Writes the Agentfile of `who`'s agent, configured by `setup`, that

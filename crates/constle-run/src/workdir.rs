@@ -1,0 +1,213 @@
+//! The work directories of a run (the agent's, and each declared one of a
+//! stdio MCP server) before the sandbox starts and after it is gone:
+//! wiring to `constle_workdir`, which decides, and the audit events that
+//! record what it did.
+
+use std::path::{Path, PathBuf};
+
+use constle_audit::{AuditLog, Event, EventError};
+use constle_hostids::HostId;
+use constle_manifest::Manifest;
+use constle_workdir::{Acting, Action, Report, Workdir};
+use serde_json::{Value, json};
+
+use crate::error::RunError;
+use crate::run::{of_server, record};
+
+/// How many paths an event lists; the count says how many there were.
+const MAX_LISTED: usize = 20;
+
+/// What the check after the run did in one work directory.
+#[derive(Clone, Debug)]
+pub struct WorkdirChecked {
+    /// The stdio MCP server whose work directory it is; `None`: the
+    /// agent's.
+    pub server: Option<String>,
+    /// The work directory.
+    pub workdir: PathBuf,
+    /// What was found and changed.
+    pub report: Report,
+}
+
+/// Makes the default work directory (`./work` beside the Agentfile) when
+/// the Agentfile names none and there is none yet: mode 0700, this user's
+/// (a link or anything else already there is left to the checks before
+/// the run). Returns its path when it made it, for the run summary.
+pub fn make_default_workdir(manifest: &Manifest) -> Result<Option<PathBuf>, RunError> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let sandbox = &manifest.sandbox;
+    if sandbox.workdir_declared {
+        return Ok(None);
+    }
+    match std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&sandbox.workdir)
+    {
+        Ok(()) => Ok(Some(sandbox.workdir.clone())),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+        Err(source) => Err(RunError::Io {
+            what: format!(
+                "the Agentfile names no workdir, and the default {} cannot be made",
+                sandbox.workdir.display()
+            ),
+            source,
+        }),
+    }
+}
+
+/// The quarantine of a run: `$CONSTLE_HOME/quarantine/<agent>-<time>-<pid>`.
+pub(crate) fn quarantine_root(home: &Path, agent: &str) -> PathBuf {
+    let time = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ");
+    home.join("quarantine")
+        .join(format!("{agent}-{time}-{}", std::process::id()))
+}
+
+/// Where the agent's (no `server`) or a server's entries are set aside.
+pub(crate) fn quarantine_of(root: &Path, server: Option<&str>) -> PathBuf {
+    match server {
+        None => root.join("workdir"),
+        Some(id) => root.join(format!("mcp-{id}")),
+    }
+}
+
+/// Checks and locks `path` for a sandbox that runs as `host_id` (a root
+/// run) or as this user, and records what was kept from the agent.
+pub(crate) async fn prepare(
+    path: &Path,
+    host_id: Option<&HostId>,
+    log: &AuditLog,
+    server: Option<&str>,
+) -> Result<Workdir, RunError> {
+    let acting = match host_id {
+        Some(_) => Acting::Owner,
+        None => Acting::this_user(),
+    };
+    let workdir = Workdir::prepare(path, acting).map_err(|source| RunError::Workdir {
+        server: server.map(str::to_owned),
+        source,
+    })?;
+    let (kept, recovered) = (workdir.kept_read_only(), workdir.recovered());
+    if kept + recovered > 0
+        && let Ok(event) = prepared_event(kept, recovered, server)
+    {
+        record(log, event).await?;
+    }
+    Ok(workdir)
+}
+
+/// Puts `workdir` right once its sandbox is gone, and records what it did.
+pub(crate) async fn finish(
+    workdir: Workdir,
+    quarantine: &Path,
+    log: &AuditLog,
+    server: Option<&str>,
+) -> Result<WorkdirChecked, RunError> {
+    let path = workdir.path().to_path_buf();
+    let report = workdir
+        .finish(quarantine)
+        .map_err(|source| RunError::Workdir {
+            server: server.map(str::to_owned),
+            source,
+        })?;
+    for event in events(&report, server).into_iter().flatten() {
+        record(log, event).await?;
+    }
+    Ok(WorkdirChecked {
+        server: server.map(str::to_owned),
+        workdir: path,
+        report,
+    })
+}
+
+fn prepared_event(
+    kept: usize,
+    recovered: usize,
+    server: Option<&str>,
+) -> Result<Event, EventError> {
+    of_server(
+        Event::new("workdir_prepared")?
+            .with("kept_read_only", count(kept))?
+            .with("recovered", count(recovered))?,
+        server,
+    )
+}
+
+/// `workdir_quarantined`, `workdir_restored` and `setid_cleared`, each when
+/// it has something to say.
+fn events(report: &Report, server: Option<&str>) -> Vec<Result<Event, EventError>> {
+    let mut events = Vec::new();
+    if !report.set_aside.is_empty() {
+        events.push(quarantined(report, server));
+    }
+    if !report.write_opened.is_empty() || report.root_changed.is_some() || report.returned > 0 {
+        events.push(restored(report, server));
+    }
+    if !report.setid_cleared.is_empty() {
+        events.push(listed("setid_cleared", &report.setid_cleared, server));
+    }
+    events
+}
+
+fn quarantined(report: &Report, server: Option<&str>) -> Result<Event, EventError> {
+    let items: Vec<Value> = report
+        .set_aside
+        .iter()
+        .take(MAX_LISTED)
+        .map(|item| {
+            let (action, removed) = match &item.action {
+                Action::Moved => ("moved", None),
+                Action::Restored => ("moved, the earlier version put back", None),
+                Action::Rewritten { removed } => ("rewritten without settings", Some(removed)),
+            };
+            json!({
+                "path": item.path.to_string_lossy(),
+                "what": item.what,
+                "action": action,
+                "removed": removed,
+            })
+        })
+        .collect();
+    let quarantine = report
+        .quarantine
+        .as_ref()
+        .map(|q| q.to_string_lossy().into_owned());
+    of_server(
+        Event::new("workdir_quarantined")?
+            .with("count", count(report.set_aside.len()))?
+            .with("items", items)?
+            .with("quarantine", quarantine)?,
+        server,
+    )
+}
+
+fn restored(report: &Report, server: Option<&str>) -> Result<Event, EventError> {
+    of_server(
+        Event::new("workdir_restored")?
+            .with("write_removed", count(report.write_opened.len()))?
+            .with("paths", paths(&report.write_opened))?
+            .with("root_was", report.root_changed.clone())?
+            .with("read_only_returned", count(report.returned))?,
+        server,
+    )
+}
+
+fn listed(name: &str, found: &[PathBuf], server: Option<&str>) -> Result<Event, EventError> {
+    of_server(
+        Event::new(name)?
+            .with("count", count(found.len()))?
+            .with("paths", paths(found))?,
+        server,
+    )
+}
+
+fn paths(found: &[PathBuf]) -> Vec<String> {
+    found
+        .iter()
+        .take(MAX_LISTED)
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect()
+}
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
