@@ -118,6 +118,7 @@ pub const CODES: &[(&str, Severity)] = &[
     ("out_of_range", Severity::Error),
     ("invalid_amount", Severity::Error),
     ("invalid_limit", Severity::Error),
+    ("invalid_tmpfs", Severity::Error),
     ("unknown_variant", Severity::Error),
     ("invalid_name", Severity::Error),
     ("invalid_did_key", Severity::Error),

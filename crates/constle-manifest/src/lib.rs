@@ -75,9 +75,10 @@ pub use model::{
     DEFAULT_CHECKPOINT_ENTRIES, DEFAULT_CHECKPOINT_SECONDS, DEFAULT_DEPLOYMENT, Egress, GateMatch,
     GatedTool, HumanGates, Identity, Limits, MAX_APPROVAL_TIMEOUT_SECONDS, MAX_APPROVERS,
     MAX_CPU_MILLIS, MAX_PIDS, MAX_WITNESSES, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS,
-    MCP_BASE_SERVER_REQUESTS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, MIN_PIDS, Manifest, Mcp, McpServer,
-    McpTransport, NamedApprover, Network, Notify, NotifyChannel, OnTimeout, PolicyDigest, Pricing,
-    Quorum, QuorumSource, Sandbox, SecretHeader, Spending, StdioServer, WitnessRef,
+    MCP_BASE_SERVER_REQUESTS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, MIN_PIDS, MIN_TMPFS_BYTES,
+    Manifest, Mcp, McpServer, McpTransport, NamedApprover, Network, Notify, NotifyChannel,
+    OnTimeout, PolicyDigest, Pricing, Quorum, QuorumSource, Sandbox, SecretHeader, Spending,
+    StdioServer, Tmpfs, WitnessRef,
 };
 pub use secret::SecretHeaderError;
 pub use validate::RESERVED_ENV;

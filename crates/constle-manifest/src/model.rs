@@ -99,7 +99,25 @@ pub struct Sandbox {
     pub network: Network,
     /// Resource limits for the agent's whole process tree; none by default.
     pub limits: Limits,
+    /// Sizes of the sandbox's file systems in memory.
+    pub tmpfs: Tmpfs,
 }
+
+/// `sandbox.tmpfs`: the most `/tmp`, the agent's home and `/dev/shm` may
+/// hold, in bytes; `None` where the Agentfile is silent, and then the
+/// sandbox's default (`docs/sandbox.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Tmpfs {
+    /// `tmp`: `/tmp`.
+    pub tmp: Option<u64>,
+    /// `home`: the agent's home.
+    pub home: Option<u64>,
+    /// `shm`: `/dev/shm`.
+    pub shm: Option<u64>,
+}
+
+/// Smallest `sandbox.tmpfs` size: 1 MiB.
+pub const MIN_TMPFS_BYTES: u64 = 1 << 20;
 
 /// `sandbox.limits`: memory, processes and CPU for everything the sandbox
 /// runs, enforced through cgroups (`docs/sandbox.md`). Each is `None` when

@@ -41,6 +41,16 @@ pub(crate) struct RawSandbox {
     pub rootfs: Field<String>,
     pub network: Field<RawNetwork>,
     pub limits: Field<RawLimits>,
+    pub tmpfs: Field<RawTmpfs>,
+}
+
+/// Sizes are text, as `memory` is.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawTmpfs {
+    pub tmp: Field<String>,
+    pub home: Field<String>,
+    pub shm: Field<String>,
 }
 
 /// `memory` and `cpus` are text (a YAML number arrives as its digits), so

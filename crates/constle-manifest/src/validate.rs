@@ -18,11 +18,11 @@ use crate::model::{
     A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, HumanGates, Identity, Limits,
     MAX_APPROVAL_TIMEOUT_SECONDS, MAX_PIDS, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MIN_PIDS,
     Manifest, Mcp, McpServer, Network, Notify, NotifyChannel, OnTimeout, PolicyDigest, Pricing,
-    Sandbox, SecretHeader, Spending,
+    Sandbox, SecretHeader, Spending, Tmpfs,
 };
 use crate::raw::{
     RawA2a, RawHeader, RawHumanGates, RawLimits, RawManifest, RawMcp, RawNetwork, RawPricing,
-    RawSandbox, RawServer, RawSpending, Strings,
+    RawSandbox, RawServer, RawSpending, RawTmpfs, Strings,
 };
 use crate::secret::SecretHeaderError;
 mod audit;
@@ -31,7 +31,7 @@ mod stdio;
 
 use crate::values::{
     AuthScheme, EnvVarName, HeaderName, Hostname, HttpUrl, InvalidValue, MethodName, RedisUrl,
-    ServerId, ToolName, parse_amount, parse_cpus, parse_memory,
+    ServerId, ToolName, parse_amount, parse_cpus, parse_memory, parse_tmpfs,
 };
 
 /// `sandbox.workdir` when the Agentfile names none, relative to its
@@ -368,6 +368,10 @@ impl V<'_, '_> {
             Some(l) => self.limits(&l.value),
             None => Some(Limits::default()),
         };
+        let tmpfs = match &s.tmpfs.0 {
+            Some(t) => self.tmpfs(&t.value),
+            None => Some(Tmpfs::default()),
+        };
         Some(Sandbox {
             command: command?,
             workdir: workdir?,
@@ -376,6 +380,18 @@ impl V<'_, '_> {
             rootfs: rootfs?,
             network: network?,
             limits: limits?,
+            tmpfs: tmpfs?,
+        })
+    }
+
+    fn tmpfs(&mut self, t: &RawTmpfs) -> Option<Tmpfs> {
+        let tmp = self.optional(&t.tmp, "invalid_tmpfs", parse_tmpfs);
+        let home = self.optional(&t.home, "invalid_tmpfs", parse_tmpfs);
+        let shm = self.optional(&t.shm, "invalid_tmpfs", parse_tmpfs);
+        Some(Tmpfs {
+            tmp: tmp?,
+            home: home?,
+            shm: shm?,
         })
     }
 

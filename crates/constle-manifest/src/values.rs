@@ -13,7 +13,7 @@ use rust_decimal::Decimal;
 use rust_decimal::prelude::ToPrimitive;
 
 use crate::diagnostic::{show, show_url};
-use crate::model::{MAX_CPU_MILLIS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES};
+use crate::model::{MAX_CPU_MILLIS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, MIN_TMPFS_BYTES};
 
 /// Why a string is not a valid value of one of this module's types: what is
 /// wrong and, when there is one, what to write instead.
@@ -1023,11 +1023,45 @@ pub(crate) fn parse_cpus(text: &str) -> Result<u32, InvalidValue> {
 /// 1024-based, one letter, any case.
 const MEMORY_UNITS: [(char, u64); 4] = [('g', 1 << 30), ('m', 1 << 20), ('k', 1 << 10), ('b', 1)];
 
+/// A size field: what it is called in messages, its least value, and what
+/// to say when it is below.
+struct SizeField {
+    noun: &'static str,
+    min: u64,
+    below: &'static str,
+    help: &'static str,
+}
+
+const MEMORY: SizeField = SizeField {
+    noun: "memory",
+    min: MIN_MEMORY_BYTES,
+    below: "is below Docker's minimum of 6m",
+    help: "write at least 6m; an agent usually needs hundreds of megabytes, e.g. 512m",
+};
+
+const TMPFS: SizeField = SizeField {
+    noun: "size",
+    min: MIN_TMPFS_BYTES,
+    below: "is below 1m",
+    help: "write at least 1m, e.g. 256m or 2g",
+};
+
 /// Reads `sandbox.limits.memory` as `docker run --memory` takes it: a
 /// positive whole number with an optional unit `b`, `k`, `m` or `g`
 /// (1024-based, any case; no unit means bytes), at least
 /// [`MIN_MEMORY_BYTES`].
 pub(crate) fn parse_memory(text: &str) -> Result<u64, InvalidValue> {
+    parse_size(&MEMORY, text)
+}
+
+/// Reads a `sandbox.tmpfs` size, written as `sandbox.limits.memory` is, at
+/// least [`MIN_TMPFS_BYTES`].
+pub(crate) fn parse_tmpfs(text: &str) -> Result<u64, InvalidValue> {
+    parse_size(&TMPFS, text)
+}
+
+fn parse_size(field: &SizeField, text: &str) -> Result<u64, InvalidValue> {
+    let noun = field.noun;
     let shown = show(text);
     let lower = text.to_ascii_lowercase();
     let split = lower
@@ -1040,7 +1074,7 @@ pub(crate) fn parse_memory(text: &str) -> Result<u64, InvalidValue> {
         Some(_) => None,
     };
     let Some(unit) = unit.filter(|_| !number.is_empty()) else {
-        return Err(memory_spelling(&shown, number, suffix));
+        return Err(size_spelling(noun, &shown, number, suffix));
     };
     if let Some((whole, frac)) = number.split_once('.') {
         let help = exact_bytes(whole, frac, unit).map_or_else(
@@ -1048,14 +1082,14 @@ pub(crate) fn parse_memory(text: &str) -> Result<u64, InvalidValue> {
             |bytes| format!("write {}", docker_size(bytes)),
         );
         return Err(invalid(
-            format!("memory {shown} is not a whole number"),
+            format!("{noun} {shown} is not a whole number"),
             help,
         ));
     }
     if number.len() > 1 && number.starts_with('0') {
         let trimmed = number.trim_start_matches('0');
         return Err(invalid(
-            format!("memory {shown} has a leading zero"),
+            format!("{noun} {shown} has a leading zero"),
             format!(
                 "write {}{suffix}",
                 if trimmed.is_empty() { "0" } else { trimmed }
@@ -1064,21 +1098,20 @@ pub(crate) fn parse_memory(text: &str) -> Result<u64, InvalidValue> {
     }
     let bytes = number.parse::<u64>().ok().and_then(|n| n.checked_mul(unit));
     match bytes {
-        Some(b) if b >= MIN_MEMORY_BYTES => Ok(b),
+        Some(b) if b >= field.min => Ok(b),
         Some(_) => Err(invalid(
-            format!("memory {shown} is below Docker's minimum of 6m"),
-            "write at least 6m; an agent usually needs hundreds of megabytes, e.g. 512m"
-                .to_string(),
+            format!("{noun} {shown} {}", field.below),
+            field.help.to_string(),
         )),
         None => Err(invalid(
-            format!("memory {shown} is too large"),
+            format!("{noun} {shown} is too large"),
             "write a size that fits in 64 bits, e.g. 64g".to_string(),
         )),
     }
 }
 
 /// Why `number` + `suffix` is not a size, and what to write.
-fn memory_spelling(shown: &str, number: &str, suffix: &str) -> InvalidValue {
+fn size_spelling(noun: &str, shown: &str, number: &str, suffix: &str) -> InvalidValue {
     let units = "Docker's units are b, k, m and g, each 1024-based";
     let any = || format!("write a whole number with an optional unit, e.g. 512m or 2g; {units}");
     let help = match suffix {
@@ -1092,7 +1125,7 @@ fn memory_spelling(shown: &str, number: &str, suffix: &str) -> InvalidValue {
         },
         _ => any(),
     };
-    invalid(format!("memory {shown} is not a size"), help)
+    invalid(format!("{noun} {shown} is not a size"), help)
 }
 
 /// `whole.frac` × `unit` when that is a whole number of bytes.

@@ -2212,3 +2212,44 @@ fn a_witness_url_with_a_secret_is_warned_about_and_never_shown() {
     assert_eq!(codes(&v.warnings), ["url_carries_secret"]);
     assert_never_shown(&v.warnings, "", &src);
 }
+
+fn tmpfs_src(body: &str) -> String {
+    let body: String = body.lines().map(|l| format!("    {l}\n")).collect();
+    format!("{MIN}  tmpfs:\n{body}")
+}
+
+#[test]
+fn tmpfs_sizes_are_written_as_memory_is() {
+    let t = ok(&tmpfs_src("tmp: 2g\nhome: 512m\nshm: 1m"))
+        .manifest
+        .sandbox
+        .tmpfs;
+    assert_eq!(
+        (t.tmp, t.home, t.shm),
+        (Some(2 << 30), Some(512 << 20), Some(1 << 20))
+    );
+    let silent = ok(MIN).manifest.sandbox.tmpfs;
+    assert_eq!((silent.tmp, silent.home, silent.shm), (None, None, None));
+    let only = ok(&tmpfs_src("shm: 256m")).manifest.sandbox.tmpfs;
+    assert_eq!((only.tmp, only.shm), (None, Some(256 << 20)));
+    for (text, help) in [
+        ("512k", "write at least 1m"),
+        ("1.5g", "write 1536m"),
+        ("2GB", "write 2g;"),
+        ("lots", "e.g. 512m or 2g"),
+    ] {
+        let r = rejected(&tmpfs_src(&format!("tmp: {text}")));
+        assert_eq!(at(&r.errors), [("invalid_tmpfs", 5, 10)], "{text}");
+        assert!(
+            r.errors[0].message.starts_with("size "),
+            "{}",
+            r.errors[0].message
+        );
+        assert!(
+            r.errors[0].help.as_ref().unwrap().contains(help),
+            "{text}: {r}"
+        );
+    }
+    let r = rejected(&tmpfs_src("var: 1g"));
+    assert_eq!(at(&r.errors), [("unknown_field", 5, 5)]);
+}

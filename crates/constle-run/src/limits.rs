@@ -1,6 +1,7 @@
 //! `sandbox.limits` in a run: the run's cgroups made before anything else
 //! starts, watched while the agent runs, and emptied when it ends; and the
-//! same limits for each stdio MCP server, in cgroups of its own.
+//! same limits for each stdio MCP server, in cgroups of its own. Also
+//! `sandbox.tmpfs`, the sizes of every sandbox's file systems in memory.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -10,10 +11,23 @@ use std::time::Duration;
 use constle_audit::{AuditLog, Event, EventError};
 use constle_limits::{LimitHit, LimitKind, Limits, RunCgroup};
 use constle_manifest::Manifest;
+use constle_sandbox::TmpfsSizes;
 use tokio::task::JoinHandle;
 
 use crate::error::RunError;
 use crate::run::record;
+
+/// The sizes of a sandbox's file systems in memory: the Agentfile's
+/// `sandbox.tmpfs`, the sandbox's defaults where it is silent.
+pub(crate) fn tmpfs_sizes(manifest: &Manifest) -> TmpfsSizes {
+    let declared = manifest.sandbox.tmpfs;
+    let default = TmpfsSizes::DEFAULT;
+    TmpfsSizes {
+        tmp: declared.tmp.unwrap_or(default.tmp),
+        home: declared.home.unwrap_or(default.home),
+        shm: declared.shm.unwrap_or(default.shm),
+    }
+}
 
 /// How often the cgroups' counters are read while the agent runs.
 const POLL: Duration = Duration::from_millis(250);

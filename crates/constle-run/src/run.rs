@@ -18,14 +18,14 @@ use constle_identity::{KeyKind, KeyStore};
 use constle_limits::LimitHit;
 use constle_manifest::QuorumSource;
 use constle_manifest::{Egress, Manifest};
-use constle_sandbox::{CommandIo, Private, Relay, SandboxSpec, TmpfsSizes};
+use constle_sandbox::{CommandIo, Private, Relay, SandboxSpec};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::a2a::A2aLink;
 use crate::bridge;
 use crate::checkpoints::RunCheckpoints;
 use crate::error::{RunError, io};
-use crate::limits::{RunLimits, limit_event};
+use crate::limits::{RunLimits, limit_event, tmpfs_sizes};
 use crate::mcp::{McpGates, PreparedGates};
 use crate::output::{AgentOutput, OutputHold};
 use crate::spend::SpendMeter;
@@ -241,7 +241,7 @@ async fn supervise(
         stage: stage.path().to_path_buf(),
         cgroup_procs: Vec::new(),
         host_id: host_id.as_ref().map(HostId::get),
-        tmpfs: TmpfsSizes::DEFAULT,
+        tmpfs: tmpfs_sizes(manifest),
         workdir_inode: None,
     };
     // What the sandbox would mount, before anything starts; the launcher

@@ -29,7 +29,7 @@ use constle_hostids::HostId;
 use constle_manifest::{Manifest, McpServer, McpTransport, StdioServer};
 use constle_mcp_gate::DEFAULT_RESPONSE_TIMEOUT;
 use constle_mcp_stdio::{Launch, LaunchFuture, Process, ServerEvent, StdioBridge};
-use constle_sandbox::{CommandIo, Private, SandboxSpec, TmpfsSizes};
+use constle_sandbox::{CommandIo, Private, SandboxSpec};
 use constle_workdir::Workdir;
 use tokio::io::AsyncReadExt as _;
 use tokio::net::UnixListener;
@@ -37,7 +37,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::error::{RunError, io};
-use crate::limits::{RunLimits, ServerLimits};
+use crate::limits::{RunLimits, ServerLimits, tmpfs_sizes};
 use crate::run::{Proxy, ProxyTrouble, RunOptions, event, private_dir, proxied_env, record};
 use crate::workdir::{self, WorkdirChecked};
 
@@ -271,7 +271,7 @@ impl Running {
             stage: stage.path().to_path_buf(),
             cgroup_procs: limits.procs_files(),
             host_id: host_id.as_ref().map(HostId::get),
-            tmpfs: TmpfsSizes::DEFAULT,
+            tmpfs: tmpfs_sizes(cx.manifest),
             workdir_inode: held.as_ref().map(Workdir::inode),
         };
         dirs.push(stage);
