@@ -52,7 +52,9 @@
 //! distinct lists, is not relayed: a JSON body becomes a 503 JSON-RPC
 //! error (`mcp_tools_unrecorded`), an SSE stream is cut before it. A message the gate cannot parse is not
 //! relayed: a JSON body becomes a 502 JSON-RPC error, an SSE stream is
-//! cut. Other bodies are dropped; the status is kept. Of the server's
+//! cut. Other bodies are dropped; the status is kept. A `3xx` answer
+//! (no redirect is followed) reaches the agent as its status alone: no
+//! body, whatever its type, and none of its headers. Of the server's
 //! headers only `Mcp-Session-Id` and `MCP-Protocol-Version` are relayed,
 //! each only if sent once and made of visible ASCII (else 502), besides
 //! the `Content-Type` the gate sets itself. A JSON body, an SSE event or a
@@ -919,6 +921,14 @@ async fn relay(
 ) -> Response {
     let reply_id = exchange.reply_id.as_ref();
     let status = upstream.status();
+    if status.is_redirection() {
+        // The status alone: the gate follows no redirect, and its body,
+        // its `Location` or any other header could carry what the server
+        // put there to the agent.
+        let mut response = empty();
+        *response.status_mut() = status;
+        return response;
+    }
     let headers = match relayed_headers(upstream.headers()) {
         Ok(headers) => headers,
         Err(name) => {
