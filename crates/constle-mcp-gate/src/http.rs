@@ -166,12 +166,16 @@ pub enum Approval {
     },
     /// Do not forward: the approver could not put the call to anyone (its
     /// arguments have no exact digest, the decision could not be
-    /// recorded, …) and recorded nothing. The agent gets the same error as
-    /// for [`Approval::Refused`], and the gate records the refusal itself
-    /// ([`Recorder`]).
+    /// recorded, the approver set cannot be read, …) and recorded nothing.
+    /// The agent gets the same error as for [`Approval::Refused`], and the
+    /// gate records the refusal itself ([`Recorder`]), with `detail`.
     Failed {
-        /// What the agent is told.
+        /// What the agent is told: what failed, never a host path, a
+        /// secret or a URL.
         message: String,
+        /// What went wrong, in full, for the operator: recorded with the
+        /// refusal ([`RefusedRequest::detail`]), never sent to the agent.
+        detail: String,
     },
 }
 
@@ -453,7 +457,17 @@ impl Inner {
     /// Answers `asked` with `response`, a refusal for `reason`, once the
     /// recorder has it: on disk before the agent hears of it.
     async fn refuse(&self, asked: Asked<'_>, reason: Reason, response: Response) -> Response {
-        let refused = RefusedRequest::new(self.policy.server().as_str(), asked, reason);
+        self.record_refusal(self.refused(asked, reason), response)
+            .await
+    }
+
+    /// The record of `asked`, refused for `reason`.
+    fn refused(&self, asked: Asked<'_>, reason: Reason) -> RefusedRequest {
+        RefusedRequest::new(self.policy.server().as_str(), asked, reason)
+    }
+
+    /// Answers with `response` once the recorder has `refused`.
+    async fn record_refusal(&self, refused: RefusedRequest, response: Response) -> Response {
         self.recorder.refused(&refused).await;
         response
     }
@@ -695,9 +709,11 @@ async fn post(
         match inner.approver.decide(call).await {
             Approval::Approved => {}
             Approval::Refused { message } => return refused(&message),
-            Approval::Failed { message } => {
-                let response = refused(&message);
-                return inner.refuse(asked, Reason::GateRefused, response).await;
+            Approval::Failed { message, detail } => {
+                let record = inner
+                    .refused(asked, Reason::GateRefused)
+                    .with_detail(detail);
+                return inner.record_refusal(record, refused(&message)).await;
             }
         }
     }

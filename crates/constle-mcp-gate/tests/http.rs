@@ -548,6 +548,11 @@ async fn once_the_shutoff_is_thrown_no_gate_sends_anything() {
 /// (as a human would, on record).
 struct FailOrRefuse;
 
+/// Why [`FailOrRefuse`] could not ask, in full: host paths the agent must
+/// never see.
+const FAILED_DETAIL: &str =
+    "approver set /srv/approvers: version 2: cannot read /root/.constle/approvers/sha256-1: gone";
+
 impl Approver for FailOrRefuse {
     fn decide<'a>(&'a self, call: &'a ToolCall) -> ApprovalFuture<'a> {
         let fail = call
@@ -557,7 +562,8 @@ impl Approver for FailOrRefuse {
         let message = "refused in a test".to_string();
         Box::pin(async move {
             if fail {
-                Approval::Failed { message }
+                let detail = FAILED_DETAIL.to_string();
+                Approval::Failed { message, detail }
             } else {
                 Approval::Refused { message }
             }
@@ -857,6 +863,22 @@ async fn every_refusal_is_recorded_once_before_it_is_answered() {
             "{}",
             row.what
         );
+        // The host-side cause of a failed approver goes to the record, and
+        // not a word of it to the agent.
+        let failed = row.body.contains("\"fail\"");
+        assert_eq!(
+            refused.detail.as_deref(),
+            failed.then_some(FAILED_DETAIL),
+            "{}",
+            row.what
+        );
+        for host in ["/srv", "/root", ".constle", "gone"] {
+            assert!(
+                !answered.to_string().contains(host),
+                "{}: {answered}",
+                row.what
+            );
+        }
     }
 }
 
