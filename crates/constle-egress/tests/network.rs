@@ -331,6 +331,9 @@ internal_refused! {
 // ---------------------------------------------------------------------------
 // Issue 22: IPv6 answers that carry an internal IPv4 address
 
+/// An address made from a test host's.
+type Address = fn(&TestHost) -> IpAddr;
+
 /// `v4` in the NAT64 well-known prefix, `64:ff9b::a.b.c.d`.
 fn nat64(v4: Ipv4Addr) -> IpAddr {
     let [a, b, c, d] = v4.octets();
@@ -434,7 +437,7 @@ internal_refused! {
 async fn names_resolving_to_ipv6_forms_of_public_addresses_are_allowed() {
     // Judged by the IPv4 address they carry: public, so allowed (an
     // IPv6-only network behind NAT64 reaches every IPv4-only host so).
-    let forms: [(&str, fn(&TestHost) -> IpAddr); 4] = [
+    let forms: [(&str, Address); 4] = [
         ("nat64.example.test", |h| nat64(h.ipv4())),
         ("6to4.example.test", |h| six_to_four(h.ipv4(), h)),
         ("compatible.example.test", |h| compatible(h.ipv4())),
