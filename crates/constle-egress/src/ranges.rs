@@ -21,12 +21,13 @@
 //! every IPv4 address in mapped form and matches the IPv4 ranges against
 //! them, and listing the mapped range would refuse all of IPv4.
 //!
-//! The same judgement as stripe/smokescreen and Anthropic's sandbox-runtime
-//! make, with one difference each: smokescreen refuses the NAT64, 6to4 and
-//! Teredo prefixes whole, public addresses included (which breaks IPv6-only
-//! networks behind NAT64); sandbox-runtime decodes NAT64, 6to4,
-//! IPv4-compatible and IPv4-translated addresses as here but leaves Teredo
-//! and the local-use prefix to the operator, which here are refused.
+//! Compared with stripe/smokescreen and Anthropic's sandbox-runtime, which
+//! guard against the same bypass: smokescreen refuses the NAT64, 6to4 and
+//! Teredo prefixes whole, public addresses included (which would break
+//! IPv6-only networks behind NAT64); sandbox-runtime's `embeddedIPv4`
+//! decodes NAT64, 6to4, IPv4-compatible and IPv4-translated addresses as
+//! here, and leaves Teredo and the local-use prefix to the operator's own
+//! deny list, where here they are refused.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
