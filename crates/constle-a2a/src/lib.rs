@@ -55,6 +55,7 @@ mod vectors;
 
 use std::time::Duration;
 
+pub use body::{DISCARD_FOR, MAX_DISCARDED_BYTES};
 pub use client::{A2aClient, DeliverError, Delivery, PeerUrl, PeerUrlError, deliver};
 pub use envelope::{
     CLOCK_SKEW, DOMAIN, Envelope, EnvelopeError, MAX_ENVELOPE_BYTES, MAX_SAFE_INTEGER, MsgId,

@@ -720,19 +720,13 @@ async fn the_agent_sends_through_its_outbox_and_reads_its_inbox() {
     bob_node.stop().await;
 }
 
-/// POSTs `body` to `url` over a plain connection, declaring its length or
-/// sending it in chunks; returns the status, `Content-Type` and body.
-async fn raw_post(url: &str, body: &[u8], chunked: bool) -> (u16, String, Vec<u8>) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let (host, path) = url
-        .strip_prefix("http://")
-        .and_then(|rest| rest.split_once('/'))
-        .unwrap();
-    let mut tcp = tokio::net::TcpStream::connect(host).await.unwrap();
-    let mut request = format!("POST /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+/// A POST of `body` to `path` on `host`, declaring its length or sent in
+/// chunks, asking the server to close the connection after its answer.
+fn post_request(host: &str, path: &str, body: &[u8], chunked: bool) -> (Vec<u8>, Vec<u8>) {
+    let mut head = format!("POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     let mut payload = Vec::new();
     if chunked {
-        request.push_str("Transfer-Encoding: chunked\r\n\r\n");
+        head.push_str("Transfer-Encoding: chunked\r\n\r\n");
         for chunk in body.chunks(16 * 1024) {
             payload.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
             payload.extend_from_slice(chunk);
@@ -740,15 +734,15 @@ async fn raw_post(url: &str, body: &[u8], chunked: bool) -> (u16, String, Vec<u8
         }
         payload.extend_from_slice(b"0\r\n\r\n");
     } else {
-        request.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+        head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
         payload.extend_from_slice(body);
     }
-    tcp.write_all(request.as_bytes()).await.unwrap();
-    // The server may answer and close before it has read everything.
-    let _ = tcp.write_all(&payload).await;
-    let mut answer = Vec::new();
-    let _ = tcp.read_to_end(&mut answer).await;
-    let text = String::from_utf8_lossy(&answer).into_owned();
+    (head.into_bytes(), payload)
+}
+
+/// The status, `Content-Type` and body of a whole HTTP answer.
+fn parse_answer(answer: &[u8]) -> (u16, String, Vec<u8>) {
+    let text = String::from_utf8_lossy(answer).into_owned();
     let (head, rest) = text.split_once("\r\n\r\n").unwrap();
     let status = head[9..12].parse().unwrap();
     let content_type = head
@@ -760,6 +754,120 @@ async fn raw_post(url: &str, body: &[u8], chunked: bool) -> (u16, String, Vec<u8
         })
         .unwrap_or_default();
     (status, content_type, rest.as_bytes().to_vec())
+}
+
+/// POSTs `body` to `url` over a plain connection, declaring its length or
+/// sending it in chunks; returns the status, `Content-Type` and body.
+async fn raw_post(url: &str, body: &[u8], chunked: bool) -> (u16, String, Vec<u8>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (host, path) = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split_once('/'))
+        .unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(host).await.unwrap();
+    let (head, payload) = post_request(host, &format!("/{path}"), body, chunked);
+    tcp.write_all(&head).await.unwrap();
+    // The server may answer and close before it has read everything.
+    let _ = tcp.write_all(&payload).await;
+    let mut answer = Vec::new();
+    let _ = tcp.read_to_end(&mut answer).await;
+    parse_answer(&answer)
+}
+
+/// Sends a whole request and then reads the whole answer, as most clients
+/// do: a connection reset on either side is an error.
+async fn send_then_read<S>(mut stream: S, head: &[u8], payload: &[u8]) -> Result<Vec<u8>, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    stream
+        .write_all(head)
+        .await
+        .map_err(|e| format!("sending the head: {e}"))?;
+    stream
+        .write_all(payload)
+        .await
+        .map_err(|e| format!("sending the body: {e}"))?;
+    let mut answer = Vec::new();
+    stream
+        .read_to_end(&mut answer)
+        .await
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    Ok(answer)
+}
+
+/// Where a large POST goes.
+enum Endpoint {
+    /// A path on a TCP host (`127.0.0.1:port`).
+    Tcp(String, &'static str),
+    /// A path on a Unix socket.
+    Unix(std::path::PathBuf, &'static str),
+}
+
+impl Endpoint {
+    /// Sends `body` whole, then reads the answer ([`send_then_read`]).
+    async fn post(&self, body: &[u8], chunked: bool) -> Result<Vec<u8>, String> {
+        match self {
+            Endpoint::Tcp(host, path) => {
+                let (head, payload) = post_request(host, path, body, chunked);
+                let tcp = tokio::net::TcpStream::connect(host).await.unwrap();
+                send_then_read(tcp, &head, &payload).await
+            }
+            Endpoint::Unix(socket, path) => {
+                let (head, payload) = post_request("localhost", path, body, chunked);
+                let unix = tokio::net::UnixStream::connect(socket).await.unwrap();
+                send_then_read(unix, &head, &payload).await
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_large_post_always_gets_its_413_never_a_reset() {
+    let (_home, alice, bob, node) = scene().await;
+    let outbox = Outbox::new(
+        Arc::new(alice),
+        [(bob.did().clone(), node.url.clone())],
+        A2aClient::new().unwrap(),
+    );
+    let router = sandbox_router(Inbox::default(), Some(outbox));
+    let side = serve(router.clone()).await;
+    // In a run the agent's side is served on a Unix socket, which the
+    // sandbox relay forwards to.
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("a2a.sock");
+    let unix = tokio::net::UnixListener::bind(&socket).unwrap();
+    tokio::spawn(async move { axum::serve(unix, router).await });
+    let host = |base: &str| base.strip_prefix("http://").unwrap().to_owned();
+    let endpoints = [
+        Endpoint::Tcp(host(&node.base), "/a2a/v1/messages"),
+        Endpoint::Tcp(host(&side), "/outbox"),
+        Endpoint::Unix(socket, "/outbox"),
+    ];
+    for size in [300 * 1024, 1024 * 1024, 8 * 1024 * 1024] {
+        assert!(size <= constle_a2a::MAX_DISCARDED_BYTES);
+        let body = vec![b' '; size];
+        for chunked in [false, true] {
+            for round in 0..8 {
+                for (n, endpoint) in endpoints.iter().enumerate() {
+                    let what =
+                        format!("endpoint {n}, {size} bytes, chunked: {chunked}, round {round}");
+                    let answer = endpoint.post(&body, chunked).await;
+                    let answer = answer.unwrap_or_else(|err| panic!("{what}: {err}"));
+                    let (status, content_type, body) = parse_answer(&answer);
+                    assert_eq!(
+                        (status, content_type.as_str()),
+                        (413, "application/json"),
+                        "{what}"
+                    );
+                    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    assert_eq!(body["error"], "a2a_too_large", "{what}");
+                }
+            }
+        }
+    }
+    node.stop().await;
 }
 
 #[tokio::test]

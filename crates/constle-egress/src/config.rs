@@ -8,7 +8,9 @@
 //! 3. deny IP-literal destinations, in any spelling (`ip_literal`);
 //! 4. restricted mode: deny names not in `allowed_hosts`, matched by name
 //!    only, before anything is resolved (`not_allowed`);
-//! 5. deny names that resolve to any internal address (`internal_destination`);
+//! 5. deny names that resolve to any internal address, or to an IPv6
+//!    address that carries an internal IPv4 address (`internal_destination`,
+//!    [`crate::internal_range_groups`]);
 //! 6. deny names that do not resolve at all (`unresolved`), so that nothing
 //!    is allowed on a lookup that failed, to be retried when connecting;
 //! 7. allow CONNECT to 443 (restricted: of an allowed host); deny the rest.
@@ -23,6 +25,7 @@ use std::path::Path;
 
 use crate::error::EgressError;
 use crate::policy::{EgressPolicy, Mode};
+use crate::ranges::internal_range_groups;
 use crate::reason;
 
 /// The configuration file, in the run directory.
@@ -38,34 +41,6 @@ pub const HOSTS_FILE: &str = "hosts";
 
 /// The only port a CONNECT may name.
 pub const HTTPS_PORT: u16 = 443;
-
-/// Destinations refused on the resolved address (Squid's `dst` ACL, which
-/// resolves A and AAAA and matches when any answer is in a range): "this
-/// network", private, CGNAT, loopback, link-local (cloud metadata),
-/// IETF protocol assignments, benchmarking, multicast, reserved; IPv6
-/// unspecified, loopback, link-local, unique-local, multicast.
-///
-/// `::ffff:0:0/96` (IPv4-mapped) is deliberately absent: Squid stores every
-/// IPv4 address in mapped form, so listing it would refuse all of IPv4. The
-/// IPv4 ranges above cover the mapped addresses.
-pub const INTERNAL_RANGES: &[&str] = &[
-    "0.0.0.0/8",
-    "10.0.0.0/8",
-    "100.64.0.0/10",
-    "127.0.0.0/8",
-    "169.254.0.0/16",
-    "172.16.0.0/12",
-    "192.0.0.0/24",
-    "192.168.0.0/16",
-    "198.18.0.0/15",
-    "224.0.0.0/4",
-    "240.0.0.0/4",
-    "::/128",
-    "::1/128",
-    "fe80::/10",
-    "fc00::/7",
-    "ff00::/8",
-];
 
 /// Host names that are IP literals Squid's `dst -n` does not recognise:
 /// every label a decimal number or `0x` hex (`0`, `0.0.0.0`, `0x7f.1`), and
@@ -230,8 +205,13 @@ pub fn render(
             "acl constle_allowed_hosts dstdomain -n \"{run}/{ALLOWED_HOSTS_FILE}\""
         );
     }
-    c.push_str("# Resolved (A and AAAA); matches when any answer is internal.\n");
-    let _ = writeln!(c, "acl constle_internal dst {}", INTERNAL_RANGES.join(" "));
+    c.push_str("# Resolved (A and AAAA); matches when any answer is internal, or is an\n");
+    c.push_str("# IPv6 address that carries an internal IPv4 address. One line a group.\n");
+    for group in internal_range_groups() {
+        let ranges: Vec<String> = group.ranges.iter().map(ToString::to_string).collect();
+        let _ = writeln!(c, "# {}", group.what);
+        let _ = writeln!(c, "acl constle_internal dst {}", ranges.join(" "));
+    }
     c.push_str("# Resolved; matches when there is any answer at all.\n");
     c.push_str("acl constle_resolved dst all\n");
     for (acl, why) in [
@@ -397,7 +377,15 @@ mod tests {
                 allowed_hosts: vec![host("a.example.com")],
             };
             let r = render(&policy, Path::new("/run/x"), listen(), None).expect("render");
-            assert!(!r.squid_conf.contains("::ffff"));
+            // The IPv4-translated form (::ffff:0:a.b.c.d) is listed; the
+            // mapped one (::ffff:a.b.c.d) never is.
+            assert!(!r.squid_conf.contains("::ffff:0:0/96"), "{}", r.squid_conf);
+            let mapped = |t: &str| t.starts_with("::ffff:") && t.contains('.');
+            assert!(
+                !r.squid_conf.split_whitespace().any(mapped),
+                "{}",
+                r.squid_conf
+            );
             assert!(!r.squid_conf.contains("via off"));
             assert!(!r.squid_conf.contains("dns_v4_first"));
         }

@@ -26,7 +26,7 @@
 //! | CONNECT to a port other than 443 | 403 | `port` |
 //! | an IP literal, any spelling: `203.0.113.7`, `[2001:db8::7]`, `[::ffff:203.0.113.7]`, `3405803783`, `0313.0161.0161.07`, `0xcb.0x71.0x71.7`, `0`, `0.0.0.0`, `[::]`, `[fe80::1%25lo]` | 403 | `ip_literal` |
 //! | restricted: a name not in `allowed_hosts` (never resolved) | 403 | `not_allowed` |
-//! | a name with any A or AAAA answer in an internal range ([`INTERNAL_RANGES`]: loopback, private, CGNAT, link-local and metadata, unique-local, …) | 403 | `internal_destination` |
+//! | a name with any A or AAAA answer in an internal range ([`internal_ranges`]: loopback, private, CGNAT, link-local and metadata, unique-local, …), or an IPv6 answer that carries an internal IPv4 address (NAT64, 6to4, IPv4-compatible, IPv4-translated; Teredo and the NAT64 local-use prefix whole) | 403 | `internal_destination` |
 //! | a name without any address (NXDOMAIN, no answer, lookup failed) | 403 | `unresolved` |
 //! | restricted: an allowed name on 443 whose answers are all public; open: any such name | 200, tunnel | (allowed) |
 //!
@@ -40,7 +40,9 @@
 //! The DNS trust boundary: for public addresses the proxy trusts DNS; what
 //! DNS cannot do is aim a declared name back inside, because internal
 //! destinations are refused on the resolved address, and Squid connects to
-//! the very answer it checked.
+//! the very answer it checked. An IPv6 answer that carries an IPv4 address
+//! (a NAT64 gateway, a 6to4 relay delivers it there) is judged by that
+//! address: see the `ranges` items ([`internal_range_groups`]).
 //!
 //! # Files
 //!
@@ -62,16 +64,21 @@ mod check;
 mod config;
 mod error;
 mod policy;
+mod ranges;
 mod squid;
 
 pub use access_log::{AccessLogError, NetworkEvent, parse_access_line};
 pub use check::{ParseComplaints, check_config};
 pub use config::{
     ACCESS_LOG_FILE, ALLOWED_HOSTS_FILE, CACHE_LOG_FILE, CONF_FILE, HOSTS_FILE, HTTPS_PORT,
-    INTERNAL_RANGES, IP_LITERAL_NAME_PATTERNS, LOGFORMAT, LOGFORMAT_TAG, Rendered, render,
+    IP_LITERAL_NAME_PATTERNS, LOGFORMAT, LOGFORMAT_TAG, Rendered, render,
 };
 pub use error::EgressError;
 pub use policy::{EgressPolicy, Mode};
+pub use ranges::{
+    Cidr, EMBEDDINGS, Embedding, INTERNAL_IPV4_RANGES, INTERNAL_IPV6_RANGES, REFUSED_WHOLE,
+    RangeGroup, RefusedWhole, internal_range_groups, internal_ranges,
+};
 pub use squid::{SQUID_USER, Squid};
 
 /// The values of [`NetworkEvent::reason`]: which rule refused a request.

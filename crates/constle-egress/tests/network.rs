@@ -328,6 +328,139 @@ internal_refused! {
     name_resolving_to_ipv4_mapped_loopback_is_refused: |_| IpAddr::V6(Ipv4Addr::LOCALHOST.to_ipv6_mapped());
 }
 
+// ---------------------------------------------------------------------------
+// Issue 22: IPv6 answers that carry an internal IPv4 address
+
+/// An address made from a test host's.
+type Address = fn(&TestHost) -> IpAddr;
+
+/// `v4` in the NAT64 well-known prefix, `64:ff9b::a.b.c.d`.
+fn nat64(v4: Ipv4Addr) -> IpAddr {
+    let [a, b, c, d] = v4.octets();
+    IpAddr::V6(Ipv6Addr::new(
+        0x64,
+        0xff9b,
+        0,
+        0,
+        0,
+        0,
+        u16::from_be_bytes([a, b]),
+        u16::from_be_bytes([c, d]),
+    ))
+}
+
+/// `v4` in the NAT64 local-use prefix with the /48 layout of RFC 6052:
+/// octets 1-2 in bits 48-63, the u-octet, octets 3-4 in bits 72-87.
+fn nat64_local(v4: Ipv4Addr) -> IpAddr {
+    let [a, b, c, d] = v4.octets();
+    let (ab, cd) = (u16::from_be_bytes([a, b]), u16::from_be_bytes([0, c]));
+    IpAddr::V6(Ipv6Addr::new(
+        0x64,
+        0xff9b,
+        1,
+        ab,
+        cd,
+        u16::from(d) << 8,
+        0,
+        0,
+    ))
+}
+
+/// `v4` as a 6to4 site, host `::slot`: `2002:a.b.c.d::n`.
+fn six_to_four(v4: Ipv4Addr, h: &TestHost) -> IpAddr {
+    let [a, b, c, d] = v4.octets();
+    IpAddr::V6(Ipv6Addr::new(
+        0x2002,
+        u16::from_be_bytes([a, b]),
+        u16::from_be_bytes([c, d]),
+        0,
+        0,
+        0,
+        0,
+        h.slot().into(),
+    ))
+}
+
+/// The deprecated IPv4-compatible form, `::a.b.c.d`.
+fn compatible(v4: Ipv4Addr) -> IpAddr {
+    IpAddr::V6(v4.to_ipv6_compatible())
+}
+
+/// The IPv4-translated form of SIIT, `::ffff:0:a.b.c.d`.
+fn translated(v4: Ipv4Addr) -> IpAddr {
+    let [a, b, c, d] = v4.octets();
+    IpAddr::V6(Ipv6Addr::new(
+        0,
+        0,
+        0,
+        0,
+        0xffff,
+        0,
+        u16::from_be_bytes([a, b]),
+        u16::from_be_bytes([c, d]),
+    ))
+}
+
+/// A Teredo address: `server` in bits 32-63, `client` inverted in the last
+/// 32, flags and port in between.
+fn teredo(server: Ipv4Addr, client: Ipv4Addr) -> IpAddr {
+    let [a, b, c, d] = server.octets();
+    let [e, f, g, h] = (!u32::from(client)).to_be_bytes();
+    IpAddr::V6(Ipv6Addr::new(
+        0x2001,
+        0,
+        u16::from_be_bytes([a, b]),
+        u16::from_be_bytes([c, d]),
+        0x8000,
+        0x63bf,
+        u16::from_be_bytes([e, f]),
+        u16::from_be_bytes([g, h]),
+    ))
+}
+
+internal_refused! {
+    name_resolving_to_nat64_of_metadata_is_refused: |_| nat64(Ipv4Addr::new(169, 254, 169, 254));
+    name_resolving_to_nat64_of_loopback_is_refused: |_| nat64(Ipv4Addr::LOCALHOST);
+    name_resolving_to_nat64_of_10_is_refused: |h| nat64(Ipv4Addr::new(10, 96, 0, h.slot()));
+    name_resolving_to_nat64_local_use_of_metadata_is_refused: |_| nat64_local(Ipv4Addr::new(169, 254, 169, 254));
+    name_resolving_to_nat64_local_use_of_a_public_address_is_refused: |h| nat64_local(h.ipv4());
+    name_resolving_to_6to4_of_metadata_is_refused: |h| six_to_four(Ipv4Addr::new(169, 254, 169, 254), h);
+    name_resolving_to_6to4_of_192_168_is_refused: |h| six_to_four(Ipv4Addr::new(192, 168, 96, h.slot()), h);
+    name_resolving_to_ipv4_compatible_of_10_is_refused: |h| compatible(Ipv4Addr::new(10, 95, 0, h.slot()));
+    name_resolving_to_ipv4_compatible_of_metadata_is_refused: |_| compatible(Ipv4Addr::new(169, 254, 169, 254));
+    name_resolving_to_ipv4_translated_of_172_16_is_refused: |h| translated(Ipv4Addr::new(172, 16, 95, h.slot()));
+    name_resolving_to_teredo_with_an_internal_client_is_refused: |h| teredo(h.ipv4(), Ipv4Addr::new(10, 94, 0, h.slot()));
+    name_resolving_to_teredo_of_public_addresses_is_refused: |h| teredo(h.ipv4(), h.spare_ipv4());
+}
+
+#[tokio::test]
+async fn names_resolving_to_ipv6_forms_of_public_addresses_are_allowed() {
+    // Judged by the IPv4 address they carry: public, so allowed (an
+    // IPv6-only network behind NAT64 reaches every IPv4-only host so).
+    let forms: [(&str, Address); 4] = [
+        ("nat64.example.test", |h| nat64(h.ipv4())),
+        ("6to4.example.test", |h| six_to_four(h.ipv4(), h)),
+        ("compatible.example.test", |h| compatible(h.ipv4())),
+        ("translated.example.test", |h| translated(h.ipv4())),
+    ];
+    let names: Vec<&str> = forms.iter().map(|(name, _)| *name).collect();
+    let Some(mut f) = Fixture::restricted("public embedded IPv4", &names, |h, hosts| {
+        for (name, form) in &forms {
+            hosts.add(form(h), name);
+        }
+    })
+    .await
+    else {
+        return;
+    };
+    for (name, form) in &forms {
+        let addr = form(&f.host);
+        f.host.trap(addr).expect("trap");
+        f.tunnels_to(&format!("{name}:443"), addr).await;
+    }
+    f.finish().await;
+}
+
 #[tokio::test]
 async fn name_with_public_and_internal_answers_is_refused() {
     // Several answers per name need DNS (a hosts file holds one per name).

@@ -52,7 +52,9 @@
 //! distinct lists, is not relayed: a JSON body becomes a 503 JSON-RPC
 //! error (`mcp_tools_unrecorded`), an SSE stream is cut before it. A message the gate cannot parse is not
 //! relayed: a JSON body becomes a 502 JSON-RPC error, an SSE stream is
-//! cut. Other bodies are dropped; the status is kept. Of the server's
+//! cut. Other bodies are dropped; the status is kept. A `3xx` answer
+//! (no redirect is followed) reaches the agent as its status alone: no
+//! body, whatever its type, and none of its headers. Of the server's
 //! headers only `Mcp-Session-Id` and `MCP-Protocol-Version` are relayed,
 //! each only if sent once and made of visible ASCII (else 502), besides
 //! the `Content-Type` the gate sets itself. A JSON body, an SSE event or a
@@ -164,12 +166,16 @@ pub enum Approval {
     },
     /// Do not forward: the approver could not put the call to anyone (its
     /// arguments have no exact digest, the decision could not be
-    /// recorded, …) and recorded nothing. The agent gets the same error as
-    /// for [`Approval::Refused`], and the gate records the refusal itself
-    /// ([`Recorder`]).
+    /// recorded, the approver set cannot be read, …) and recorded nothing.
+    /// The agent gets the same error as for [`Approval::Refused`], and the
+    /// gate records the refusal itself ([`Recorder`]), with `detail`.
     Failed {
-        /// What the agent is told.
+        /// What the agent is told: what failed, never a host path, a
+        /// secret or a URL.
         message: String,
+        /// What went wrong, in full, for the operator: recorded with the
+        /// refusal ([`RefusedRequest::detail`]), never sent to the agent.
+        detail: String,
     },
 }
 
@@ -451,7 +457,17 @@ impl Inner {
     /// Answers `asked` with `response`, a refusal for `reason`, once the
     /// recorder has it: on disk before the agent hears of it.
     async fn refuse(&self, asked: Asked<'_>, reason: Reason, response: Response) -> Response {
-        let refused = RefusedRequest::new(self.policy.server().as_str(), asked, reason);
+        self.record_refusal(self.refused(asked, reason), response)
+            .await
+    }
+
+    /// The record of `asked`, refused for `reason`.
+    fn refused(&self, asked: Asked<'_>, reason: Reason) -> RefusedRequest {
+        RefusedRequest::new(self.policy.server().as_str(), asked, reason)
+    }
+
+    /// Answers with `response` once the recorder has `refused`.
+    async fn record_refusal(&self, refused: RefusedRequest, response: Response) -> Response {
         self.recorder.refused(&refused).await;
         response
     }
@@ -693,9 +709,11 @@ async fn post(
         match inner.approver.decide(call).await {
             Approval::Approved => {}
             Approval::Refused { message } => return refused(&message),
-            Approval::Failed { message } => {
-                let response = refused(&message);
-                return inner.refuse(asked, Reason::GateRefused, response).await;
+            Approval::Failed { message, detail } => {
+                let record = inner
+                    .refused(asked, Reason::GateRefused)
+                    .with_detail(detail);
+                return inner.record_refusal(record, refused(&message)).await;
             }
         }
     }
@@ -919,6 +937,14 @@ async fn relay(
 ) -> Response {
     let reply_id = exchange.reply_id.as_ref();
     let status = upstream.status();
+    if status.is_redirection() {
+        // The status alone: the gate follows no redirect, and its body,
+        // its `Location` or any other header could carry what the server
+        // put there to the agent.
+        let mut response = empty();
+        *response.status_mut() = status;
+        return response;
+    }
     let headers = match relayed_headers(upstream.headers()) {
         Ok(headers) => headers,
         Err(name) => {

@@ -5,7 +5,10 @@
 //! the log carry its data: no argument values, no header values, no
 //! message text, and every string the agent chose cut to
 //! [`MAX_RECORDED_BYTES`]. So one refusal adds a bounded entry to the log,
-//! whatever the agent sent.
+//! whatever the agent sent. A refusal whose cause is on the host side (an
+//! approver that could not ask) also carries that cause in full
+//! ([`RefusedRequest::detail`]): the operator's to read, while the agent is
+//! told only what failed.
 
 use hyper::Method;
 
@@ -38,6 +41,11 @@ pub struct RefusedRequest {
     pub reason: Reason,
     /// The JSON-RPC id, if the refused message had a valid one.
     pub request_id: Option<RequestId>,
+    /// What went wrong on the host side, in full, when that caused the
+    /// refusal ([`crate::Approval::Failed`]): it may name host paths, so it
+    /// is for the audit log and never sent to the agent. Host text, never
+    /// the agent's.
+    pub detail: Option<String>,
 }
 
 /// What the agent asked, as far as the gate read it before refusing.
@@ -75,7 +83,14 @@ impl RefusedRequest {
                 RequestId::String(s) => RequestId::String(bounded(s)),
                 number => number.clone(),
             }),
+            detail: None,
         }
+    }
+
+    /// The record with `detail`, the host-side cause.
+    pub(crate) fn with_detail(mut self, detail: String) -> RefusedRequest {
+        self.detail = Some(detail);
+        self
     }
 }
 

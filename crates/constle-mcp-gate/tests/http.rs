@@ -548,6 +548,11 @@ async fn once_the_shutoff_is_thrown_no_gate_sends_anything() {
 /// (as a human would, on record).
 struct FailOrRefuse;
 
+/// Why [`FailOrRefuse`] could not ask, in full: host paths the agent must
+/// never see.
+const FAILED_DETAIL: &str =
+    "approver set /srv/approvers: version 2: cannot read /root/.constle/approvers/sha256-1: gone";
+
 impl Approver for FailOrRefuse {
     fn decide<'a>(&'a self, call: &'a ToolCall) -> ApprovalFuture<'a> {
         let fail = call
@@ -557,7 +562,8 @@ impl Approver for FailOrRefuse {
         let message = "refused in a test".to_string();
         Box::pin(async move {
             if fail {
-                Approval::Failed { message }
+                let detail = FAILED_DETAIL.to_string();
+                Approval::Failed { message, detail }
             } else {
                 Approval::Refused { message }
             }
@@ -857,6 +863,22 @@ async fn every_refusal_is_recorded_once_before_it_is_answered() {
             "{}",
             row.what
         );
+        // The host-side cause of a failed approver goes to the record, and
+        // not a word of it to the agent.
+        let failed = row.body.contains("\"fail\"");
+        assert_eq!(
+            refused.detail.as_deref(),
+            failed.then_some(FAILED_DETAIL),
+            "{}",
+            row.what
+        );
+        for host in ["/srv", "/root", ".constle", "gone"] {
+            assert!(
+                !answered.to_string().contains(host),
+                "{}: {answered}",
+                row.what
+            );
+        }
     }
 }
 
@@ -1233,6 +1255,70 @@ async fn a_redirect_is_never_followed_so_the_headers_stay_with_the_server() {
         elsewhere_log.lock().unwrap().is_empty(),
         "a redirect was followed"
     );
+}
+
+/// A server that answers every request with `status`, a `Location`, a
+/// session id and a body of `content_type` that a relay would pass on.
+async fn redirecting_server_with_body(status: StatusCode, content_type: &'static str) -> String {
+    let app = Router::new().fallback(move || async move {
+        let body = match content_type {
+            "text/event-stream" => {
+                "id: 1\ndata: {\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"leak\":\"in-the-body\"}}\n\n"
+            }
+            _ => r#"{"jsonrpc":"2.0","id":5,"result":{"leak":"in-the-body"}}"#,
+        };
+        let headers = [
+            ("location", "https://elsewhere.example/?leak=in-the-location"),
+            ("content-type", content_type),
+            ("mcp-session-id", "leak-in-the-session"),
+            ("mcp-protocol-version", "2025-06-18"),
+            ("x-leak", "in-a-header"),
+        ];
+        (status, headers, body).into_response()
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/mcp")
+}
+
+#[tokio::test]
+async fn a_redirect_reaches_the_agent_as_its_status_alone() {
+    for status in [
+        StatusCode::MOVED_PERMANENTLY,
+        StatusCode::FOUND,
+        StatusCode::SEE_OTHER,
+        StatusCode::TEMPORARY_REDIRECT,
+        StatusCode::PERMANENT_REDIRECT,
+    ] {
+        for content_type in ["application/json", "text/event-stream"] {
+            let url = redirecting_server_with_body(status, content_type).await;
+            let server = declared(&url);
+            let gate = start_gate(Gate::new(&server, policy(&server), &no_env).unwrap()).await;
+            let what = format!("{status}, {content_type}");
+            for response in [
+                post(&gate, PING, &[]).await,
+                client().get(&gate).send().await.unwrap(),
+                client().delete(&gate).send().await.unwrap(),
+            ] {
+                assert_eq!(response.status(), status, "{what}");
+                let names: Vec<&str> = response.headers().keys().map(|k| k.as_str()).collect();
+                // What hyper adds to every answer, and nothing of the server's.
+                for name in &names {
+                    assert!(
+                        ["content-length", "date"].contains(name),
+                        "{what}: {name} relayed: {names:?}"
+                    );
+                }
+                let body = response.bytes().await.unwrap();
+                assert!(
+                    body.is_empty(),
+                    "{what}: {}",
+                    String::from_utf8_lossy(&body)
+                );
+            }
+        }
+    }
 }
 
 #[tokio::test]

@@ -74,7 +74,8 @@ pub(crate) enum Mode {
 
 /// Why a gated call could not even be put to a person. The call is
 /// refused: a gate that cannot ask, or cannot record, never forwards; the
-/// MCP gate records the refusal ([`Approval::Failed`]).
+/// MCP gate records the refusal ([`Approval::Failed`]) with this error in
+/// full, and the agent is told only [`GateFailure::for_agent`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum GateFailure {
     #[error("the request could not be built: {0}")]
@@ -85,6 +86,22 @@ pub(crate) enum GateFailure {
     Event(#[from] EventError),
     #[error("the approver set cannot be used: {0}")]
     ApproverSet(String),
+}
+
+impl GateFailure {
+    /// What failed, as the agent may read it: the inner errors name host
+    /// paths (the approver set, `$CONSTLE_HOME`, the audit log), so only a
+    /// request that cannot be built, which is about the call's own
+    /// arguments, says more than what failed.
+    fn for_agent(&self) -> String {
+        match self {
+            GateFailure::Request(_) => self.to_string(),
+            GateFailure::Audit(_) | GateFailure::Event(_) => {
+                "the decision could not be recorded".into()
+            }
+            GateFailure::ApproverSet(_) => "the approver set cannot be used".into(),
+        }
+    }
 }
 
 impl HumanGate {
@@ -144,10 +161,13 @@ impl Approver for HumanGate {
                 .await
                 .unwrap_or_else(|failure| Approval::Failed {
                     message: format!(
-                        "tool {:?} of MCP server {:?} needs a human decision and {failure}, \
+                        "tool {:?} of MCP server {:?} needs a human decision and {}, \
                          so the Constle gate did not forward the call",
-                        call.tool, call.server
+                        call.tool,
+                        call.server,
+                        failure.for_agent()
                     ),
+                    detail: failure.to_string(),
                 })
         })
     }
@@ -432,5 +452,49 @@ pub(crate) fn on_timeout_word(on_timeout: OnTimeout) -> &'static str {
     match on_timeout {
         OnTimeout::Abort => "abort",
         OnTimeout::Proceed => "proceed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Which variant `failure` is: a variant added to [`GateFailure`] must
+    /// be added here, and to the examples below.
+    fn variant(failure: &GateFailure) -> usize {
+        match failure {
+            GateFailure::Request(_) => 0,
+            GateFailure::Audit(_) => 1,
+            GateFailure::Event(_) => 2,
+            GateFailure::ApproverSet(_) => 3,
+        }
+    }
+
+    #[test]
+    fn the_agent_reads_what_failed_never_a_host_path() {
+        let home = "/root/.constle";
+        let failures = [
+            GateFailure::Request(RequestError::Random),
+            GateFailure::Audit(AuditError::Io {
+                path: format!("{home}/logs/agent-2026-01-01.jsonl").into(),
+                message: "No space left on device".into(),
+            }),
+            GateFailure::Event(EventError::ReservedField(format!("{home}/x"))),
+            GateFailure::ApproverSet(format!(
+                "approver set /srv/approvers: cannot read {home}/approvers/sha256-1: gone"
+            )),
+        ];
+        let mut seen: Vec<usize> = failures.iter().map(variant).collect();
+        seen.dedup();
+        assert_eq!(seen, [0, 1, 2, 3], "every variant has an example");
+        for failure in &failures {
+            let told = failure.for_agent();
+            for host in ["/root", ".constle", "/srv", "gone", "No space"] {
+                assert!(!told.contains(host), "{failure:?}: {told}");
+            }
+            // The operator's record has it all.
+            let detail = failure.to_string();
+            assert!(detail.starts_with(&told), "{detail} / {told}");
+        }
     }
 }

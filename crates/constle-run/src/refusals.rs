@@ -95,8 +95,10 @@ impl Inner {
         let Err(error) = written else {
             return Ok(());
         };
+        // The agent reads this with every refusal from now on: the error,
+        // which names the log's path, goes to the operator (`stops`).
         self.shutoff
-            .close(format!("{what} could not be recorded ({error})"));
+            .close(format!("{what} could not be recorded in the audit log"));
         let _ = self.stops.send(GateStop::Unrecorded {
             server: server.to_owned(),
             what,
@@ -106,15 +108,20 @@ impl Inner {
     }
 }
 
-/// `mcp_refused`, with what the gate read of the request.
+/// `mcp_refused`, with what the gate read of the request, and the
+/// host-side cause when there is one.
 pub(crate) fn refused_event(refused: &RefusedRequest) -> Result<Event, EventError> {
-    Event::new("mcp_refused")?
+    let event = Event::new("mcp_refused")?
         .with("server", refused.server.as_str())?
         .with("http_method", refused.http_method.as_str())?
         .with("method", refused.method.as_deref())?
         .with("tool", refused.tool.as_deref())?
         .with("reason", refused.reason.as_str())?
-        .with("rpc_id", refused.request_id.as_ref().map(rpc_id))
+        .with("rpc_id", refused.request_id.as_ref().map(rpc_id))?;
+    match &refused.detail {
+        Some(detail) => event.with("detail", detail.as_str()),
+        None => Ok(event),
+    }
 }
 
 /// `mcp_tools_offered`: the tools' names in the order the agent got them,
@@ -187,6 +194,31 @@ mod tests {
                 "{turns:?}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_record_that_fails_closes_the_gates_naming_no_path() {
+        let home = tempfile::tempdir().unwrap();
+        let logs = home.path().join("logs");
+        let name = constle_identity::Name::new("test-agent").unwrap();
+        let appender = constle_audit::Appender::new(&logs, name, None).unwrap();
+        // The log directory becomes a file: every write fails, naming it.
+        std::fs::remove_dir(&logs).unwrap();
+        std::fs::write(&logs, "not a directory").unwrap();
+        let log = Arc::new(AuditLog::start(appender));
+        let (shutoff, (stops, mut stopped)) =
+            (Shutoff::new(), tokio::sync::mpsc::unbounded_channel());
+        let gates = GateLog::new(&log, &shutoff, &stops);
+        let event = Event::new("mcp_refused");
+        let recorded = gates.0.record("accounting", "a refusal", event).await;
+        assert_eq!(recorded, Err(NotRecorded));
+        // What every request is told from now on, and what the operator is.
+        let told = shutoff.closed().unwrap();
+        assert!(!told.contains(home.path().to_str().unwrap()), "{told}");
+        let Some(GateStop::Unrecorded { error, .. }) = stopped.recv().await else {
+            panic!("the run is not stopped");
+        };
+        assert!(error.contains(logs.to_str().unwrap()), "{error}");
     }
 
     #[test]

@@ -238,10 +238,7 @@ impl Inner {
                 (entry, Metered::Refused { message })
             }
             Err(Refusal::Failed { why, error, stored }) => {
-                let message = format!(
-                    "{}; the Constle gate did not forward it",
-                    why.explain(&error)
-                );
+                let message = format!("{}; the Constle gate did not forward it", why.explain());
                 let run = stored.map_or_else(|| self.run_total(), |totals| totals.run);
                 let entry = spend_event("spend_refused", &subject, run, stored.as_ref())
                     .and_then(|e| e.with("reason", why.as_str())?.with("error", error));
@@ -296,12 +293,14 @@ impl Failure {
         }
     }
 
-    fn explain(self, error: &str) -> String {
+    /// What the agent is told. Not the error: it names the ledger's path
+    /// or Redis URL, and goes to the audit log (`spend_refused`) instead.
+    fn explain(self) -> &'static str {
         match self {
-            Failure::LedgerUnavailable => format!(
-                "the spend ledger cannot be read or written ({error}), so priced calls are refused"
-            ),
-            Failure::ChargeInvalid => format!("this call cannot be charged ({error})"),
+            Failure::LedgerUnavailable => {
+                "the spend ledger cannot be read or written, so priced calls are refused"
+            }
+            Failure::ChargeInvalid => "this call cannot be charged",
         }
     }
 }
@@ -498,7 +497,12 @@ mcp:
                 last = meter.charge(vec![&call(tool)]).await;
             }
             let what = case.what;
-            assert!(matches!(last, Metered::Refused { .. }), "{what}");
+            let Metered::Refused { message } = last else {
+                panic!("{what}: charged");
+            };
+            // The error names the ledger: the log has it, the agent not.
+            let home_path = home.to_str().unwrap();
+            assert!(!message.contains(home_path), "{what}: {message}");
             let refused = spend_events(home);
             let [event] = refused.as_slice() else {
                 panic!("{what}: {refused:?}");

@@ -736,8 +736,8 @@ fn parse_call(args: &[String]) -> Result<Call, String> {
 enum Outcome {
     /// Lines for stdout, exit 0.
     Done(Vec<String>),
-    /// A JSON-RPC error: code and message.
-    RpcError(i32, String),
+    /// A JSON-RPC error: code, message, and `data.reason` if it has one.
+    RpcError(i32, String, Option<String>),
     /// A tool result with `isError: true`: its first text.
     ToolError(String),
 }
@@ -750,8 +750,9 @@ enum Outcome {
 ///   [`CLIENT_MAX_PAGES`]) and prints each tool name on a line of its own.
 /// - `call URL TOOL JSON_ARGS`: initializes and calls `TOOL` with the JSON
 ///   object `JSON_ARGS`. Prints `result: <first text content>` (exit
-///   [`EXIT_OK`]); on a JSON-RPC error `error: <code> <message>` (exit
-///   [`EXIT_RPC_ERROR`]); on a result with `isError: true`
+///   [`EXIT_OK`]); on a JSON-RPC error `error: <code> <message>`, then
+///   `reason: <data.reason>` when it has one (exit [`EXIT_RPC_ERROR`]); on
+///   a result with `isError: true`
 ///   `tool_error: <text>` (exit [`EXIT_TOOL_ERROR`]).
 /// - `race URL TOOL JSON_ARGS [URL TOOL JSON_ARGS]...`: initializes a
 ///   session for every call first, makes the first call, and the moment its
@@ -818,8 +819,10 @@ pub fn client_main(args: &[String]) -> i32 {
 fn shown(outcome: Result<Outcome, String>) -> (Vec<String>, i32) {
     match outcome {
         Ok(Outcome::Done(lines)) => (lines, EXIT_OK),
-        Ok(Outcome::RpcError(code, message)) => {
-            (vec![format!("error: {code} {message}")], EXIT_RPC_ERROR)
+        Ok(Outcome::RpcError(code, message, reason)) => {
+            let mut lines = vec![format!("error: {code} {message}")];
+            lines.extend(reason.map(|reason| format!("reason: {reason}")));
+            (lines, EXIT_RPC_ERROR)
         }
         Ok(Outcome::ToolError(text)) => (vec![format!("tool_error: {text}")], EXIT_TOOL_ERROR),
         Err(message) => (vec![format!("failed: {message}")], EXIT_FAILED),
@@ -829,7 +832,19 @@ fn shown(outcome: Result<Outcome, String>) -> (Vec<String>, i32) {
 /// A JSON-RPC error as an outcome; any other service error as a failure.
 fn classify(error: ServiceError) -> Result<Outcome, String> {
     match error {
-        ServiceError::McpError(error) => Ok(Outcome::RpcError(error.code.0, error.message.into())),
+        ServiceError::McpError(error) => {
+            let reason = error
+                .data
+                .as_ref()
+                .and_then(|data| data.get("reason"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            Ok(Outcome::RpcError(
+                error.code.0,
+                error.message.into(),
+                reason,
+            ))
+        }
         other => Err(other.to_string()),
     }
 }

@@ -41,6 +41,10 @@ fn main() {
             "an_approver_set_rotates_a_key_out_and_refuses_rollbacks_and_under_signed_versions",
             approver_set,
         ),
+        e2e(
+            "a_set_that_cannot_be_loaded_at_call_time_refuses_the_call_naming_no_host_path",
+            set_unusable_at_call_time,
+        ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }
@@ -352,35 +356,71 @@ fn not_a_quorum() {
 /// put back to version 1 (a rollback) and a version 3 signed by one old
 /// key stop the run before anything starts; and `audit verify` refuses a
 /// log naming a set version the set does not have.
-fn approver_set() {
-    use constle_approvers::{Approver, Label, SetBody, SetPin, VersionFile, write_new_version};
-    let fx = Fixture::new();
+/// The approvers as a set's members, labelled.
+fn named(keys: &[(&SigningIdentity, &str)]) -> Vec<constle_approvers::Approver> {
+    use constle_approvers::{Approver, Label};
+    keys.iter()
+        .map(|(k, l)| Approver {
+            did: k.did().clone(),
+            label: Label::new(l).unwrap(),
+        })
+        .collect()
+}
+
+fn set_expiry() -> jiff::Timestamp {
+    "2099-01-01T00:00:00Z".parse().unwrap()
+}
+
+/// An approver set in `approvers/`: version 1 (alice, bob and carol, two of
+/// three, signed by alice and bob). Its directory, its version 1, and the
+/// Agentfile's `human_gates` line naming it.
+fn set_of_three(fx: &Fixture) -> (PathBuf, constle_approvers::SetBody, String) {
+    use constle_approvers::{SetBody, SetPin, VersionFile, write_new_version};
     let [a, b, c] = &fx.approvers;
-    let dave = SigningIdentity::generate();
     let dir = fx.case.path("approvers");
     fs::create_dir(&dir).unwrap();
-    let named = |keys: &[(&SigningIdentity, &str)]| -> Vec<Approver> {
-        keys.iter()
-            .map(|(k, l)| Approver {
-                did: k.did().clone(),
-                label: Label::new(l).unwrap(),
-            })
-            .collect()
-    };
-    let expires = "2099-01-01T00:00:00Z".parse().unwrap();
-    let one = SetBody::new(
-        1,
-        expires,
-        2,
-        named(&[(a, "alice"), (b, "bob"), (c, "carol")]),
-    )
-    .unwrap();
+    let members = named(&[(a, "alice"), (b, "bob"), (c, "carol")]);
+    let one = SetBody::new(1, set_expiry(), 2, members).unwrap();
     let mut first = VersionFile::unsigned(one.clone());
     let pin = SetPin::new(first.digest());
     first.sign(a);
     first.sign(b);
     write_new_version(&dir, &first).unwrap();
     let lines = format!("  approver_set: {{dir: ./approvers, pin: {pin}}}\n");
+    (dir, one, lines)
+}
+
+/// Version 2 after `one`: `dave` in, carol out, signed by alice and bob.
+fn rotate_carol_out(
+    fx: &Fixture,
+    dir: &Path,
+    one: &constle_approvers::SetBody,
+    dave: &SigningIdentity,
+) -> constle_approvers::SetBody {
+    use constle_approvers::{VersionFile, write_new_version};
+    let [a, b, c] = &fx.approvers;
+    let two = one
+        .next(
+            named(&[(dave, "dave")]),
+            &[c.did().clone()],
+            None,
+            set_expiry(),
+        )
+        .unwrap();
+    let mut second = VersionFile::unsigned(two.clone());
+    second.sign(a);
+    second.sign(b);
+    write_new_version(dir, &second).unwrap();
+    two
+}
+
+fn approver_set() {
+    use constle_approvers::{VersionFile, write_new_version};
+    let fx = Fixture::new();
+    let [a, b, c] = &fx.approvers;
+    let dave = SigningIdentity::generate();
+    let expires = set_expiry();
+    let (dir, one, lines) = set_of_three(&fx);
     let file = fx.agentfile_with(&lines, 2, &[call("pay", "pay_invoice", INVOICE)]);
     use Answer::Approve;
     let (alice, carol) = (
@@ -392,13 +432,7 @@ fn approver_set() {
     assert!(out.status.success(), "{}", report(&out));
     assert_eq!(fx.reached("pay_invoice"), 1);
 
-    let two = one
-        .next(named(&[(&dave, "dave")]), &[c.did().clone()], None, expires)
-        .unwrap();
-    let mut second = VersionFile::unsigned(two.clone());
-    second.sign(a);
-    second.sign(b);
-    write_new_version(&dir, &second).unwrap();
+    let two = rotate_carol_out(&fx, &dir, &one, &dave);
     let out = fx.run(&file, &[&alice, &carol]);
     assert_eq!(out.status.code(), Some(125), "{}", report(&out));
     assert_eq!(fx.reached("pay_invoice"), 1, "carol's key is revoked");
@@ -461,4 +495,61 @@ fn approver_set() {
     assert_eq!(out.status.code(), Some(125), "{}", report(&out));
     assert!(text(&out.stderr).contains("it needs 2"), "{}", report(&out));
     assert_eq!(fx.reached("pay_invoice"), 1);
+}
+
+/// Issue 22: the set is fine when the run starts, then version 2 is taken
+/// away (a rollback, which names the set's directory and the copy under
+/// `$CONSTLE_HOME`). The gated call is refused; the agent gets the code
+/// and what failed, never a host path; the audit log has the whole error.
+fn set_unusable_at_call_time() {
+    let fx = Fixture::new();
+    let (dir, one, lines) = set_of_three(&fx);
+    rotate_carol_out(&fx, &dir, &one, &SigningIdentity::generate());
+    // The agent says when it is running, then waits for the word to go on.
+    let wait =
+        "touch ready; n=0; while [ ! -e go ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done";
+    let steps = [wait.to_owned(), call("pay", "pay_invoice", INVOICE)];
+    let file = fx.agentfile_with(&lines, 1, &steps);
+    let alice = fx.endpoint(&fx.approvers[0], &[("pay_invoice", Answer::Approve)]);
+    let child = fx
+        .case
+        .command(&["run", file.to_str().unwrap()])
+        .env(quorum_webhook_var(0), alice.url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = fx.case.path("work/ready");
+    let started = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(started.elapsed().as_secs() < 60, "the agent never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    fs::remove_file(dir.join("2.approvers.json")).unwrap();
+    fs::write(fx.case.path("work/go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = report(&out);
+    let (said, status) = outcome(&text(&out.stdout), "pay", &report);
+    assert_eq!(status, 3, "a JSON-RPC error: {said}\n{report}");
+    assert!(said.contains("error: -32001 "), "{said}");
+    assert!(said.contains("reason: mcp_gate_refused"), "{said}");
+    assert!(said.contains("the approver set cannot be used"), "{said}");
+    let root = fx.case.dir.path();
+    for host in [dir.as_path(), &fx.case.home(), root] {
+        let host = host.to_str().unwrap();
+        assert!(!said.contains(host), "{host} shown to the agent: {said}");
+    }
+    assert_eq!(fx.reached("pay_invoice"), 0);
+    let refused = fx.case.events("mcp_refused");
+    let [refused] = refused.as_slice() else {
+        panic!("one mcp_refused: {refused:?}\n{report}");
+    };
+    assert_eq!(refused["reason"], "mcp_gate_refused", "{refused}");
+    let detail = refused["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains(dir.to_str().unwrap()), "{refused}");
+    assert!(
+        detail.contains(fx.case.home().to_str().unwrap()),
+        "{refused}"
+    );
 }
