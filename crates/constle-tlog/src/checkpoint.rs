@@ -19,11 +19,10 @@
 //! [`DidKey`](constle_identity::DidKey).
 
 use constle_identity::SigningIdentity;
+use constle_vkey::{LogKey, Origin};
 use signed_note::{Note, NoteError, VerifierList};
 
 use crate::error::CheckpointError;
-use crate::keys::LogKey;
-use crate::origin::Origin;
 use crate::tree::{Hash, TreeHead};
 
 /// The largest signed checkpoint read: the text is under 400 bytes and each
