@@ -112,7 +112,7 @@ pub enum CheckpointError {
         /// The key's name and ID.
         key: String,
     },
-    /// A tree of size 0 whose root is not the empty tree's.
+    /// Asked to sign a tree of size 0 whose root is not the empty tree's.
     #[error("a checkpoint of size 0 must have the empty tree's root")]
     EmptyTreeRoot,
     /// The signer is not the log key named.
