@@ -12,6 +12,7 @@ packages=(
   chromium          # the approver page's end-to-end test, in a real headless browser
   chromium-driver   # drives it over WebDriver
   curl              # also a client the sandbox's tools tests run through the proxy
+  faketime          # a run across 00:00 UTC, on a faked wall clock (its day_close checkpoint)
   git               # likewise, over HTTPS
   iproute2          # tests and the quickstart simulate outside hosts in network namespaces
   openssl           # tests check that key files are readable by OpenSSL

@@ -9,15 +9,6 @@ pub enum ConfigError {
     /// `audit.deployment` is not a valid origin part.
     #[error("audit.deployment: {0}")]
     Deployment(#[source] constle_tlog::OriginError),
-    /// A witness's key does not parse.
-    #[error("audit.witnesses[{index}].key: {source}")]
-    WitnessKey {
-        /// Its place in the list, from 0.
-        index: usize,
-        /// Why.
-        #[source]
-        source: constle_tlog::KeyError,
-    },
 }
 
 /// A round could not make a checkpoint. Witnesses that fail are not errors

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use constle_identity::{DidKey, Name};
+use constle_vkey::WitnessKey;
 use rust_decimal::Decimal;
 
 use crate::values::{
@@ -653,14 +654,15 @@ impl Default for Audit {
 pub struct WitnessRef {
     /// Where its `add-checkpoint` is: `<url>/add-checkpoint`.
     pub url: HttpUrl,
-    /// Its verifier key as written (`<name>+<key ID>+<base64>`), checked for
-    /// shape here and parsed strictly by `constle-tlog` where it is used.
-    pub key: String,
+    /// Its verifier key, written `<name>+<key ID>+<base64>` and read
+    /// strictly ([`WitnessKey::from_vkey`]): what validates is what the
+    /// run uses.
+    pub key: WitnessKey,
 }
 
 impl WitnessRef {
-    /// The witness's name: the key's part before its first `+`.
+    /// The witness's name, its key's.
     pub fn name(&self) -> &str {
-        self.key.split('+').next().unwrap_or_default()
+        self.key.name()
     }
 }

@@ -2186,6 +2186,22 @@ fn audit_mistakes_each_have_a_code() {
             "invalid_witness_key",
         ),
         (
+            // Well shaped, but its key ID is not the one name and key give.
+            format!(
+                "{MIN}{id}audit:\n  deployment: d.example\n  witnesses:\n    - url: http://192.0.2.10:7710\n      key: {}\n",
+                WITNESS_KEY.replace("+2ce32234+", "+2ce32235+")
+            ),
+            "invalid_witness_key",
+        ),
+        (
+            // Another name for the same key: the key ID no longer matches.
+            format!(
+                "{MIN}{id}audit:\n  deployment: d.example\n  witnesses:\n    - url: http://192.0.2.10:7710\n      key: {}\n",
+                WITNESS_KEY.replace("/w1+", "/w2+")
+            ),
+            "invalid_witness_key",
+        ),
+        (
             format!(
                 "{MIN}{id}audit:\n  deployment: d.example\n  witnesses:\n    - url: ftp://192.0.2.10\n      key: {WITNESS_KEY}\n"
             ),

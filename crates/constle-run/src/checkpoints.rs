@@ -96,6 +96,9 @@ impl RunCheckpoints {
         log: &AuditLog,
     ) -> Result<(), RunError> {
         let required = self.checkpointer.config().required;
+        // The schedule records when the round read the log, not when it
+        // ended: a round begun before 00:00 UTC does not close the new day.
+        let (began, day) = (Instant::now(), today());
         let round = match self.checkpointer.round(trigger).await {
             Ok(round) => round,
             Err(err) => {
@@ -112,7 +115,7 @@ impl RunCheckpoints {
         for entry in pending {
             size = size.max(entry.written().await?.seq + 1);
         }
-        self.schedule.done(size, Instant::now(), today());
+        self.schedule.done(size, began, day);
         for warning in &round.warnings {
             warn(warning);
         }

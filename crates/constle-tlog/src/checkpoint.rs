@@ -13,17 +13,21 @@
 //! [`SignedCheckpoint::parse`] reads bytes strictly (one spelling of each
 //! checkpoint: what parses re-encodes to the same bytes). Only
 //! [`SignedCheckpoint::verify`] makes a [`VerifiedCheckpoint`], the type the
-//! rest of the crate (cosigning, the witness's check) asks for. The note
+//! rest of the crate (cosigning, the witness's check) asks for. Neither
+//! judges what the checkpoint claims about its tree: a size 0 with another
+//! root than the empty tree's parses and verifies (it is what the log's key
+//! signed), and is refused where trees are compared, by the witness
+//! (c2sp.org/tlog-witness: 422, after the signature's 403) and by the
+//! verifier of cosignatures. The note
 //! framing and the checkpoint text are read by `signed_note` and
 //! `tlog_tiles`; the signature is checked here, strictly, with the agent's
 //! [`DidKey`](constle_identity::DidKey).
 
 use constle_identity::SigningIdentity;
-use signed_note::{Note, NoteError, VerifierList};
+use constle_vkey::{LogKey, Origin};
+use signed_note::{Note, NoteError, Verifier as _, VerifierList};
 
 use crate::error::CheckpointError;
-use crate::keys::LogKey;
-use crate::origin::Origin;
 use crate::tree::{Hash, TreeHead};
 
 /// The largest signed checkpoint read: the text is under 400 bytes and each
@@ -72,9 +76,6 @@ impl SignedCheckpoint {
             size: checkpoint.size(),
             root: Hash(checkpoint.hash().0),
         };
-        if head.size == 0 && head.root != Hash::EMPTY {
-            return Err(CheckpointError::EmptyTreeRoot);
-        }
         Ok(SignedCheckpoint {
             bytes: bytes.to_vec(),
             text_len: text.len(),
@@ -85,7 +86,9 @@ impl SignedCheckpoint {
 
     /// Checks the signature by the log's key and that the checkpoint is of
     /// that key's log. Signatures by other keys (cosignatures, a rotated
-    /// key) are ignored, as c2sp.org/signed-note requires.
+    /// key) are ignored, as c2sp.org/signed-note requires; every line by
+    /// the log's key must verify, not only the first (a note with one that
+    /// does not is malformed, and tlog-witness answers it 403).
     ///
     /// # Errors
     ///
@@ -102,16 +105,34 @@ impl SignedCheckpoint {
         let note = Note::from_bytes(&self.bytes).map_err(|_| CheckpointError::MalformedNote)?;
         let known = VerifierList::new(vec![Box::new(key.clone())]);
         match note.verify(&known) {
-            Ok(_) => Ok(VerifiedCheckpoint {
-                origin: key.origin().clone(),
-                note: self.clone(),
-            }),
+            // `verify` checks the first line by a known key and skips the
+            // lines after it that name the same key: those are checked here.
+            Ok(_)
+                if self
+                    .lines_by(key)
+                    .all(|sig| key.verify(self.text(), sig.signature())) =>
+            {
+                Ok(VerifiedCheckpoint {
+                    origin: key.origin().clone(),
+                    key_id: key.key_id(),
+                    note: self.clone(),
+                })
+            }
+            Ok(_) => Err(CheckpointError::InvalidSignature { key: label() }),
             Err(NoteError::UnverifiedNote) => Err(CheckpointError::NotSigned { key: label() }),
             Err(NoteError::InvalidSignature { .. }) => {
                 Err(CheckpointError::InvalidSignature { key: label() })
             }
             Err(_) => Err(CheckpointError::MalformedNote),
         }
+    }
+
+    /// The signature lines that name `key` (its name and key ID).
+    fn lines_by(&self, key: &LogKey) -> impl Iterator<Item = signed_note::Signature> {
+        let (name, id) = (key.origin().as_str(), key.key_id());
+        self.signature_lines()
+            .filter_map(|line| signed_note::Signature::from_bytes(line).ok())
+            .filter(move |sig| sig.name() == name && sig.id() == id)
     }
 
     /// The origin line, as claimed (not yet verified).
@@ -149,6 +170,8 @@ impl SignedCheckpoint {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerifiedCheckpoint {
     origin: Origin,
+    /// The key ID of the log key that signed it.
+    key_id: u32,
     note: SignedCheckpoint,
 }
 
@@ -171,6 +194,38 @@ impl VerifiedCheckpoint {
     /// The note text, what the log's key and cosigners sign.
     pub fn text(&self) -> &[u8] {
         self.note.text()
+    }
+
+    /// The checkpoint as a witness keeps it for monitors
+    /// (c2sp.org/tlog-witness): its text, the log key's signature that
+    /// verified, and the witness's `cosignatures` lines (each ending in a
+    /// newline), as one signed note. Lines by other keys are left out: a
+    /// witness vouches for nothing it did not check.
+    ///
+    /// # Errors
+    ///
+    /// [`CheckpointError`] if the note does not read back (a cosignature
+    /// line that is not one, or more than [`MAX_CHECKPOINT_BYTES`]).
+    pub fn with_cosignatures(
+        &self,
+        cosignatures: &[&str],
+    ) -> Result<SignedCheckpoint, CheckpointError> {
+        let own = self
+            .note
+            .signature_lines()
+            .find(|line| {
+                signed_note::Signature::from_bytes(line)
+                    .is_ok_and(|sig| sig.name() == self.origin.as_str() && sig.id() == self.key_id)
+            })
+            .ok_or(CheckpointError::MalformedNote)?;
+        let mut note = self.text().to_vec();
+        note.push(b'\n');
+        note.extend_from_slice(own);
+        note.push(b'\n');
+        for line in cosignatures {
+            note.extend_from_slice(line.as_bytes());
+        }
+        SignedCheckpoint::parse(&note)
     }
 }
 

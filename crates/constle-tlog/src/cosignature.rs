@@ -18,7 +18,9 @@ use constle_identity::ed25519_dalek::Signature;
 
 use crate::checkpoint::VerifiedCheckpoint;
 use crate::error::CosignatureError;
-use crate::keys::{WitnessKey, WitnessSigner};
+use constle_vkey::WitnessKey;
+
+use crate::keys::WitnessSigner;
 
 /// The largest timestamp a cosignature may carry.
 const MAX_TIMESTAMP: u64 = (1 << 63) - 1;

@@ -14,11 +14,10 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 use constle_audit::{Finding, FindingCode};
+use constle_vkey::{Origin, WitnessKey};
 
 use crate::checkpoint::{VerifiedCheckpoint, checkpoint_text};
 use crate::cosignature::{line_signer, verify_over_text};
-use crate::keys::WitnessKey;
-use crate::origin::Origin;
 use crate::tree::{Hash, LogTree, TreeHead};
 
 /// Where a cosignature was found, for messages.

@@ -13,7 +13,9 @@
 //!   ([`LogFollower`]); inclusion and consistency proofs
 //!   ([`verify_inclusion`], [`verify_consistency`]).
 //! - [`Origin`] (`<deployment>/constle/<agent>`), [`LogKey`] and
-//!   [`WitnessKey`]: names and keys as signed notes write them.
+//!   [`WitnessKey`]: names and keys as signed notes write them, read
+//!   strictly by `constle-vkey` (re-exported here), which the Agentfile's
+//!   validation uses too; [`WitnessSigner`], a witness's signing key.
 //! - [`sign_checkpoint`], [`SignedCheckpoint::parse`] and
 //!   [`SignedCheckpoint::verify`]: checkpoints, signed by the agent's key.
 //!   Only verifying makes a [`VerifiedCheckpoint`].
@@ -97,7 +99,6 @@ mod error;
 mod files;
 mod follow;
 mod keys;
-mod origin;
 mod recorded;
 mod tree;
 mod witness;
@@ -110,18 +111,17 @@ mod vectors;
 pub use checkpoint::{
     MAX_CHECKPOINT_BYTES, SignedCheckpoint, VerifiedCheckpoint, checkpoint_text, sign_checkpoint,
 };
+pub use constle_vkey::{Deployment, KeyError, LogKey, Origin, OriginError, WitnessKey};
 pub use cosignature::{
     Cosignature, VerifiedCosignature, cosign, find_cosignature, verify_cosignature,
 };
 pub use coverage::{Cosigned, Coverage, CoverageVerdict, Source, check_coverage};
 pub use error::{
-    CheckpointError, CosignatureError, KeyError, LogFilesError, OriginError, ProofError, Refusal,
-    RequestError,
+    CheckpointError, CosignatureError, LogFilesError, ProofError, Refusal, RequestError,
 };
 pub use files::{LogFiles, day_files};
 pub use follow::LogFollower;
-pub use keys::{LogKey, WitnessKey, WitnessSigner};
-pub use origin::{Deployment, Origin};
+pub use keys::WitnessSigner;
 pub use recorded::{COSIGNED_EVENT, Recorded};
 pub use tree::{
     ConsistencyProof, Hash, InclusionProof, LogTree, MAX_PROOF_HASHES, TreeHead,

@@ -9,26 +9,37 @@
 //!
 //! - [`Logs::read`]: the logs file, one log verifier key per line.
 //! - [`Witness::add_checkpoint`]: one `POST /add-checkpoint`, from body to
-//!   [`Answer`]. Per origin, loading the stored head, checking, storing the
-//!   new head and cosigning run under one lock, so two submissions against
-//!   the same old head cannot both pass (the spec's race); and the stored
-//!   head is the only source of the old state, so no size is ever cosigned
-//!   with two roots.
+//!   [`Answer`]. Per origin, loading the stored head, checking, cosigning
+//!   and storing the cosigned checkpoint run under one lock, so two
+//!   submissions against the same old head cannot both pass (the spec's
+//!   race); and the stored head is the only source of the old state, so no
+//!   size is ever cosigned with two roots.
+//! - [`Witness::latest_checkpoint`]: the spec's monitoring
+//!   `GET /<origin hash>/checkpoint`, the checkpoint last cosigned for a
+//!   log with the log's signature and the witness's cosignature, as stored.
 //! - [`StateDir`]: one file per origin, written atomically and durably
 //!   before the 200 (kill -9 at any point loses nothing answered), read
 //!   strictly at start and at each use; damage is answered 500 with the
 //!   path in the operator's log, never reset.
 //! - [`serve`]: the HTTP server (axum).
 //!
+//! `add-checkpoint`, checked in this order:
+//!
 //! | answer | when |
 //! |---|---|
-//! | 200, the cosignature line | cosigned, after the new head is on disk |
-//! | 400 | a malformed body, or an old size above the checkpoint's |
-//! | 403 | no valid signature by the log's key |
+//! | 400 | a malformed body |
 //! | 404 | an origin the witness does not witness |
+//! | 403 | no valid signature by the log's key, or a line by its key that does not verify |
+//! | 400 | an old size above the checkpoint's |
 //! | 409, `<latest size>\n` (`text/x.tlog.size`) | the old size is not the size last cosigned |
-//! | 422 | a consistency proof that does not verify, or another root for the size last cosigned |
+//! | 422 | a size-0 checkpoint without the empty tree's root, another root for the size last cosigned, or a consistency proof that does not verify (or is not empty from 0) |
 //! | 500 | this log's state file is damaged or cannot be written |
+//! | 200, the cosignature line | cosigned, after the cosigned checkpoint is on disk |
+//!
+//! `GET /<origin hash>/checkpoint` (the origin's SHA-256, lowercase hex):
+//! 200 with the checkpoint; 404 for a log it does not witness, one it never
+//! cosigned, or one whose state was written before checkpoints were kept
+//! (until its next cosignature); 500 for a damaged state.
 //!
 //! ```
 //! use constle_identity::{Name, SigningIdentity};
@@ -68,17 +79,18 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use constle_tlog::{
-    AddCheckpoint, LogKey, MAX_CHECKPOINT_BYTES, MAX_PROOF_HASHES, Refusal, WitnessKey,
+    AddCheckpoint, LogKey, MAX_CHECKPOINT_BYTES, MAX_PROOF_HASHES, Refusal, TreeHead, WitnessKey,
     WitnessSigner, check_submission, cosign,
 };
+use sha2::{Digest as _, Sha256};
 
 pub use error::{StateError, WitnessError};
-pub use state::StateDir;
+pub use state::{StateDir, Stored};
 
 /// The largest request body read: the old size line, 63 proof lines and
 /// the largest checkpoint read.
@@ -180,6 +192,20 @@ impl Answer {
             log,
         }
     }
+
+    /// The 500 for a log whose state cannot be used.
+    fn damaged(origin: &str, err: &StateError) -> Answer {
+        Answer::text(
+            500,
+            "this witness's state for that log is damaged; its operator must repair it".to_owned(),
+            format!("500 {origin}: {err}"),
+        )
+    }
+}
+
+/// The monitoring path's name for `origin`: its SHA-256, lowercase hex.
+pub fn origin_hash(origin: &str) -> String {
+    hex::encode(Sha256::digest(origin.as_bytes()))
 }
 
 /// One log the witness witnesses: its key, and the lock that makes
@@ -194,6 +220,8 @@ struct Log {
 pub struct Witness {
     signer: WitnessSigner,
     logs: HashMap<String, Log>,
+    /// Each origin by its [`origin_hash`], for the monitoring path.
+    by_hash: HashMap<String, String>,
     state: StateDir,
 }
 
@@ -207,10 +235,15 @@ impl Witness {
                 let lock = Mutex::new(());
                 (origin, Log { key, lock })
             })
+            .collect::<HashMap<_, _>>();
+        let by_hash = logs
+            .keys()
+            .map(|origin| (origin_hash(origin), origin.clone()))
             .collect();
         Witness {
             signer,
             logs,
+            by_hash,
             state,
         }
     }
@@ -227,13 +260,45 @@ impl Witness {
 
     /// Reads every log's state, as at start: each origin with its stored
     /// head (`None`: never cosigned) or why its state is refused.
-    pub fn check_state(&self) -> Vec<(&str, Result<Option<constle_tlog::TreeHead>, StateError>)> {
+    pub fn check_state(&self) -> Vec<(&str, Result<Option<TreeHead>, StateError>)> {
         let mut origins: Vec<&str> = self.logs.keys().map(String::as_str).collect();
         origins.sort_unstable();
         origins
             .into_iter()
-            .map(|origin| (origin, self.state.load(origin)))
+            .map(|origin| (origin, self.state.load(origin).map(|s| s.map(|s| s.head))))
             .collect()
+    }
+
+    /// Answers `GET /<origin hash>/checkpoint`: the checkpoint last cosigned
+    /// for that log, as the witness stored it before answering its 200.
+    pub fn latest_checkpoint(&self, hash: &str) -> Answer {
+        let Some(origin) = self.by_hash.get(hash) else {
+            return Answer::text(
+                404,
+                "this witness does not witness that log".to_owned(),
+                format!("404 GET unknown origin hash {hash:?}"),
+            );
+        };
+        let never =
+            |why: &str| Answer::text(404, why.to_owned(), format!("404 GET {origin}: {why}"));
+        match self.state.load(origin) {
+            Err(err) => Answer::damaged(origin, &err),
+            Ok(None) => never("this witness never cosigned a checkpoint of that log"),
+            Ok(Some(Stored {
+                checkpoint: None, ..
+            })) => never(
+                "this witness keeps no checkpoint of that log yet (its state predates them); it will from its next cosignature",
+            ),
+            Ok(Some(Stored {
+                head,
+                checkpoint: Some(checkpoint),
+            })) => Answer {
+                status: 200,
+                content_type: "text/plain; charset=utf-8",
+                body: checkpoint.as_bytes().to_vec(),
+                log: format!("200 GET {origin}: checkpoint of size {}", head.size),
+            },
+        }
     }
 
     /// Answers one `add-checkpoint` request `body`, cosigning at `now`
@@ -255,20 +320,13 @@ impl Witness {
             Ok(checkpoint) => checkpoint,
             Err(err) => return Answer::text(403, err.to_string(), format!("403 {origin}: {err}")),
         };
-        // Load, check, store and cosign as one step for this origin.
+        // Load, check, cosign and store as one step for this origin.
         let _held = log.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let refused = |err: StateError| {
-            Answer::text(
-                500,
-                "this witness's state for that log is damaged; its operator must repair it"
-                    .to_owned(),
-                format!("500 {origin}: {err}"),
-            )
+        let stored = match self.state.load(origin) {
+            Ok(stored) => stored,
+            Err(err) => return Answer::damaged(origin, &err),
         };
-        let last = match self.state.load(origin) {
-            Ok(last) => last,
-            Err(err) => return refused(err),
-        };
+        let last = stored.as_ref().map(|s| s.head);
         let new = match check_submission(last, request.old_size, &request.proof, &checkpoint) {
             Ok(new) => new,
             Err(Refusal::StaleOldSize { old, latest }) => {
@@ -288,23 +346,34 @@ impl Witness {
                 );
             }
         };
-        if last != Some(new)
-            && let Err(err) = self.state.store(origin, new)
-        {
-            return refused(err);
-        }
-        match cosign(&checkpoint, &self.signer, now) {
-            Ok(cosignature) => Answer {
-                status: 200,
-                content_type: "text/plain; charset=utf-8",
-                body: cosignature.line().as_bytes().to_vec(),
-                log: format!("200 {origin}: cosigned size {}", new.size),
-            },
-            Err(err) => Answer::text(
+        let failed = |err: &dyn std::fmt::Display| {
+            Answer::text(
                 500,
                 "the witness could not cosign".to_owned(),
                 format!("500 {origin}: {err}"),
-            ),
+            )
+        };
+        let cosignature = match cosign(&checkpoint, &self.signer, now) {
+            Ok(cosignature) => cosignature,
+            Err(err) => return failed(&err),
+        };
+        // The same head again, once kept with a cosignature, is not
+        // written again: what monitors get keeps the first cosignature.
+        let kept = stored.is_some_and(|s| s.head == new && s.checkpoint.is_some());
+        if !kept {
+            let cosigned = match checkpoint.with_cosignatures(&[cosignature.line()]) {
+                Ok(cosigned) => cosigned,
+                Err(err) => return failed(&err),
+            };
+            if let Err(err) = self.state.store(origin, &cosigned) {
+                return Answer::damaged(origin, &err);
+            }
+        }
+        Answer {
+            status: 200,
+            content_type: "text/plain; charset=utf-8",
+            body: cosignature.line().as_bytes().to_vec(),
+            log: format!("200 {origin}: cosigned size {}", new.size),
         }
     }
 }
@@ -323,9 +392,20 @@ fn log(line: &str) {
 }
 
 async fn add_checkpoint(State(witness): State<Arc<Witness>>, body: Bytes) -> Response {
-    // File system work: off the async threads.
-    let answer = tokio::task::spawn_blocking(move || witness.add_checkpoint(&body, now())).await;
-    let answer = match answer {
+    respond(move || witness.add_checkpoint(&body, now())).await
+}
+
+async fn latest_checkpoint(
+    State(witness): State<Arc<Witness>>,
+    UrlPath(hash): UrlPath<String>,
+) -> Response {
+    respond(move || witness.latest_checkpoint(&hash)).await
+}
+
+/// Runs `answer` (file system work) off the async threads, logs its line
+/// and sends it.
+async fn respond(answer: impl FnOnce() -> Answer + Send + 'static) -> Response {
+    let answer = match tokio::task::spawn_blocking(answer).await {
         Ok(answer) => answer,
         Err(err) => Answer::text(
             500,
@@ -343,10 +423,13 @@ async fn add_checkpoint(State(witness): State<Arc<Witness>>, body: Bytes) -> Res
         .into_response()
 }
 
-/// The witness's routes: `POST /add-checkpoint` only.
+/// The witness's routes: `POST /add-checkpoint` and, for monitors,
+/// `GET /<origin hash>/checkpoint`; the submission and monitoring
+/// prefixes are both the server's root.
 pub fn router(witness: Arc<Witness>) -> Router {
     Router::new()
         .route("/add-checkpoint", post(add_checkpoint))
+        .route("/{origin_hash}/checkpoint", get(latest_checkpoint))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(witness)
 }

@@ -1,7 +1,22 @@
-//! The witness's state: per origin, the tree head it last cosigned, one
+//! The witness's state: per origin, the checkpoint it last cosigned, one
 //! file each under the state directory.
 //!
 //! The file `<dir>/<origin, each "/" written "%2F">.head` holds exactly
+//!
+//! ```text
+//! constle-witness-head/v2
+//! <origin>
+//! <size, decimal>
+//! <root, base64>
+//!
+//! — <origin> <the log key's signature>
+//! — <witness name> <the witness's cosignature>
+//! ```
+//!
+//! that is, the format line and the cosigned checkpoint as one signed note:
+//! the head it names is the one the witness checks the next submission
+//! against, and the note is what it serves monitors. A file written before
+//! checkpoints were kept reads too:
 //!
 //! ```text
 //! constle-witness-head/v1
@@ -10,7 +25,9 @@
 //! <root, base64>
 //! ```
 //!
-//! each line ending in a newline. It is written to `.<file>.tmp` (0600),
+//! the head alone, until the witness cosigns again and writes `v2`.
+//!
+//! Every line ends in a newline. It is written to `.<file>.tmp` (0600),
 //! fsynced, renamed over the old one and the directory fsynced, before the
 //! witness answers; so after a crash the file is the old head or the new
 //! one, never a mix, and never older than a cosignature given out.
@@ -30,18 +47,31 @@ use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use constle_tlog::{Hash, TreeHead};
+use constle_tlog::{Hash, SignedCheckpoint, TreeHead};
 
 use crate::error::{StateError, WitnessError};
 
-/// The first line of a state file.
-const MAGIC: &str = "constle-witness-head/v1";
-/// A state file is under 450 bytes; anything larger is damage.
-const MAX_STATE_BYTES: u64 = 1024;
+/// The first line of a state file holding the head alone.
+const MAGIC_V1: &str = "constle-witness-head/v1";
+/// The first line of a state file holding the cosigned checkpoint.
+const MAGIC: &str = "constle-witness-head/v2";
+/// A state file is under 1 300 bytes (an origin and a witness name of at
+/// most 255 bytes, each twice at most); anything larger is damage.
+const MAX_STATE_BYTES: u64 = 4096;
 /// The longest file name most file systems take.
 const MAX_FILE_NAME: usize = 255;
 /// Held by the witness using the directory, so that two cannot share it.
 const LOCK: &str = "lock";
+
+/// What the witness keeps of one log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// The tree head last cosigned.
+    pub head: TreeHead,
+    /// That checkpoint, signed by the log and cosigned by the witness;
+    /// `None` in a file written before checkpoints were kept (`v1`).
+    pub checkpoint: Option<SignedCheckpoint>,
+}
 
 /// The state directory, locked for this process.
 #[derive(Debug)]
@@ -124,13 +154,13 @@ impl StateDir {
         self.seen.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The head last cosigned for `origin`, `None` if never.
+    /// What was last cosigned for `origin`, `None` if never.
     ///
     /// # Errors
     ///
     /// [`StateError`] with the path, for a file that cannot be read, does
     /// not parse strictly, or vanished after this process saw it.
-    pub fn load(&self, origin: &str) -> Result<Option<TreeHead>, StateError> {
+    pub fn load(&self, origin: &str) -> Result<Option<Stored>, StateError> {
         let path = self.file(origin);
         let damaged = |why: String| StateError {
             path: path.clone(),
@@ -160,18 +190,19 @@ impl StateDir {
         File::open(&path)
             .and_then(|f| f.take(MAX_STATE_BYTES + 1).read_to_end(&mut bytes))
             .map_err(|e| damaged(format!("cannot read it: {e}")))?;
-        let head = parse(&bytes, origin).map_err(|why| damaged(why.to_owned()))?;
+        let stored = parse(&bytes, origin).map_err(|why| damaged(why.to_owned()))?;
         self.seen().insert(origin.to_owned());
-        Ok(Some(head))
+        Ok(Some(stored))
     }
 
-    /// Stores `head` as `origin`'s, durably, before returning.
+    /// Stores `cosigned` (the checkpoint with the log's signature and the
+    /// witness's cosignature) as `origin`'s, durably, before returning.
     ///
     /// # Errors
     ///
     /// [`StateError`] with the path of what could not be written or
     /// synced; the old file is then still in place, or the new one is.
-    pub fn store(&self, origin: &str, head: TreeHead) -> Result<(), StateError> {
+    pub fn store(&self, origin: &str, cosigned: &SignedCheckpoint) -> Result<(), StateError> {
         let path = self.file(origin);
         let temp = self.dir.join(format!(".{}.tmp", file_name(origin)));
         let failed = |what: &str, at: &Path, e: io::Error| StateError {
@@ -188,7 +219,7 @@ impl StateDir {
             .mode(0o600)
             .open(&temp)
             .map_err(|e| failed("create", &temp, e))?;
-        file.write_all(&encode(origin, head))
+        file.write_all(&encode(cosigned))
             .and_then(|()| file.sync_all())
             .map_err(|e| failed("write and fsync", &temp, e))?;
         drop(file);
@@ -202,13 +233,48 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// The bytes of `origin`'s state file for `head`.
-pub fn encode(origin: &str, head: TreeHead) -> Vec<u8> {
-    format!("{MAGIC}\n{origin}\n{}\n{}\n", head.size, head.root).into_bytes()
+/// The bytes of a state file keeping `cosigned`.
+pub fn encode(cosigned: &SignedCheckpoint) -> Vec<u8> {
+    let mut bytes = format!("{MAGIC}\n").into_bytes();
+    bytes.extend_from_slice(cosigned.as_bytes());
+    bytes
 }
 
-/// Reads a state file strictly: what parses re-encodes to the same bytes.
-fn parse(bytes: &[u8], origin: &str) -> Result<TreeHead, &'static str> {
+/// Reads a state file of either format strictly.
+fn parse(bytes: &[u8], origin: &str) -> Result<Stored, &'static str> {
+    let checked = |head: TreeHead| match head.size == 0 && head.root != Hash::EMPTY {
+        true => Err("size 0 with another root than the empty tree's"),
+        false => Ok(head),
+    };
+    if let Some(note) = bytes.strip_prefix(format!("{MAGIC}\n").as_bytes()) {
+        let checkpoint = SignedCheckpoint::parse(note)
+            .map_err(|_| "it is not a signed checkpoint after its first line")?;
+        if checkpoint.claimed_origin() != origin {
+            return Err("it names another origin than its file name");
+        }
+        if checkpoint.signature_lines().count() != 2 {
+            return Err("it does not hold exactly the log's signature and the witness's");
+        }
+        let head = checked(checkpoint.claimed_head())?;
+        return Ok(Stored {
+            head,
+            checkpoint: Some(checkpoint),
+        });
+    }
+    let head = checked(parse_v1(bytes, origin)?)?;
+    Ok(Stored {
+        head,
+        checkpoint: None,
+    })
+}
+
+/// The bytes of a `v1` state file, the head alone.
+fn encode_v1(origin: &str, head: TreeHead) -> Vec<u8> {
+    format!("{MAGIC_V1}\n{origin}\n{}\n{}\n", head.size, head.root).into_bytes()
+}
+
+/// Reads a `v1` state file strictly: what parses re-encodes to the same bytes.
+fn parse_v1(bytes: &[u8], origin: &str) -> Result<TreeHead, &'static str> {
     let text = std::str::from_utf8(bytes).map_err(|_| "it is not UTF-8 text")?;
     let lines: Vec<&str> = text
         .strip_suffix('\n')
@@ -218,8 +284,8 @@ fn parse(bytes: &[u8], origin: &str) -> Result<TreeHead, &'static str> {
     let [magic, found, size, root] = lines[..] else {
         return Err("it is not four lines: format, origin, size, root");
     };
-    if magic != MAGIC {
-        return Err("its first line is not `constle-witness-head/v1`");
+    if magic != MAGIC_V1 {
+        return Err("its first line is not `constle-witness-head/v2` or `/v1`");
     }
     if found != origin {
         return Err("it names another origin than its file name");
@@ -230,11 +296,8 @@ fn parse(bytes: &[u8], origin: &str) -> Result<TreeHead, &'static str> {
         .filter(|n: &u64| n.to_string() == size)
         .ok_or("its size is not a decimal number")?;
     let root = Hash::from_base64(root).ok_or("its root is not a base64 hash")?;
-    if size == 0 && root != Hash::EMPTY {
-        return Err("size 0 with another root than the empty tree's");
-    }
     let head = TreeHead { size, root };
-    if encode(origin, head) != bytes {
+    if encode_v1(origin, head) != bytes {
         return Err("it is not written the one way the witness writes it");
     }
     Ok(head)
@@ -243,6 +306,9 @@ fn parse(bytes: &[u8], origin: &str) -> Result<TreeHead, &'static str> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    use constle_identity::{Name, SigningIdentity};
+    use constle_tlog::{Deployment, LogKey, Origin, WitnessSigner, cosign, sign_checkpoint};
 
     use super::*;
 
@@ -255,15 +321,64 @@ mod tests {
         }
     }
 
+    /// The checkpoint of `head(size)`, signed by the log and cosigned.
+    fn cosigned(size: u64) -> SignedCheckpoint {
+        let agent = SigningIdentity::from_bytes(&[1; 32]);
+        let origin = Origin::new(
+            &Deployment::new("ci.example.com").unwrap(),
+            &Name::new("bot").unwrap(),
+        );
+        let key = LogKey::new(origin, agent.did());
+        let witness = WitnessSigner::new("w.example/1", SigningIdentity::from_bytes(&[2; 32]));
+        let signed = match size {
+            0 => TreeHead::EMPTY,
+            _ => head(size),
+        };
+        let checkpoint = sign_checkpoint(&agent, &key, signed)
+            .unwrap()
+            .verify(&key)
+            .unwrap();
+        let cosignature = cosign(&checkpoint, &witness.unwrap(), 1).unwrap();
+        checkpoint.with_cosignatures(&[cosignature.line()]).unwrap()
+    }
+
     #[test]
     fn round_trips_and_refuses_any_other_spelling() {
-        let good = encode(ORIGIN, head(7));
-        assert_eq!(parse(&good, ORIGIN).unwrap(), head(7));
+        let good = encode(&cosigned(7));
+        let stored = parse(&good, ORIGIN).unwrap();
+        assert_eq!(stored.head, head(7));
+        assert_eq!(stored.checkpoint, Some(cosigned(7)));
         let text = String::from_utf8(good.clone()).unwrap();
+        let first_line = text.find('\n').unwrap();
+        let log_line_only = text[..text.trim_end().rfind('\n').unwrap() + 1].to_owned();
         for bad in [
             String::new(),
             text.trim_end().to_owned(),
-            text.replace("head/v1", "head/v2"),
+            text.replace("head/v2", "head/v3"),
+            text.replace("\n7\n", "\n07\n"),
+            text.replace("bot", "other"),
+            format!("{text}\n"),
+            text[first_line + 1..].to_owned(),
+            log_line_only,
+            format!(
+                "{text}{}",
+                &text[text.trim_end().rfind('\n').unwrap() + 1..]
+            ),
+        ] {
+            assert!(parse(bad.as_bytes(), ORIGIN).is_err(), "{bad:?}");
+        }
+        assert!(parse(&encode(&cosigned(0)), ORIGIN).is_ok());
+    }
+
+    #[test]
+    fn a_head_written_before_checkpoints_were_kept_still_reads() {
+        let good = encode_v1(ORIGIN, head(7));
+        let stored = parse(&good, ORIGIN).unwrap();
+        assert_eq!(stored.head, head(7));
+        assert_eq!(stored.checkpoint, None);
+        let text = String::from_utf8(good.clone()).unwrap();
+        for bad in [
+            text.trim_end().to_owned(),
             text.replace("\n7\n", "\n07\n"),
             text.replace("\n7\n", "\n+7\n"),
             text.replace("bot", "other"),
@@ -272,8 +387,7 @@ mod tests {
         ] {
             assert!(parse(bad.as_bytes(), ORIGIN).is_err(), "{bad:?}");
         }
-        let empty_wrong = encode(ORIGIN, head(0));
-        assert!(parse(&empty_wrong, ORIGIN).is_err());
+        assert!(parse(&encode_v1(ORIGIN, head(0)), ORIGIN).is_err());
     }
 
     #[test]
@@ -286,7 +400,7 @@ mod tests {
             0o700
         );
         assert_eq!(state.load(ORIGIN).unwrap(), None);
-        state.store(ORIGIN, head(3)).unwrap();
+        state.store(ORIGIN, &cosigned(3)).unwrap();
         let file = state.file(ORIGIN);
         assert_eq!(
             file.file_name().unwrap(),
@@ -296,7 +410,9 @@ mod tests {
             fs::metadata(&file).unwrap().permissions().mode() & 0o777,
             0o600
         );
-        assert_eq!(state.load(ORIGIN).unwrap(), Some(head(3)));
+        let stored = state.load(ORIGIN).unwrap().unwrap();
+        assert_eq!(stored.head, head(3));
+        assert_eq!(stored.checkpoint, Some(cosigned(3)));
         // A second witness cannot use the same directory.
         assert!(StateDir::open(&dir).is_err());
         fs::write(&file, b"garbage\n").unwrap();

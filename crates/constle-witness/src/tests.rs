@@ -4,7 +4,7 @@ use std::sync::{Arc, Barrier};
 
 use constle_identity::{Name, SigningIdentity};
 use constle_tlog::{
-    AddCheckpoint, Deployment, LogKey, LogTree, Origin, TreeHead, WitnessSigner, sign_checkpoint,
+    AddCheckpoint, Deployment, LogKey, LogTree, Origin, WitnessSigner, sign_checkpoint,
 };
 
 use super::*;
@@ -90,7 +90,7 @@ fn concurrent_submissions_from_one_old_size_pass_once() {
         assert_eq!(answer.body, format!("{}\n", passed[0]).into_bytes());
     }
     let stored = s.witness.state().load(s.key.origin().as_str()).unwrap();
-    assert_eq!(stored, Some(tree.head_at(passed[0]).unwrap()));
+    assert_eq!(stored.unwrap().head, tree.head_at(passed[0]).unwrap());
 }
 
 #[test]
@@ -111,8 +111,8 @@ fn a_resubmission_of_the_head_last_cosigned_is_cosigned_again_without_a_write() 
         std::fs::metadata(&file).unwrap().modified().unwrap(),
         before
     );
-    let head: Option<TreeHead> = s.witness.state().load(s.key.origin().as_str()).unwrap();
-    assert_eq!(head, Some(tree.head()));
+    let stored = s.witness.state().load(s.key.origin().as_str()).unwrap();
+    assert_eq!(stored.unwrap().head, tree.head());
 }
 
 #[test]

@@ -315,3 +315,45 @@ fn bad_arguments_are_refused_with_their_reason() {
     }
     assert!(!case.path("set/1.approvers.json").exists());
 }
+
+/// What `show` finds wrong with the set directory or the store is a finding
+/// (exit 1, docs/approver.md), whatever part of the set it is in; only what
+/// keeps it from looking (a directory it cannot read) is exit 2.
+#[test]
+fn every_finding_of_show_exits_1_and_only_a_failure_to_look_exits_2() {
+    let case = Case::new();
+    let (_, pin) = first_version(&case);
+    let version_1 = case.path("set/1.approvers.json");
+    let finds = |says: &str| {
+        let err = refused(&case.run(&["approvers", "show", "set", "--pin", &pin]));
+        assert!(err.contains(says), "{says}: {err}");
+    };
+    // A gap: version 3 without version 2.
+    fs::copy(&version_1, case.path("set/3.approvers.json")).unwrap();
+    finds("holds 3.approvers.json but not 2.approvers.json");
+    fs::remove_file(case.path("set/3.approvers.json")).unwrap();
+    // A misnamed version file.
+    fs::copy(&version_1, case.path("set/02.approvers.json")).unwrap();
+    finds("not a version file name");
+    fs::remove_file(case.path("set/02.approvers.json")).unwrap();
+    // A version file too large to be one.
+    fs::write(case.path("set/2.approvers.json"), vec![b' '; 1 << 20]).unwrap();
+    finds("this is not an approver-set file");
+    fs::remove_file(case.path("set/2.approvers.json")).unwrap();
+    // No version 1.
+    fs::rename(&version_1, case.path("set/1.json")).unwrap();
+    finds("no 1.approvers.json");
+    fs::rename(case.path("set/1.json"), &version_1).unwrap();
+    // A damaged store (what refuses an old set put back).
+    ok(&case.run(&["approvers", "show", "set", "--pin", &pin]));
+    let store = case
+        .home()
+        .join("approvers")
+        .join(pin.strip_prefix("sha256:").unwrap());
+    fs::write(store.join("1.approvers.json"), b"{}").unwrap();
+    finds("is damaged");
+    // A set directory that is not there: nothing could be looked at.
+    let out = case.run(&["approvers", "show", "nowhere"]);
+    assert_eq!(out.status.code(), Some(2), "{}", report(&out));
+    assert!(text(&out.stderr).contains("nowhere"), "{}", report(&out));
+}

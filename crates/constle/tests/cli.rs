@@ -176,6 +176,51 @@ fn validate_speaks_json_lines() {
     assert_eq!(diagnostics[0]["location"]["line"], 1);
 }
 
+/// A witness key whose key ID is not the one its name and key give: the
+/// strict parse `run` uses is `validate`'s too, so both refuse it the same
+/// way, with its line and column, before anything starts.
+#[test]
+fn validate_and_run_refuse_a_witness_key_with_a_wrong_key_id_alike() {
+    let case = Case::new();
+    let (agentfile, _) = case.signed_agent();
+    let good = "witness.example.org/w1+2ce32234+BD1AF8PoQ4lakrcKp00bfrycmCzPLsSWjMDNVfEq9GYM";
+    let wrong_id = good.replace("+2ce32234+", "+2ce32235+");
+    let base = fs::read_to_string(&agentfile).unwrap();
+    let witnesses = |key: &str| {
+        format!(
+            "{base}audit:\n  deployment: ci.example.com\n  witnesses:\n    - url: http://192.0.2.10:7710\n      key: {key}\n"
+        )
+    };
+    case.write("agent.yaml", &witnesses(good));
+    let out = case.run(&["validate", "agent.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+
+    case.write("agent.yaml", &witnesses(&wrong_id));
+    let at = "agent.yaml:10:12: error[invalid_witness_key]";
+    let says = "key ID 2ce32235 should be 2ce32234";
+    let out = case.run(&["validate", "agent.yaml"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(text.contains(at) && text.contains(says), "{text}");
+
+    let out = case.run(&["validate", "--format", "json", "agent.yaml"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let first: serde_json::Value =
+        serde_json::from_str(stdout(&out).lines().next().unwrap()).unwrap();
+    assert_eq!(first["code"], "invalid_witness_key", "{first}");
+    assert_eq!(first["location"]["line"], 10, "{first}");
+    assert_eq!(first["location"]["column"], 12, "{first}");
+    assert!(first["message"].as_str().unwrap().contains(says), "{first}");
+
+    // `run` refuses the same key for the same reason, as an invalid
+    // Agentfile (exit 1), before it starts anything.
+    let out = case.run_within(&["run", "agent.yaml"], Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stderr(&out);
+    assert!(text.contains(at) && text.contains(says), "{text}");
+    assert!(!case.home().join("logs").exists(), "nothing was logged");
+}
+
 #[test]
 fn usage_errors_and_unreadable_files_exit_2() {
     let case = Case::new();

@@ -1,7 +1,8 @@
 //! `constle witness serve` over loopback HTTP, against the real binary:
 //! every answer of c2sp.org/tlog-witness `add-checkpoint`, cosignatures
-//! checked with `constle_tlog::verify_cosignature`, the state kept across
-//! a SIGKILL, and a damaged state refused rather than reset.
+//! checked with `constle_tlog::verify_cosignature`, the monitoring
+//! `GET <origin hash>/checkpoint`, the state kept across a SIGKILL, and a
+//! damaged state refused rather than reset.
 
 // Helpers outside `#[test]` functions report through panics too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,11 +13,14 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use constle_identity::{Name, SigningIdentity};
 use constle_tlog::{
-    AddCheckpoint, Deployment, Hash, LogKey, LogTree, Origin, SignedCheckpoint, WitnessKey,
-    sign_checkpoint, verify_cosignature,
+    AddCheckpoint, Deployment, Hash, LogKey, LogTree, Origin, SignedCheckpoint, TreeHead,
+    WitnessKey, checkpoint_text, find_cosignature, sign_checkpoint, verify_cosignature,
 };
+use sha2::{Digest as _, Sha256};
 
 mod common;
 
@@ -54,6 +58,29 @@ impl Log {
 
     fn checkpoint(&self, size: u64) -> SignedCheckpoint {
         sign_checkpoint(&self.agent, &self.key, self.tree.head_at(size).unwrap()).unwrap()
+    }
+
+    /// A note signature line by the log's key over `text`.
+    fn signature_line(&self, text: &[u8]) -> String {
+        let mut sig = self.key.key_id().to_be_bytes().to_vec();
+        sig.extend_from_slice(&self.agent.sign(text).to_bytes());
+        format!("— {} {}\n", self.key.origin(), BASE64.encode(sig))
+    }
+
+    /// The checkpoint of `head`, whatever it claims, with the log key's
+    /// valid signature: what `sign_checkpoint` refuses to write.
+    fn signed_anyway(&self, head: TreeHead) -> Vec<u8> {
+        let text = checkpoint_text(self.key.origin(), head);
+        let mut note = text.clone();
+        note.push(b'\n');
+        note.extend_from_slice(self.signature_line(&text).as_bytes());
+        note
+    }
+
+    /// The monitoring path of this log: `/<hex SHA-256 of the origin>/checkpoint`.
+    fn monitoring_path(&self) -> String {
+        let hash = Sha256::digest(self.key.origin().as_str().as_bytes());
+        format!("/{}/checkpoint", hex::encode(hash))
     }
 
     /// The body submitting the checkpoint of `size`, with the proof from `old`.
@@ -126,10 +153,36 @@ impl Witness {
         http::request(&self.addr, "POST", "/add-checkpoint", &[], body).unwrap()
     }
 
+    fn get(&self, path: &str) -> Response {
+        http::request(&self.addr, "GET", path, &[], b"").unwrap()
+    }
+
+    /// The checkpoint the witness serves monitors for `log`: of `size`,
+    /// with the log's signature and the witness's cosignature, both valid.
+    #[track_caller]
+    fn serves(&self, log: &Log, size: u64) -> String {
+        let response = self.get(&log.monitoring_path());
+        assert_eq!(response.status, 200, "{}", response.text());
+        let served = SignedCheckpoint::parse(&response.body).unwrap();
+        let checkpoint = served.verify(&log.key).unwrap();
+        assert_eq!(checkpoint.head(), log.tree.head_at(size).unwrap());
+        let cosigned = find_cosignature(&checkpoint, &self.key).unwrap();
+        assert_eq!(cosigned.witness(), WITNESS_NAME);
+        assert_eq!(served.signature_lines().count(), 2, "{}", response.text());
+        response.text()
+    }
+
     /// Submits, expects 200, and checks the cosignature of the checkpoint.
     #[track_caller]
     fn cosigns(&self, log: &Log, old: u64, size: u64) {
-        let response = self.submit(&log.body(old, size));
+        self.cosigns_body(log, &log.body(old, size), size);
+    }
+
+    /// Submits `body`, expects 200, and checks the cosignature of `log`'s
+    /// checkpoint of `size`.
+    #[track_caller]
+    fn cosigns_body(&self, log: &Log, body: &[u8], size: u64) {
+        let response = self.submit(body);
         assert_eq!(response.status, 200, "{}", response.text());
         let checkpoint = log.checkpoint(size).verify(&log.key).unwrap();
         let line = response.text();
@@ -183,12 +236,8 @@ fn a_first_checkpoint_and_a_consistent_extension_are_cosigned_and_stored() {
     let witness = Witness::start(&case, &[&log.key]);
     witness.cosigns(&log, 0, 4);
     let file = state_file(&case, &log);
-    let head = log.tree.head_at(4).unwrap();
-    let expected = format!(
-        "constle-witness-head/v1\n{}\n4\n{}\n",
-        log.key.origin(),
-        head.root
-    );
+    // The format line, then the checkpoint as monitors get it.
+    let expected = format!("constle-witness-head/v2\n{}", witness.serves(&log, 4));
     assert_eq!(fs::read_to_string(&file).unwrap(), expected);
     assert_eq!(
         fs::metadata(&file).unwrap().permissions().mode() & 0o777,
@@ -289,8 +338,98 @@ fn an_unknown_origin_is_404_and_a_bad_signature_403() {
     witness.refuses(changed.as_bytes(), 403);
     witness.refuses(b"old 0\n\nnot a checkpoint\n", 400);
     witness.refuses(b"", 400);
+    // A valid signature by the log's key beside one by the same key that
+    // does not verify: the note is malformed (c2sp.org/signed-note), 403.
+    let mut doubly = log.body(0, 4);
+    let forged = log.signature_line(b"another text\n");
+    doubly.extend_from_slice(forged.as_bytes());
+    witness.refuses(&doubly, 403);
     assert!(!state_file(&case, &log).exists());
     witness.cosigns(&log, 0, 4);
+}
+
+#[test]
+fn a_size_0_checkpoint_without_the_empty_root_is_422() {
+    let case = Case::new();
+    let log = Log::new(1, "bot", 4);
+    let witness = Witness::start(&case, &[&log.key]);
+    let wrong = TreeHead {
+        size: 0,
+        root: log.tree.root(),
+    };
+    let mut body = b"old 0\n\n".to_vec();
+    body.extend_from_slice(&log.signed_anyway(wrong));
+    witness.refuses(&body, 422);
+    // Not a signature the witness checked: 403 comes first.
+    let other = Log::new(2, "bot", 0);
+    let mut body = b"old 0\n\n".to_vec();
+    body.extend_from_slice(&other.signed_anyway(wrong));
+    witness.refuses(&body, 403);
+    // The empty tree itself is cosigned.
+    witness.cosigns(&log, 0, 0);
+    assert!(state_file(&case, &log).exists());
+}
+
+#[test]
+fn monitors_get_the_latest_cosigned_checkpoint_of_each_log() {
+    let case = Case::new();
+    let log = Log::new(1, "bot", 9);
+    let other = Log::new(3, "other-bot", 2);
+    let witness = Witness::start(&case, &[&log.key, &other.key]);
+    // It says where, for each log, as it starts.
+    let said = witness.stderr.lock().unwrap().clone();
+    let url = format!("http://{}{}", witness.addr, log.monitoring_path());
+    assert!(said.contains(&url), "{said}");
+    // Never cosigned, or not a log it witnesses: 404.
+    assert_eq!(witness.get(&log.monitoring_path()).status, 404);
+    let unknown = Log::new(1, "stranger", 0);
+    assert_eq!(witness.get(&unknown.monitoring_path()).status, 404);
+    assert_eq!(witness.get("/checkpoint").status, 404);
+    witness.cosigns(&log, 0, 4);
+    witness.serves(&log, 4);
+    assert_eq!(witness.get(&other.monitoring_path()).status, 404);
+    witness.cosigns(&log, 4, 9);
+    let served = witness.serves(&log, 9);
+    // A refused submission changes nothing served.
+    witness.refuses(&log.body(4, 9), 409);
+    assert_eq!(witness.serves(&log, 9), served);
+    // Only the signatures the witness checked and made: not others'.
+    let mut extra = log.body(9, 9);
+    let stranger = Log::new(5, "bot", 0);
+    extra.extend_from_slice(stranger.signature_line(b"x\n").as_bytes());
+    witness.cosigns_body(&log, &extra, 9);
+    assert_eq!(witness.serves(&log, 9), served);
+    // What it served survives a SIGKILL.
+    witness.kill();
+    let witness = Witness::start(&case, &[&log.key, &other.key]);
+    assert_eq!(witness.serves(&log, 9), served);
+    assert_eq!(witness.get(&other.monitoring_path()).status, 404);
+}
+
+#[test]
+fn a_head_stored_before_checkpoints_were_kept_still_holds() {
+    let case = Case::new();
+    let log = Log::new(1, "bot", 9);
+    let witness = Witness::start(&case, &[&log.key]);
+    witness.cosigns(&log, 0, 5);
+    witness.kill();
+    // As an earlier witness wrote it: the head alone.
+    let file = state_file(&case, &log);
+    let head = log.tree.head_at(5).unwrap();
+    let v1 = format!(
+        "constle-witness-head/v1\n{}\n5\n{}\n",
+        log.key.origin(),
+        head.root
+    );
+    fs::write(&file, &v1).unwrap();
+    let witness = Witness::start(&case, &[&log.key]);
+    stale(&witness.refuses(&log.body(0, 9), 409), 5);
+    assert_eq!(witness.get(&log.monitoring_path()).status, 404);
+    // The same head again is cosigned, and kept this time.
+    witness.cosigns(&log, 5, 5);
+    witness.serves(&log, 5);
+    witness.cosigns(&log, 5, 9);
+    witness.serves(&log, 9);
 }
 
 #[test]

@@ -2,21 +2,23 @@
 //! network namespace of its own (another machine, at a documentation
 //! address), reached over the namespaces' links only. Checkpoints at the
 //! start and end of every run, cosigned by a quorum; a witness down, killed
-//! with SIGKILL and restarted, or shown a rewritten log.
+//! with SIGKILL and restarted, or shown a rewritten log; an idle run across
+//! 00:00 UTC (under `faketime`) closing its day.
 
 // Helpers outside `#[test]` functions report through panics too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
+use std::process::{Command, Stdio};
 
-use constle_testkit::{HostsFile, TestHost};
+use constle_testkit::{HostsFile, TestHost, require_root};
 use libtest_mimic::Arguments;
 
 mod common;
 
 use common::log::{read_entries, reseal};
 use common::witnesses::{Agent, NsWitness};
-use common::{e2e, report, text};
+use common::{constle_bin, e2e, e2e_when, report, text};
 use constle_identity::{KeyKind, KeyStore, Name};
 
 const TOKEN: &str = "M4RK3R-witness-token";
@@ -50,6 +52,11 @@ fn main() {
         e2e(
             "new_entries_during_a_run_are_checkpointed_while_it_runs",
             during,
+        ),
+        e2e_when(
+            "an_idle_run_across_midnight_utc_closes_its_day_with_a_witnessed_checkpoint",
+            |name| require_root(name, &["bwrap", "faketime"]),
+            across_midnight,
         ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
@@ -339,4 +346,73 @@ fn rewritten() {
     );
     assert!(said.contains(&range), "{said}");
     assert!(first_end as u64 >= sizes[0] && (first_end as u64) < sizes[1]);
+}
+
+/// A run whose agent does nothing while 00:00 UTC passes: its clock (the
+/// wall clock only, through libfaketime) starts at 23:59:56. The day is
+/// closed by a `day_close` checkpoint of everything the day's file holds,
+/// cosigned, though no entry was added since the run's first checkpoint.
+fn across_midnight() {
+    let agent = Agent::new();
+    let mut w1 = NsWitness::new(&agent.case, "w1.example.org", &agent.log);
+    let entries = [w1.serve().entry()];
+    let agentfile = agent.agentfile("sleep 6", &entries, 1, false);
+    let out = Command::new("faketime")
+        .args(["--exclude-monotonic", "-f", "@2026-12-02 23:59:56"])
+        .arg(constle_bin())
+        .args(["run", agentfile.to_str().unwrap()])
+        .env("CONSTLE_HOME", agent.case.home())
+        .env("TZ", "UTC")
+        .current_dir(agent.case.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+    let day = |date: &str| -> Vec<serde_json::Value> {
+        let file = agent
+            .case
+            .home()
+            .join(format!("logs/test-agent-{date}.jsonl"));
+        let text = fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let (before, after) = (day("2026-12-02"), day("2026-12-03"));
+    let named = |entries: &[serde_json::Value], event: &str| -> Vec<serde_json::Value> {
+        entries
+            .iter()
+            .filter(|e| e["event"] == event)
+            .cloned()
+            .collect()
+    };
+    let triggers: Vec<_> = [&before, &after]
+        .iter()
+        .flat_map(|d| named(d, "checkpoint"))
+        .map(|e| e["trigger"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        triggers,
+        ["run_start", "day_close", "run_end"],
+        "{}",
+        report(&out)
+    );
+    // The day's close is the new day's first entry and covers the whole
+    // of the day before, the first round's own entries included.
+    assert_eq!(after[0]["event"], "checkpoint", "{}", after[0]);
+    assert_eq!(after[0]["trigger"], "day_close");
+    assert_eq!(after[0]["size"].as_u64(), Some(before.len() as u64));
+    let cosigned = named(&after, "checkpoint_cosigned");
+    assert_eq!(cosigned[0]["size"], after[0]["size"], "{cosigned:?}");
+    // And the two days verify as one log, witnessed.
+    let files = ["2026-12-02", "2026-12-03"]
+        .map(|d| agent.case.home().join(format!("logs/test-agent-{d}.jsonl")));
+    let out = agent.case.run(&[
+        "audit",
+        "verify",
+        &format!("--agentfile={}", agentfile.display()),
+        files[0].to_str().unwrap(),
+        files[1].to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", report(&out));
 }

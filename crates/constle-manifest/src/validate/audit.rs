@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use base64::Engine as _;
+use constle_vkey::{Deployment, WitnessKey};
 
 use super::V;
 use crate::de::{Field, Located};
@@ -208,54 +208,27 @@ impl V<'_, '_> {
     }
 }
 
-/// Lowercase DNS labels joined by dots, as a checkpoint's origin starts.
+/// `audit.deployment`: the rule is [`Deployment::new`]'s, the one the run
+/// and the witnesses name the log's origin by.
 fn check_deployment(s: &str) -> Result<String, InvalidValue> {
-    let label_ok = |l: &str| {
-        (1..=63).contains(&l.len())
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    };
-    if s.len() <= 253 && s.split('.').all(label_ok) {
-        return Ok(s.to_owned());
-    }
-    Err(InvalidValue {
-        message: format!("audit.deployment {s:?} is not a lowercase DNS name"),
-        help: Some(
-            "write lowercase labels of a-z, 0-9 and - joined by dots, e.g. ci.example.com"
-                .to_string(),
-        ),
-    })
-}
-
-/// `<name>+<8 hex>+<base64(0x04 || 32-byte key)>`, the shape of a
-/// `cosignature/v1` verifier key.
-fn check_witness_key(s: &str) -> Result<String, InvalidValue> {
-    // The base64 may hold `+` too: only the first two separate parts.
-    let parts: Vec<&str> = s.splitn(3, '+').collect();
-    let shaped = match parts.as_slice() {
-        [name, id, key] => {
-            !name.is_empty()
-                && !name.chars().any(|c| c.is_whitespace() || c.is_control())
-                && id.len() == 8
-                && id
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-                && base64::engine::general_purpose::STANDARD
-                    .decode(key)
-                    .is_ok_and(|k| k.len() == 33 && k[0] == 0x04)
-        }
-        _ => false,
-    };
-    match shaped {
-        true => Ok(s.to_owned()),
-        false => Err(InvalidValue {
-            message: "audit.witnesses[].key is not a witness verifier key".to_owned(),
+    Deployment::new(s)
+        .map(|d| d.as_str().to_owned())
+        .map_err(|e| InvalidValue {
+            message: format!("audit.deployment: {e}"),
             help: Some(
-                "write the key `constle witness serve` prints: <name>+<key ID>+<base64>"
+                "write lowercase labels of a-z, 0-9 and - joined by dots, e.g. ci.example.com"
                     .to_string(),
             ),
-        }),
-    }
+        })
+}
+
+/// `audit.witnesses[].key`, read by [`WitnessKey::from_vkey`]: as strictly
+/// as the run that submits checkpoints to the witness reads it.
+fn check_witness_key(s: &str) -> Result<WitnessKey, InvalidValue> {
+    WitnessKey::from_vkey(s).map_err(|e| InvalidValue {
+        message: format!("audit.witnesses[].key is not a witness verifier key: {e}"),
+        help: Some(
+            "write the key `constle witness serve` prints: <name>+<key ID>+<base64>".to_string(),
+        ),
+    })
 }

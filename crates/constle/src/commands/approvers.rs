@@ -117,15 +117,16 @@ pub fn sign(args: &ApproversSignArgs) -> anyhow::Result<Outcome> {
 }
 
 pub fn show(args: &ApproversShowArgs) -> anyhow::Result<Outcome> {
-    let files = read_versions(&args.dir)?;
+    // A gap, a misnamed or oversized version file is a finding about the
+    // set (exit 1), like a version that does not verify.
+    let files = match read_versions(&args.dir) {
+        Ok(files) => files,
+        Err(err) => return finding(err),
+    };
     let Some((first_path, first)) = files.first() else {
-        error(
-            &ApproverSetError::NoFirstVersion {
-                dir: args.dir.clone(),
-            }
-            .to_string(),
-        );
-        return Ok(Outcome::PolicyFailure);
+        return finding(ApproverSetError::NoFirstVersion {
+            dir: args.dir.clone(),
+        });
     };
     let pin = match &args.pin {
         Some(pin) => SetPin::parse(pin).context("--pin")?,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use constle_identity::{KeyKind, KeyStore, Name};
 use constle_tlog::WitnessSigner;
-use constle_witness::{Logs, StateDir, Witness};
+use constle_witness::{Logs, StateDir, Witness, origin_hash};
 
 use crate::Outcome;
 use crate::cli::WitnessServeArgs;
@@ -31,7 +31,9 @@ pub fn serve(args: &WitnessServeArgs) -> anyhow::Result<Outcome> {
         witness.public().vkey()
     ));
     err_line(&format!("constle witness: state {}", dir.display()));
+    let mut origins = Vec::new();
     for (origin, state) in witness.check_state() {
+        origins.push(origin.to_owned());
         match state {
             Ok(Some(head)) => err_line(&format!(
                 "constle witness: {origin}: last cosigned size {}",
@@ -49,6 +51,13 @@ pub fn serve(args: &WitnessServeArgs) -> anyhow::Result<Outcome> {
                 "constle witness: warning: not on loopback; put a TLS proxy in front so clients can authenticate the witness",
             );
         }
+        for origin in &origins {
+            err_line(&format!(
+                "constle witness: {origin}: latest checkpoint for monitors at http://{addr}/{}/checkpoint",
+                origin_hash(origin)
+            ));
+        }
+        // Last: tests and scripts wait for this line.
         err_line(&format!(
             "constle witness: add-checkpoint at http://{addr}/add-checkpoint"
         ));
