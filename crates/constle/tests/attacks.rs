@@ -64,6 +64,7 @@ const PROBES: &[(&str, &str)] = &[
     ("privileges.py", include_str!("attacks/privileges.py")),
     ("leaks.py", include_str!("attacks/leaks.py")),
     ("terminal.py", include_str!("attacks/terminal.py")),
+    ("leftovers.py", include_str!("attacks/leftovers.py")),
 ];
 
 /// Runs constle under a pseudo-terminal, as an operator's shell would.
@@ -540,6 +541,8 @@ struct Agent {
     rootfs: Option<String>,
     /// `sandbox.limits`' lines, indented under it.
     limits: Option<String>,
+    /// `sandbox.tmpfs`' lines, indented under it.
+    tmpfs: Option<String>,
     env: Vec<(String, String)>,
     did: Option<String>,
     /// The command is one of [`PROBES`], to be copied in first.
@@ -553,6 +556,7 @@ impl Agent {
             workdir: "./work".into(),
             rootfs: None,
             limits: None,
+            tmpfs: None,
             env: Vec::new(),
             did: None,
             probe: false,
@@ -590,6 +594,11 @@ impl Agent {
         self
     }
 
+    fn tmpfs(mut self, tmpfs: &str) -> Agent {
+        self.tmpfs = Some(tmpfs.into());
+        self
+    }
+
     fn env(mut self, name: &str, value: impl fmt::Display) -> Agent {
         self.env.push((name.into(), value.to_string()));
         self
@@ -614,6 +623,9 @@ impl Agent {
         }
         if let Some(limits) = &self.limits {
             y += &format!("  limits:\n{limits}");
+        }
+        if let Some(tmpfs) = &self.tmpfs {
+            y += &format!("  tmpfs:\n{tmpfs}");
         }
         if !self.env.is_empty() {
             y += "  env:\n";
@@ -2172,6 +2184,348 @@ as_root_and_user!(
 );
 
 // ---------------------------------------------------------------------------
+// What the agent leaves behind
+
+/// Git as the operator runs it in the work directory after the run: as
+/// whoever started constle, with no configuration of the operator's own.
+fn operator_git(arena: &Arena, args: &[&str]) -> Finished {
+    let mut argv = vec![OsStr::new("git")];
+    argv.extend(args.iter().map(OsStr::new));
+    let mut cmd = as_user(arena.as_attacker(), &argv);
+    cmd.current_dir(arena.work())
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", arena.dir.path());
+    finish(cmd, &format!("git {args:?}"))
+}
+
+/// The run's quarantine for the agent's work directory.
+fn quarantined(arena: &Arena) -> PathBuf {
+    let runs: Vec<PathBuf> = fs::read_dir(arena.home().join("quarantine"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert_eq!(runs.len(), 1, "one run, one quarantine: {runs:?}");
+    runs[0].join("workdir")
+}
+
+/// The operator's own repository, with a hook of theirs, before the run.
+fn operators_repository(arena: &Arena) -> String {
+    assert!(
+        operator_git(arena, &["init", "-q", "-b", "main"])
+            .status
+            .success()
+    );
+    let hook = arena.work().join(".git/hooks/pre-push");
+    let body = "#!/bin/sh\necho the operator's own hook\n";
+    arena.write(&hook, body);
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
+    body.to_owned()
+}
+
+/// Attack: programs planted for git and the editors (every implicit way
+/// git runs one, and the files an editor, a shell or an agent CLI acts on
+/// when the directory is opened). Afterwards the operator's git, run as it
+/// would be, runs none of them; the agent's commit, branch and
+/// `git config user.name` stay; the operator's changed hook is theirs
+/// again; every trap is in the quarantine, and the run said so.
+fn git_and_editor_traps(who: Who) {
+    let arena = Arena::new(who);
+    let hook = operators_repository(&arena);
+    let tripped = arena.dir.path().join("tripped");
+    let run = arena.run(&Agent::probe(
+        "leftovers.py",
+        &["git", tripped.to_str().unwrap()],
+    ));
+    run.assert_code(0);
+    for args in [
+        &["status"][..],
+        &["diff"],
+        &["diff", "HEAD"],
+        &["log", "-p"],
+        &["add", "-A"],
+        &["commit", "-qm", "the operator's commit"],
+        &["checkout", "-q", "topic"],
+        &["checkout", "-q", "main"],
+        &["st"],
+        &["gc", "--auto"],
+        &["push", "--dry-run", ".", "main:copy"],
+    ] {
+        operator_git(&arena, args);
+    }
+    for var in ["GIT_PAGER", "GIT_EDITOR"] {
+        let shown = operator_git(&arena, &["var", var]).out();
+        assert!(!shown.contains("evil"), "{var} is {shown}");
+    }
+    assert!(
+        !tripped.exists(),
+        "the operator's git ran what the agent planted: {}\n{run}",
+        fs::read_to_string(&tripped).unwrap_or_default()
+    );
+    let log = operator_git(&arena, &["log", "--format=%an %s", "topic"]).out();
+    assert_eq!(log.trim(), "Agent the agent's commit", "{run}");
+    let name = operator_git(&arena, &["config", "--local", "user.name"]).out();
+    assert_eq!(name.trim(), "Agent");
+    assert_eq!(
+        fs::read_to_string(arena.work().join(".git/hooks/pre-push")).unwrap(),
+        hook
+    );
+    let quarantine = quarantined(&arena);
+    for trap in [
+        ".git/config",
+        ".git/hooks/pre-commit",
+        ".git/hooks/pre-push",
+        ".vscode/tasks.json",
+        ".idea/workspace.xml",
+        ".claude/settings.json",
+        ".mcp.json",
+        ".envrc",
+        ".npmrc",
+        "sub/.envrc",
+        ".devcontainer/devcontainer.json",
+        ".cargo/config.toml",
+    ] {
+        assert!(
+            quarantine.join(trap).exists(),
+            "{trap} not in the quarantine\n{run}"
+        );
+        let left = arena.work().join(trap);
+        let theirs = [".git/config", ".git/hooks/pre-push"].contains(&trap);
+        assert!(
+            theirs || !left.exists(),
+            "{trap} is still in the work directory"
+        );
+    }
+    assert_eq!(mode(&quarantine), 0o700);
+    assert!(run.err().contains("set aside what the agent left"), "{run}");
+    assert!(
+        !contains(&run.stderr, b"\x1b"),
+        "an escape reached the operator\n{run}"
+    );
+}
+
+/// The same traps, with constle under the operator's terminal: what was
+/// set aside is told there, and a name made to act on a terminal (a clear
+/// screen, a window title) is shown escaped, never acted on.
+fn traps_told_on_the_terminal(who: Who) {
+    let arena = Arena::new(who);
+    let tripped = arena.dir.path().join("tripped");
+    let agent = Agent::probe("leftovers.py", &["git", tripped.to_str().unwrap()]);
+    let run = under_terminal_with(&arena, &agent, &["--timeout", "60"]);
+    assert_eq!(run.exit, Some(0), "{run}");
+    let shown = text(&run.shown);
+    assert!(shown.contains("set aside what the agent left"), "{run}");
+    assert!(
+        shown.contains(".vscode/\\u{1b}[2J\\u{1b}]0;owned\\u{7}name"),
+        "{run}"
+    );
+    assert!(
+        !contains(&run.shown, b"\x1b"),
+        "an escape reached the terminal\n{run}"
+    );
+    assert!(
+        !contains(&run.shown, b"\x07"),
+        "a bell reached the terminal\n{run}"
+    );
+    operator_git(&arena, &["status"]);
+    assert!(!tripped.exists(), "{run}");
+}
+
+/// Attack: the work directory and new files left writable by anyone, for
+/// any local user to swap before the operator uses them. Afterwards the
+/// work directory has its mode again and nothing is writable by group or
+/// others that was not before the run.
+fn files_left_writable_by_anyone(who: Who) {
+    let arena = Arena::new(who);
+    fs::set_permissions(arena.work(), fs::Permissions::from_mode(0o750)).unwrap();
+    for (name, mode) in [("operator.txt", 0o644), ("shared.txt", 0o664)] {
+        arena.write(&arena.work().join(name), "the operator's\n");
+        fs::set_permissions(arena.work().join(name), fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let run = arena.run(&Agent::probe("leftovers.py", &["perms"]));
+    run.assert_code(0);
+    for (name, want) in [
+        (".", 0o750),
+        ("world.sh", 0o755),
+        ("group.txt", 0o644),
+        ("shared-dir", 0o1755),
+        ("operator.txt", 0o644),
+        ("shared.txt", 0o664),
+    ] {
+        assert_eq!(mode(&arena.work().join(name)), want, "{name}\n{run}");
+    }
+    assert!(run.err().contains("has its mode and owner back"), "{run}");
+    expect_rows(
+        &run,
+        &[
+            ("chmod 0777 the work directory", "OK"),
+            ("chmod 777 world.sh", "OK"),
+            ("chmod 664 group.txt", "OK"),
+            ("chmod 1777 shared-dir", "OK"),
+            ("chmod o+w operator.txt", "OK"),
+        ],
+    );
+}
+
+/// Attack: the operator's read-only inputs, root's, written every way.
+/// None of it works, and they are as they were after the run.
+fn read_only_inputs(who: Who) {
+    let arena = Arena::new(who);
+    let work = arena.work();
+    fs::create_dir(work.join("inputs")).unwrap();
+    for name in ["input.csv", "inputs/data.csv"] {
+        fs::write(work.join(name), "a,b\n1,2\n").unwrap();
+        fs::set_permissions(work.join(name), fs::Permissions::from_mode(0o444)).unwrap();
+    }
+    fs::set_permissions(work.join("inputs"), fs::Permissions::from_mode(0o555)).unwrap();
+    let run = arena.run(&Agent::probe("leftovers.py", &["read-only"]));
+    run.assert_code(0);
+    // Not the file's owner. In a root run the file is the keeper's through
+    // the idmapped mount, which maps no id but the owner's: a change to an
+    // inode of an unmapped owner is refused before permissions are looked
+    // at (EOVERFLOW).
+    let not_owner = match who {
+        Who::Root => "EOVERFLOW",
+        Who::User => "EPERM",
+    };
+    let mut rows = Vec::new();
+    for name in ["input.csv", "inputs/data.csv"] {
+        rows.extend([
+            (format!("{name}, open for writing"), "EACCES"),
+            (format!("{name}, truncate"), "EACCES"),
+            (format!("{name}, chmod 0666"), not_owner),
+            (format!("{name}, chown to the agent"), "EPERM"),
+        ]);
+        let meta = fs::metadata(work.join(name)).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.mode() & 0o7777),
+            (0, 0o444),
+            "{name}\n{run}"
+        );
+        assert_eq!(fs::read_to_string(work.join(name)).unwrap(), "a,b\n1,2\n");
+    }
+    rows.extend([
+        ("inputs, make a file".to_owned(), "EACCES"),
+        ("inputs, chmod 0777".to_owned(), not_owner),
+    ]);
+    let rows: Vec<(&str, &str)> = rows.iter().map(|(n, r)| (n.as_str(), *r)).collect();
+    expect_rows(&run, &rows);
+    let meta = fs::metadata(work.join("inputs")).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o555));
+}
+
+/// Attack: a file the operator hard-linked into the work directory (`cp
+/// -al`, `git clone --local`, pnpm's store), which the agent would change
+/// outside it too. The run is refused before the agent starts.
+fn hard_linked_inputs(who: Who) {
+    let arena = Arena::new(who);
+    let outside = arena.dir.path().join("store-file");
+    arena.write(&outside, "the store's\n");
+    fs::hard_link(&outside, arena.work().join("linked")).unwrap();
+    let run = arena.run(&Agent::sh(
+        "echo the agent ran > ran; echo changed > linked",
+    ));
+    run.assert_code(125);
+    assert!(run.err().contains("hard links"), "{run}");
+    assert!(run.err().contains("linked"), "{run}");
+    assert!(!arena.work().join("ran").exists(), "the agent ran\n{run}");
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "the store's\n");
+}
+
+/// Attack: the sandbox's file systems in memory filled past their bounds
+/// (the declared ones for `/tmp` and the home, the default for
+/// `/dev/shm`), and a file made in `/dev`.
+fn memory_file_systems_past_their_bounds(who: Who) {
+    let arena = Arena::new(who);
+    let agent = Agent::probe("leftovers.py", &["tmpfs"]).tmpfs("    tmp: 32m\n    home: 16m\n");
+    let run = arena.run(&agent);
+    run.assert_code(0);
+    let rows = run.rows();
+    for (row, bound) in [
+        ("fill /tmp with 80 MiB", 32),
+        ("fill /home/agent with 80 MiB", 16),
+        ("fill /dev/shm with 80 MiB", 64),
+    ] {
+        let got = rows.get(row).map(String::as_str).unwrap_or("");
+        let mib: u32 = got
+            .strip_prefix("ENOSPC after ")
+            .and_then(|r| r.strip_suffix(" MiB"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u32::MAX);
+        assert!(mib <= bound, "{row}: {got}\n{run}");
+    }
+    assert_eq!(
+        rows.get("write /dev/planted").map(String::as_str),
+        Some("EROFS"),
+        "{run}"
+    );
+}
+
+/// Attack: every inotify instance the kernel allows a user, held by one
+/// root run, leaves none for the next. Each root run has a host id of its
+/// own, so the other run still gets one.
+fn per_uid_quotas_are_not_shared(who: Who) {
+    assert_eq!(who, Who::Root, "an unprivileged user's runs are that user");
+    let hog = Arena::new(who);
+    let running = hog.start(&Agent::probe("leftovers.py", &["inotify-hog"]));
+    assert!(
+        appears(&hog.work().join("hogging"), RUN_LIMIT),
+        "the hog did not start"
+    );
+    let other = Arena::new(who);
+    let run = other.run(&Agent::probe("leftovers.py", &["inotify-one"]));
+    fs::write(hog.work().join("release"), "").unwrap();
+    let hogged = running.stop("TERM");
+    assert!(
+        hogged.out().contains("(EMFILE)"),
+        "the hog never hit the limit\n{hogged}"
+    );
+    expect_rows(&run, &[("inotify_init1", "OK")]);
+}
+
+/// Two runs in one work directory would each check and change what the
+/// other's agent writes: the second is refused while the first runs.
+fn one_run_per_work_directory(who: Who) {
+    let arena = Arena::new(who);
+    let first = arena.start(&Agent::sh("touch started; sleep 30"));
+    assert!(appears(&arena.work().join("started"), RUN_LIMIT));
+    let second = arena.run(&Agent::sh("touch second"));
+    second.assert_code(125);
+    assert!(
+        second
+            .err()
+            .contains("another constle run is using the work directory"),
+        "{second}"
+    );
+    assert!(!arena.work().join("second").exists());
+    first.stop("TERM");
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::symlink_metadata(path).unwrap().mode() & 0o7777
+}
+
+as_root_and_user!(
+    ready:
+    git_and_editor_traps,
+    traps_told_on_the_terminal,
+    files_left_writable_by_anyone,
+    hard_linked_inputs,
+    memory_file_systems_past_their_bounds,
+    one_run_per_work_directory,
+);
+
+as_root_and_user!(ready_as_root: read_only_inputs);
+
+mod per_uid_quotas {
+    #[test]
+    fn as_root() {
+        if super::ready_as_root("per_uid_quotas", super::Who::Root) {
+            super::per_uid_quotas_are_not_shared(super::Who::Root);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // The operator's terminal
 
 /// What [`PTY_HARNESS`] saw of a run under a terminal, with the probe's
@@ -2212,8 +2566,13 @@ impl fmt::Display for TerminalRun {
 /// pseudo-terminal, the harness told `harness` (`--ready`, `--type`,
 /// `--ctrl-c`, …; `{work}` stands for the work directory).
 fn under_terminal(arena: &Arena, mode: &str, harness: &[&str]) -> TerminalRun {
+    under_terminal_with(arena, &Agent::probe("terminal.py", &[mode]), harness)
+}
+
+/// Runs `agent` as [`under_terminal`] does.
+fn under_terminal_with(arena: &Arena, agent: &Agent, harness: &[&str]) -> TerminalRun {
     use base64::Engine as _;
-    let args = arena.prepare(&Agent::probe("terminal.py", &[mode]), &[]);
+    let args = arena.prepare(agent, &[]);
     let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
     let constle = arena.command(&args);
     let script = arena.dir.path().join("pty_harness.py");
