@@ -303,6 +303,19 @@ mod tests {
     }
 
     #[test]
+    fn docs_list_every_rule_as_it_is() {
+        let docs = include_str!("../../../docs/sandbox.md");
+        for rule in RULES {
+            let path = match rule.pattern {
+                Name(n) => n.to_owned(),
+                InDir(dir, n) => format!("{dir}/{n}"),
+            };
+            let row = format!("| `{path}` | {} | {} |", rule.what, rule.why);
+            assert!(docs.contains(&row), "docs/sandbox.md lacks the row {row}");
+        }
+    }
+
+    #[test]
     fn every_rule_says_what_and_why() {
         for rule in RULES {
             assert!(!rule.what.is_empty() && !rule.why.is_empty(), "{rule:?}");

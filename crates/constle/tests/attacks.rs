@@ -1639,6 +1639,13 @@ fn fork_bomb_and_memory_hog_against_limits(who: Who) {
             "touch started; python3 -c 'x = bytearray(400 << 20); print(\"survived\")'".to_owned(),
             "the memory limit (48 MiB) was reached",
         ),
+        // Memory no process owns counts too: /tmp (bounded at 1 GiB) filled
+        // with 400 MiB under a 48 MiB limit.
+        (
+            "    memory: 48m\n",
+            "touch started; head -c 400m /dev/zero > /tmp/fill; echo survived".to_owned(),
+            "the memory limit (48 MiB) was reached",
+        ),
     ];
     for (limits, script, reached) in attacks {
         let arena = Arena::new(who);
