@@ -30,6 +30,7 @@ pub enum Item {
 pub fn plan(manifest: &Manifest) -> Vec<Item> {
     let mut items = vec![
         sandbox(manifest),
+        workdir(manifest),
         limits(manifest),
         egress(manifest),
         audit(manifest),
@@ -58,6 +59,16 @@ fn sandbox(manifest: &Manifest) -> Item {
         "sandbox",
         format!(
             "bubblewrap: own network, pid, ipc, uts and mount namespaces; uid {AGENT_ID}, never the host's root, no capabilities, seccomp filter; {root}; writable: {} and a private /tmp; output escaped",
+            manifest.sandbox.workdir.display()
+        ),
+    )
+}
+
+fn workdir(manifest: &Manifest) -> Item {
+    enforced(
+        "workdir",
+        format!(
+            "{}: this run's alone; files with other names outside it refused; after the run, what the agent left there for your tools to run (git config and hooks, editor, shell and agent-CLI settings) is set aside, and nothing stays writable by group or others or set-id that was not",
             manifest.sandbox.workdir.display()
         ),
     )

@@ -586,7 +586,7 @@ fn the_default_workdir_is_made_when_missing() {
     let case = Case::new();
     fs::remove_dir(case.path("work")).unwrap();
     let minimal = "sandbox:\n  command: [\"sh\", \"-c\", \"echo hi > made-here\"]\n  network:\n    egress: none\n";
-    run_says(&case, minimal, Some(0), "made now, mode 0700");
+    run_says(&case, minimal, Some(0), "workdir     made now, mode 0700");
     let meta = fs::metadata(case.path("work")).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o700);
     assert_eq!(meta.uid(), nix_euid());

@@ -49,18 +49,18 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         }
     };
     let mut summary = constle_run::plan(&manifest);
-    if let Some(workdir) = made {
-        let detail = format!(
-            "{} made now, mode 0700: the Agentfile names no workdir and the default did not exist",
-            workdir.display()
-        );
-        summary.insert(
-            1,
-            Item::Enforced {
+    if made.is_some() {
+        for item in &mut summary {
+            if let Item::Enforced {
                 part: "workdir",
                 detail,
-            },
-        );
+            } = item
+            {
+                *detail = format!(
+                    "made now, mode 0700 (the Agentfile names no workdir, and the default did not exist); {detail}"
+                );
+            }
+        }
     }
     summary.extend(runtime.block_on(constle_run::spend_plan(&manifest, &options.home)));
     print_summary(manifest.name.as_str(), &summary);
