@@ -358,6 +358,39 @@ class Bench:
             phases[name] = finished
         return walls, cpus, phases
 
+    # 4. The work directory's checks before and after a run
+    def workdir_checks(self):
+        sizes = [0, 10_000, 100_000]
+        agents = {}
+        for files in sizes:
+            work = self.dir / f"work-{files}"
+            progress(f"work directory checks: making {files} files")
+            make_tree(work, files)
+            path = self.dir / f"bench-work-{files}.yaml"
+            path.write_text(f"name: bench-work-{files}\nsandbox:\n  command: [\"true\"]\n"
+                            f"  workdir: ./work-{files}\n  network:\n    egress: none\n")
+            agents[files] = [self.args.constle, "run", str(path)]
+        walls = {files: [] for files in sizes}
+        cpus = {files: [] for files in sizes}
+        n = self.args.runs
+        for i in range(WARMUP_RUNS + n):
+            if i == WARMUP_RUNS or (i > WARMUP_RUNS and (i - WARMUP_RUNS) % 5 == 0):
+                progress(f"work directory checks: {i - WARMUP_RUNS}/{n}")
+            turn = i % len(sizes)
+            for files in sizes[turn:] + sizes[:turn]:
+                wall, cpu = run_timed(agents[files], self.env, self.dir, 120, f"run with {files} files")
+                if i >= WARMUP_RUNS:
+                    walls[files].append(wall)
+                    cpus[files].append(cpu)
+        checks = {}
+        for files in sizes:
+            finished = self.run_finished(f"bench-work-{files}")[WARMUP_RUNS:]
+            bad = [e for e in finished if e.get("exit_status") != 0 or "workdir" not in e.get("phases_us", {})]
+            if len(finished) != n or bad:
+                raise Failed(f"bench-work-{files}: {len(finished)} runs finished, {len(bad)} without phases")
+            checks[files] = [e["phases_us"]["workdir"] / 1e6 for e in finished]
+        return walls, cpus, checks
+
     # 2. Tunnel throughput
     def throughput(self):
         mib, rounds = self.args.mib, self.args.rounds
@@ -407,10 +440,40 @@ class Bench:
         return direct, proxy, allowed
 
 
+def make_tree(root, files):
+    """`files` small files, a hundred to a directory, as a project has."""
+    root.mkdir()
+    for i in range(files):
+        directory = root / f"d{i // 100:04}"
+        if i % 100 == 0:
+            directory.mkdir()
+        (directory / f"f{i % 100:02}.txt").write_text("x\n")
+
+
 # --- the table ------------------------------------------------------------------
 
 def ms(seconds, digits=1):
     return f"{seconds * 1000:7.{digits}f} ms"
+
+
+def print_workdir_table(args, walls, cpus, checks):
+    p = print
+    p()
+    p(f"4. The work directory's checks: agent `true`, egress none, a work directory of N small files")
+    p(f"   ({args.runs} runs each, interleaved, after {WARMUP_RUNS} warm-ups). checks = run_finished.phases_us.workdir")
+    p("   (the walk before the sandbox starts and the one after it is gone, in constle's own clock);")
+    p("   share = checks / the run's wall time; CPU as in 1.")
+    p(f"   {'':28} {'wall':>10} {'CPU':>10} {'checks':>10} {'share':>7}   wall vs empty")
+    base = statistics.median(walls[0])
+    base_cpu = statistics.median(cpus[0])
+    for files in sorted(walls):
+        wall, cpu = statistics.median(walls[files]), statistics.median(cpus[files])
+        check = statistics.median(checks[files])
+        aim = ""
+        if files == 10_000:
+            aim = f"   aim < 5 %: {'met' if check / wall < 0.05 else 'NOT MET'}"
+        p(f"   {f'{files} files':<28} {ms(wall)} {ms(cpu)} {ms(check)} {check / wall * 100:6.1f}%"
+          f"   {wall / base:4.2f}x, CPU {cpu / base_cpu:4.2f}x{aim}")
 
 
 def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, direct_lat, proxy_lat, allowed):
@@ -449,15 +512,15 @@ def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, direct_
     p("   log+setup = duration_ms - phases (audit log start, the run_started record); process = wall -")
     p("   duration_ms (exec, Agentfile, summary, the run_finished record, exit). duration_ms is in whole")
     p("   ms, so these two are good to about 1 ms.")
-    p(f"   {'':44} {'proxy_start':>11} {'sandbox':>10} {'teardown':>10} {'log+setup':>10} {'process':>10}")
-    phase_names = ("proxy_start", "sandbox", "teardown")
+    p(f"   {'':44} {'proxy_start':>11} {'workdir':>10} {'sandbox':>10} {'teardown':>10} {'log+setup':>10} {'process':>10}")
+    phase_names = ("proxy_start", "workdir", "sandbox", "teardown")
     for label, key in rows[1:3]:
         events = phases[key]
         med = {ph: statistics.median(e["phases_us"][ph] for e in events) / 1e6 for ph in phase_names}
         in_run = statistics.median(
             e["duration_ms"] / 1e3 - sum(e["phases_us"][ph] for ph in phase_names) / 1e6 for e in events)
         process = statistics.median(w - e["duration_ms"] / 1e3 for w, e in zip(walls[key], events))
-        p(f"   {label:<44} {ms(med['proxy_start']):>11} {ms(med['sandbox'])} "
+        p(f"   {label:<44} {ms(med['proxy_start']):>11} {ms(med['workdir'])} {ms(med['sandbox'])} "
           f"{ms(med['teardown'])} {ms(in_run)} {ms(process)}")
     p()
     p(f"2. Tunnel throughput: {args.mib} MiB sent up and echoed back over one connection, "
@@ -536,6 +599,7 @@ def main():
     try:
         bench.preflight()
         walls, cpus, phases = bench.overhead()
+        workdir = bench.workdir_checks()
         direct_lat, proxy_lat, allowed = bench.latency()
         rates, seconds, cpu, machine = bench.throughput()
     except Failed as err:
@@ -545,6 +609,7 @@ def main():
         print(f"bench: stopped by {signame}", file=sys.stderr)
         return 130
     print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, direct_lat, proxy_lat, allowed)
+    print_workdir_table(args, *workdir)
     return 0
 
 

@@ -11,7 +11,10 @@
 #    (relay in the sandbox, Unix socket, host bridge, Squid) to a simulated
 #    host that echoes, against the same client connecting to that host
 #    directly; with the CPU time each process spent;
-# 3. CONNECT setup latency, p50 and p99, against a direct TCP connect.
+# 3. CONNECT setup latency, p50 and p99, against a direct TCP connect;
+# 4. the work directory's checks before and after a run, for work
+#    directories of 0, 10 000 and 100 000 files: their time (from
+#    run_finished.phases_us.workdir) and its share of the run's wall time.
 #
 # The simulated host is a network namespace holding a documentation address
 # (203.0.113.0/24) with a listener on port 443 (constle-testkit's

@@ -295,9 +295,10 @@ async fn supervise(
         .chain(a2a.iter().map(|a| a.relay().clone()))
         .collect();
     spec.cgroup_procs = limits.procs_files();
+    let proxy_start = lap();
     let agent_workdir = workdir::prepare(&spec.workdir, host_id.as_ref(), log, None).await?;
     spec.workdir_inode = Some(agent_workdir.inode());
-    let proxy_start = lap();
+    let mut workdir_checks = lap();
     let (mut agent, output, lifeline) = match start_sandbox(&spec, &hold) {
         Ok(started) => started,
         Err(err) => {
@@ -332,8 +333,10 @@ async fn supervise(
     drop(lifeline);
     limits.end();
     output.finish(OUTPUT_GRACE).await;
+    let mut teardown = lap();
     let agent_quarantine = workdir::quarantine_of(&quarantine, None);
     let checked = workdir::finish(agent_workdir, &agent_quarantine, log, None).await;
+    workdir_checks += lap();
     let servers_stopped = servers.stop(workdirs).await;
     workdirs.insert(0, checked?);
     drop(gates);
@@ -342,10 +345,12 @@ async fn supervise(
         Some(proxy) => proxy.stop().await,
         None => Ok(()),
     };
+    teardown += lap();
     let phases = Phases {
         proxy_start,
+        workdir: workdir_checks,
         sandbox,
-        teardown: lap(),
+        teardown,
     };
     let code = result?;
     recorded?;
@@ -390,9 +395,13 @@ fn start_sandbox(
 struct Phases {
     /// Squid started and the bridge bound (zero without egress).
     proxy_start: Duration,
+    /// The agent's work directory checked before the sandbox starts and
+    /// put right after it is gone.
+    workdir: Duration,
     /// bwrap spawned until the agent exited: sandbox start plus the agent.
     sandbox: Duration,
-    /// Stopping the agent and the proxy, recording the last decisions.
+    /// Stopping the agent, the stdio servers (their work directories'
+    /// checks included) and the proxy, recording the last decisions.
     teardown: Duration,
 }
 
@@ -401,6 +410,7 @@ impl Phases {
         let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
         serde_json::json!({
             "proxy_start": micros(self.proxy_start),
+            "workdir": micros(self.workdir),
             "sandbox": micros(self.sandbox),
             "teardown": micros(self.teardown),
         })
