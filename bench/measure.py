@@ -333,19 +333,7 @@ class Bench:
         if self.args.baseline_constle:
             agentfile = self.agentfile("bench-baseline", ["true"], False)
             variants["baseline"] = [self.args.baseline_constle, "run", str(agentfile)]
-        names = list(variants)
-        walls = {name: [] for name in names}
-        cpus = {name: [] for name in names}
-        for i in range(WARMUP_RUNS + n):
-            if i == WARMUP_RUNS or (i > WARMUP_RUNS and (i - WARMUP_RUNS) % 5 == 0):
-                progress(f"run overhead: {i - WARMUP_RUNS}/{n}")
-            # rotate the order so that no variant always runs right after another
-            turn = i % len(names)
-            for name in names[turn:] + names[:turn]:
-                wall, cpu = run_timed(variants[name], self.env, self.dir, 30, f"run overhead, {name}")
-                if i >= WARMUP_RUNS:
-                    walls[name].append(wall)
-                    cpus[name].append(cpu)
+        walls, cpus = self.interleaved(variants, "run overhead", 30)
         phases = {}
         for name, agent in (("none", "bench-none"), ("restricted", "bench-restricted")):
             finished = self.run_finished(agent)
@@ -357,6 +345,25 @@ class Bench:
                 raise Failed(f"{agent}: a run_finished without phases or with a failure: {bad[0]}")
             phases[name] = finished
         return walls, cpus, phases
+
+    def interleaved(self, variants, what, timeout):
+        """Each command of `variants` run --runs times after the warm-ups,
+        their order rotated so that none always runs right after another:
+        the wall and CPU seconds of each run, by variant."""
+        names = list(variants)
+        walls = {name: [] for name in names}
+        cpus = {name: [] for name in names}
+        n = self.args.runs
+        for i in range(WARMUP_RUNS + n):
+            if i == WARMUP_RUNS or (i > WARMUP_RUNS and (i - WARMUP_RUNS) % 5 == 0):
+                progress(f"{what}: {i - WARMUP_RUNS}/{n}")
+            turn = i % len(names)
+            for name in names[turn:] + names[:turn]:
+                wall, cpu = run_timed(variants[name], self.env, self.dir, timeout, f"{what}, {name}")
+                if i >= WARMUP_RUNS:
+                    walls[name].append(wall)
+                    cpus[name].append(cpu)
+        return walls, cpus
 
     # 4. The work directory's checks before and after a run
     def workdir_checks(self):
@@ -370,18 +377,8 @@ class Bench:
             path.write_text(f"name: bench-work-{files}\nsandbox:\n  command: [\"true\"]\n"
                             f"  workdir: ./work-{files}\n  network:\n    egress: none\n")
             agents[files] = [self.args.constle, "run", str(path)]
-        walls = {files: [] for files in sizes}
-        cpus = {files: [] for files in sizes}
+        walls, cpus = self.interleaved(agents, "work directory checks", 120)
         n = self.args.runs
-        for i in range(WARMUP_RUNS + n):
-            if i == WARMUP_RUNS or (i > WARMUP_RUNS and (i - WARMUP_RUNS) % 5 == 0):
-                progress(f"work directory checks: {i - WARMUP_RUNS}/{n}")
-            turn = i % len(sizes)
-            for files in sizes[turn:] + sizes[:turn]:
-                wall, cpu = run_timed(agents[files], self.env, self.dir, 120, f"run with {files} files")
-                if i >= WARMUP_RUNS:
-                    walls[files].append(wall)
-                    cpus[files].append(cpu)
         checks = {}
         for files in sizes:
             finished = self.run_finished(f"bench-work-{files}")[WARMUP_RUNS:]
