@@ -716,7 +716,7 @@ fn recorded_decision(event: &str) -> Option<&'static str> {
 fn line_error_code(err: &LineError) -> FindingCode {
     match err {
         LineError::DuplicateKey(_) => FindingCode::DuplicateKey,
-        LineError::NotCanonical => FindingCode::NotCanonical,
+        LineError::NotCanonical | LineError::Unescaped(_) => FindingCode::NotCanonical,
         _ => FindingCode::Malformed,
     }
 }
