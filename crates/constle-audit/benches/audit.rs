@@ -156,6 +156,7 @@ fn verify(c: &mut Criterion) {
         agent_did: Some(key().did().clone()),
         approver: None,
         approvers: None,
+        terminal_approves: false,
         pinned: true,
     };
     let first_line = bytes

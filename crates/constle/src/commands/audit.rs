@@ -89,7 +89,8 @@ fn load_manifest(path: &Path) -> anyhow::Result<Manifest> {
 /// What `manifest` pins, or what is wrong with its approver set
 /// (tampering, for `audit verify`).
 fn pinned_anchors(manifest: &Manifest) -> Result<TrustAnchors, String> {
-    let approvers = match manifest.human_gates.quorum.as_ref().map(|q| &q.source) {
+    let quorum = manifest.human_gates.quorum.as_ref();
+    let approvers = match quorum.map(|q| &q.source) {
         None => None,
         Some(QuorumSource::Listed {
             approvers,
@@ -107,6 +108,7 @@ fn pinned_anchors(manifest: &Manifest) -> Result<TrustAnchors, String> {
         agent_did: manifest.identity.as_ref().map(|i| i.did.clone()),
         approver: manifest.human_gates.approver_pubkey.clone(),
         approvers,
+        terminal_approves: quorum.is_some_and(|q| q.terminal_approves),
         agent: Some(manifest.name.clone()),
         pinned: true,
     })
