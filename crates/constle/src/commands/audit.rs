@@ -68,8 +68,15 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     if let Some(witnessing) = &witnessing {
         for dir in log_dirs(&args.files) {
             terminal::out("");
-            if !witnessing.check(&dir, &held)? {
-                outcome = Outcome::PolicyFailure;
+            match witnessing.check(&dir, &held) {
+                Ok(true) => {}
+                Ok(false) => outcome = Outcome::PolicyFailure,
+                // Tampering found already stays tampering (exit 1), though
+                // the witnesses could not be checked as well.
+                Err(err) if outcome == Outcome::PolicyFailure => {
+                    terminal::error(&escape(&format!("{err:#}")));
+                }
+                Err(err) => return Err(err),
             }
         }
     }
