@@ -348,8 +348,10 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
+/// One entry as the timeline shows it: a row, and under it the lines of a
+/// checkpoint's note.
 fn timeline_row(number: usize, line: &[u8]) -> String {
-    let entry = match parse_line(line) {
+    let mut entry = match parse_line(line) {
         Ok(entry) => entry,
         Err(err) => {
             return paint(
@@ -361,6 +363,10 @@ fn timeline_row(number: usize, line: &[u8]) -> String {
             );
         }
     };
+    let note = match entry.event.as_str() {
+        "checkpoint" => entry.fields.remove("note"),
+        _ => None,
+    };
     let time = entry.ts.strftime("%Y-%m-%d %H:%M:%S%.3f").to_string();
     let event = escape(&entry.event);
     let fields: Vec<String> = entry
@@ -368,13 +374,40 @@ fn timeline_row(number: usize, line: &[u8]) -> String {
         .iter()
         .map(|(key, value)| format!("{}={}", escape(key), escape(&compact(value))))
         .collect();
-    format!(
+    let row = format!(
         "{}  {:>5}  {}  {}",
         paint(Paint::Dim, &time),
         format!("#{}", entry.seq),
         paint(event_paint(&entry.event), &format!("{event:<20}")),
         fields.join(" ")
-    )
+    );
+    match note {
+        Some(note) => format!("{row}{}", note_lines(&compact(&note))),
+        None => row,
+    }
+}
+
+/// A checkpoint's note, a signed text of several lines, as a person reads
+/// it: each line on a line of its own, indented under the row, each escaped
+/// as a one-line field is (the log is not verified here).
+fn note_lines(note: &str) -> String {
+    let mut shown = String::new();
+    for (index, line) in note
+        .strip_suffix('\n')
+        .unwrap_or(note)
+        .split('\n')
+        .enumerate()
+    {
+        let label = if index == 0 {
+            "    note: "
+        } else {
+            "          "
+        };
+        shown.push('\n');
+        shown.push_str(label);
+        shown.push_str(&escape(line));
+    }
+    shown
 }
 
 fn compact(value: &Value) -> String {
