@@ -34,12 +34,17 @@ impl Spelling {
     /// escaped.
     pub(crate) fn writes_as_is(self, text: &str) -> bool {
         let bytes = text.as_bytes();
+        let jcs_plain = |b: u8| (b >= 0x20) & (b != b'"') & (b != b'\\');
         // Scans without early exit, which the compiler vectorises, settle
         // the common cases.
-        let jcs_plain = bytes.iter().fold(true, |all, &b| {
-            all & (b >= 0x20) & (b != b'"') & (b != b'\\')
-        });
-        jcs_plain && !self.holds_raw(text)
+        match self {
+            Spelling::Jcs => bytes.iter().fold(true, |all, &b| all & jcs_plain(b)),
+            Spelling::TerminalSafe => {
+                let printable = |b: u8| jcs_plain(b) & (b < 0x7f);
+                bytes.iter().fold(true, |all, &b| all & printable(b))
+                    || (bytes.iter().all(|&b| jcs_plain(b)) && !self.holds_raw(text))
+            }
+        }
     }
 
     /// Whether `text` (a string's characters, or a JSON string as written,
@@ -49,8 +54,19 @@ impl Spelling {
         match self {
             Spelling::Jcs => false,
             Spelling::TerminalSafe => {
-                let printable_ascii = text.bytes().fold(true, |all, b| all & (b < 0x7f));
-                !printable_ascii && text.chars().any(is_unsafe)
+                let suspect = text.bytes().fold(false, |any, b| any | may_start_unsafe(b));
+                // Suspect bytes start characters (none continues one), so
+                // only the characters they start need a look.
+                suspect
+                    && text
+                        .bytes()
+                        .enumerate()
+                        .filter(|(_, b)| may_start_unsafe(*b))
+                        .any(|(at, _)| {
+                            text.get(at..)
+                                .and_then(|rest| rest.chars().next())
+                                .is_some_and(is_unsafe)
+                        })
             }
         }
     }
@@ -62,6 +78,16 @@ impl Spelling {
             _ => self == Spelling::TerminalSafe && is_unsafe(c),
         }
     }
+}
+
+/// Whether `byte` may start the UTF-8 form of a character at or above DEL
+/// that [`is_unsafe`] names: DEL itself, and the lead bytes of U+0080 to
+/// U+009F, U+061C, U+180E, U+200B to U+206F, U+FEFF to U+FFFB, U+13430 to
+/// U+1D17A and the tag characters (a test pins this against
+/// [`is_unsafe`]). Text without such a byte, most text, is settled by one
+/// scan of its bytes.
+const fn may_start_unsafe(byte: u8) -> bool {
+    matches!(byte, 0x7f | 0xc2 | 0xd8 | 0xe1 | 0xe2 | 0xef | 0xf0 | 0xf3)
 }
 
 /// Writes `text` as a JSON string in `spelling`.
@@ -124,5 +150,19 @@ fn push_unicode_escape(unit: u16, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\\u");
     for shift in [12, 8, 4, 0] {
         out.push(HEX[usize::from((unit >> shift) & 0xf)]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_unsafe_character_beyond_c0_starts_with_a_suspect_byte() {
+        let mut utf8 = [0; 4];
+        for c in ('\u{20}'..=char::MAX).filter(|c| is_unsafe(*c)) {
+            let first = c.encode_utf8(&mut utf8).as_bytes()[0];
+            assert!(may_start_unsafe(first), "{c:?} starts with {first:#x}");
+        }
     }
 }
