@@ -106,7 +106,7 @@ pub(crate) fn write_string(text: &str, spelling: Spelling, out: &mut Vec<u8>) {
             // Printable ASCII, and the bytes that continue a character.
             0x20..0x7f | 0x80..0xc0 => continue,
             0..0x80 => char::from(byte),
-            _ if spelling == Spelling::Jcs => continue,
+            _ if spelling == Spelling::Jcs || !may_start_unsafe(byte) => continue,
             _ => match text.get(i..).and_then(|rest| rest.chars().next()) {
                 Some(c) => c,
                 None => continue,
