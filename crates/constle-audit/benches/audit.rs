@@ -7,6 +7,9 @@
 //!   for together; each batch is `fdatasync`ed and anchored before any of its
 //!   entries is acknowledged (the documented durability policy).
 //! - `verify/day_file`: verification of a 10 000-entry day file.
+//! - `parse/line*`: one line read back; `write/line*`: one entry's object
+//!   written in the log's spelling (JCS with unsafe characters escaped).
+//!   ASCII only, and with text beyond ASCII (the slow path of strings).
 //! - `*_cpu`: the same work timed by the CPU time of all the process's
 //!   threads instead of the clock, so that a busy machine does not move the
 //!   ratio between verification and raw batch verification.
@@ -154,6 +157,7 @@ fn verify(c: &mut Criterion) {
         agent_did: Some(key().did().clone()),
         approver: None,
         approvers: None,
+        terminal_approves: false,
         pinned: true,
     };
     let first_line = bytes
@@ -169,8 +173,21 @@ fn verify(c: &mut Criterion) {
     c.bench_function("parse/serde_json", |b| {
         b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&first_line)))
     });
-    c.bench_function("parse/jcs", |b| {
-        b.iter(|| constle_json::canonical_object(black_box(&value)))
+    c.bench_function("write/line", |b| {
+        b.iter(|| constle_audit::LINE_SPELLING.object(black_box(&value)))
+    });
+    // Text beyond ASCII takes the slow path of string writing.
+    let mut text = value.clone();
+    text.insert(
+        "reason".into(),
+        "Zahlung f\u{fc}r Rechnung \u{2116}42 \u{2014} na\u{ef}ve caf\u{e9} \u{1f600}, \u{65e5}\u{672c}\u{8a9e}".into(),
+    );
+    c.bench_function("write/line_non_ascii", |b| {
+        b.iter(|| constle_audit::LINE_SPELLING.object(black_box(&text)))
+    });
+    let text_line = constle_audit::LINE_SPELLING.object(&text);
+    c.bench_function("parse/line_non_ascii", |b| {
+        b.iter(|| constle_audit::parse_line(black_box(&text_line)))
     });
     let mut group = c.benchmark_group("verify");
     group.throughput(Throughput::Elements(LOG_ENTRIES as u64));

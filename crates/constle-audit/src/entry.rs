@@ -1,29 +1,37 @@
 //! One log line: how an event is sealed into bytes, and how bytes are read
 //! back into an entry without trusting anything a re-serialisation could hide.
 //!
-//! A line is the RFC 8785 (JCS) canonical form of a JSON object. The envelope
-//! keys are fixed (`v`, `seq`, `ts`, `agent`, `event`, `prev`, and for signed
-//! logs `did` and `sig`); every other key is a field of the event. `sig` is an
-//! Ed25519 signature over the canonical form of the object without `sig`, and
-//! `prev` is the SHA-256 of the previous line's bytes. Because a line must be
-//! byte-for-byte its own canonical form, the bytes that are hashed are exactly
-//! the bytes that are signed, and no two spellings of one entry exist.
+//! A line is the canonical form of a JSON object in [`LINE_SPELLING`]: RFC
+//! 8785 (JCS), with every character a terminal must not be shown written as
+//! a `\uxxxx` escape, so that `cat` of a log shows what `audit show` shows.
+//! The envelope keys are fixed (`v`, `seq`, `ts`, `agent`, `event`, `prev`,
+//! and for signed logs `did` and `sig`); every other key is a field of the
+//! event. `sig` is an Ed25519 signature over the canonical form of the
+//! object without `sig`, and `prev` is the SHA-256 of the previous line's
+//! bytes. Because a line must be byte-for-byte its own canonical form, the
+//! bytes that are hashed are exactly the bytes that are signed, and no two
+//! spellings of one entry exist.
 
 use std::fmt;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use constle_escape::is_unsafe;
 use constle_identity::{DidKey, Name, SigningIdentity};
 use ed25519_dalek::Signature;
 use jiff::Timestamp;
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 
-use constle_json::{self as strict_json, Member};
+use constle_json::{self as strict_json, Member, Spelling};
 use serde::Deserialize;
 
 /// The format version written in every entry's `v`.
 pub const FORMAT_VERSION: u64 = 1;
+
+/// How a line (and the head anchor) spells its object: JCS, with every
+/// character [`constle_escape::is_unsafe`] names escaped.
+pub const LINE_SPELLING: Spelling = Spelling::TerminalSafe;
 
 /// Keys the log itself owns; an event may not use them as field names.
 pub const ENVELOPE_KEYS: [&str; 8] = ["v", "seq", "ts", "agent", "event", "prev", "did", "sig"];
@@ -159,12 +167,12 @@ pub(crate) fn seal(header: &Header, event: Event, signer: Option<&SigningIdentit
         header.prev.map_or(Value::Null, |h| h.to_string().into()),
     );
     let Some(signer) = signer else {
-        return strict_json::canonical_object(&object);
+        return LINE_SPELLING.object(&object);
     };
     object.insert("did".into(), signer.did().to_string().into());
-    let signature = signer.sign(&strict_json::canonical_object(&object));
+    let signature = signer.sign(&LINE_SPELLING.object(&object));
     object.insert("sig".into(), BASE64.encode(signature.to_bytes()).into());
-    strict_json::canonical_object(&object)
+    LINE_SPELLING.object(&object)
 }
 
 /// Timestamps are UTC with microseconds, so that one clock reading has
@@ -213,6 +221,13 @@ pub enum LineError {
     /// Valid JSON, but not in the canonical form the writer produces.
     #[error("the bytes are not the canonical form of the entry they encode")]
     NotCanonical,
+    /// Valid JSON holding, as it is, a character the writer escapes (a
+    /// log edited, or written before lines escaped it): not canonical.
+    #[error(
+        "the line holds U+{:04X} as it is, which the log writes as a \\u escape: the bytes are not the canonical form of the entry they encode",
+        u32::from(*.0)
+    )]
+    Unescaped(char),
 }
 
 /// Parses one line (without its newline) into an [`Entry`].
@@ -296,7 +311,7 @@ pub(crate) fn parse_line_cached(
     dids: &mut DidCache,
     keep_fields: impl Fn(&str) -> bool,
 ) -> Result<Entry, LineError> {
-    let members = strict_json::canonical_members(line).ok_or_else(|| refusal(line))?;
+    let members = LINE_SPELLING.members(line).ok_or_else(|| refusal(line))?;
     // The line is canonical, so without its `sig` member it is exactly the
     // canonical form of the rest: the bytes that were signed.
     let signature = match members.iter().position(|m| m.name == "sig") {
@@ -341,13 +356,25 @@ pub(crate) fn parse_line_cached(
 /// Why a line that is not a canonical JSON object is refused.
 fn refusal(line: &[u8]) -> LineError {
     match strict_json::parse(line) {
-        Ok(Value::Object(_)) => LineError::NotCanonical,
+        Ok(Value::Object(_)) => match raw_unsafe(line) {
+            Some(c) => LineError::Unescaped(c),
+            None => LineError::NotCanonical,
+        },
         Ok(_) => malformed("the line is not a JSON object"),
         Err(err) if err.to_string().contains("duplicate key") => {
             LineError::DuplicateKey(err.to_string())
         }
         Err(err) => LineError::Malformed(format!("not valid JSON: {err}")),
     }
+}
+
+/// The first character in `line` that JCS writes as it is but the log
+/// escapes (C0 controls never stand raw in a JSON string; between tokens
+/// they are whitespace).
+fn raw_unsafe(line: &[u8]) -> Option<char> {
+    String::from_utf8_lossy(line)
+        .chars()
+        .find(|c| *c >= '\u{7f}' && is_unsafe(*c))
 }
 
 fn malformed(what: &str) -> LineError {
@@ -412,6 +439,7 @@ fn signature_from(text: Option<&str>) -> Result<Signature, LineError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn agent() -> Name {
         Name::new("test-agent").unwrap()
@@ -521,6 +549,51 @@ mod tests {
             parse_line(spaced.as_bytes()).unwrap_err(),
             LineError::NotCanonical
         );
+    }
+
+    /// Every character a terminal must not be shown as it is.
+    fn unsafe_chars() -> Vec<char> {
+        static ALL: std::sync::LazyLock<Vec<char>> =
+            std::sync::LazyLock::new(|| ('\0'..=char::MAX).filter(|c| is_unsafe(*c)).collect());
+        ALL.clone()
+    }
+
+    /// Any text, rich in unsafe characters and astral ones.
+    fn text() -> impl Strategy<Value = String> {
+        let c = prop_oneof![
+            any::<char>(),
+            prop::sample::select(unsafe_chars()),
+            prop::char::range('\u{10000}', char::MAX),
+        ];
+        prop::collection::vec(c, 0..12).prop_map(String::from_iter)
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_is_kept_and_no_unsafe_character_reaches_the_line(text in text()) {
+            let signer = SigningIdentity::from_bytes(&[7; 32]);
+            let agent = agent();
+            let event = Event::new("network_blocked")
+                .unwrap()
+                .with("host", text.as_str())
+                .unwrap()
+                .with(&format!("f{text}"), vec![text.as_str()])
+                .unwrap();
+            let line = seal(&header(&agent), event, Some(&signer));
+            let written = std::str::from_utf8(&line).unwrap();
+            prop_assert!(!written.chars().any(is_unsafe), "{written:?}");
+            let entry = verify_signed_line(&line, signer.did()).unwrap();
+            prop_assert_eq!(&entry.fields["host"], &Value::from(text.as_str()));
+            prop_assert_eq!(&entry.fields[&format!("f{text}")][0], &Value::from(text.as_str()));
+            // What JCS alone writes differs exactly when the text holds an
+            // unsafe character, and is then refused, naming it.
+            let object: Map<String, Value> = serde_json::from_slice(&line).unwrap();
+            let jcs = strict_json::canonical_object(&object);
+            match raw_unsafe(&jcs) {
+                None => prop_assert_eq!(jcs, line),
+                Some(_) => prop_assert!(matches!(parse_line(&jcs), Err(LineError::Unescaped(_)))),
+            }
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use constle_identity::{DidKey, Name, SigningIdentity};
 use ed25519_dalek::Signature;
 use serde_json::{Map, Value};
 
-use crate::entry::{FORMAT_VERSION, LineHash, parse_signature};
+use crate::entry::{FORMAT_VERSION, LINE_SPELLING, LineHash, parse_signature};
 use crate::read::{MAX_HEAD_BYTES, ReadError, read_bounded};
 use constle_json as strict_json;
 
@@ -76,13 +76,13 @@ impl Head {
     ) -> std::io::Result<()> {
         let mut object = self.object();
         if let Some(signer) = signer {
-            let signature = signer.sign(&strict_json::canonical_object(&object));
+            let signature = signer.sign(&LINE_SPELLING.object(&object));
             object.insert("sig".into(), BASE64.encode(signature.to_bytes()).into());
         }
         let path = crate::layout::head_path(dir, agent);
         let temp = path.with_extension("head.tmp");
         let mut file = create_private(&temp)?;
-        file.write_all(&strict_json::canonical_object(&object))?;
+        file.write_all(&LINE_SPELLING.object(&object))?;
         file.sync_all()?;
         fs::rename(&temp, &path)?;
         File::open(dir)?.sync_all()
@@ -123,13 +123,13 @@ impl SignedHead {
         let Ok(Value::Object(mut object)) = strict_json::parse(bytes) else {
             return Err(bad("not a JSON object without duplicate keys"));
         };
-        if strict_json::canonical_object(&object) != bytes {
+        if LINE_SPELLING.object(&object) != bytes {
             return Err(bad("not in canonical form"));
         }
         let signature = match object.remove("sig") {
             Some(sig) => Some((
                 parse_signature(&sig).map_err(|e| bad(&e.to_string()))?,
-                strict_json::canonical_object(&object),
+                LINE_SPELLING.object(&object),
             )),
             None => None,
         };

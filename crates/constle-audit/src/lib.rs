@@ -2,8 +2,10 @@
 //! was changed afterwards.
 //!
 //! Each agent has one JSONL file per UTC day (`<agent>-<YYYY-MM-DD>.jsonl`).
-//! Every line is one event in RFC 8785 canonical JSON, carrying its sequence
-//! number in the agent's chain and the SHA-256 of the line before it. When
+//! Every line is one event in RFC 8785 canonical JSON with the characters a
+//! terminal must not be shown escaped ([`LINE_SPELLING`]), carrying its
+//! sequence number in the agent's chain and the SHA-256 of the line before
+//! it. When
 //! the agent has an identity (`identity.did`), every line is also signed with
 //! the agent's Ed25519 key. A signed head anchor beside the logs records where
 //! the chain ends, so entries cut off the end are caught too.
@@ -35,8 +37,8 @@ mod votes;
 mod writer;
 
 pub use entry::{
-    Entry, Event, EventError, LineError, LineHash, SignedLineError, format_timestamp, parse_line,
-    verify_signed_line,
+    Entry, Event, EventError, LINE_SPELLING, LineError, LineHash, SignedLineError,
+    format_timestamp, parse_line, verify_signed_line,
 };
 pub use head::{Head, HeadError, SignedHead};
 pub use layout::{DayFile, day_file_name, head_path};

@@ -36,6 +36,11 @@ pub struct TrustAnchors {
     /// With several approvers (protocol v2): who may sign a recorded vote,
     /// and the threshold a quorum's approval needs.
     pub approvers: Option<Approvers>,
+    /// Whether an approval at the terminal counts as one vote of a quorum:
+    /// the Agentfile's `human_gates.terminal_approves` (false when it
+    /// declares no quorum). Taken only when `pinned`; otherwise the log's
+    /// own word (a terminal vote's `counted`) is all there is.
+    pub terminal_approves: bool,
     /// Whether the fields above come from an Agentfile.
     pub pinned: bool,
 }
@@ -365,7 +370,11 @@ impl<'a> Check<'a> {
             .map(|a| a.to_string());
         let mut problems = Vec::new();
         let mut seen = std::collections::HashMap::new();
-        let mut votes = Votes::new(self.anchors.approvers.as_ref());
+        let terminal_approves = self
+            .anchors
+            .pinned
+            .then_some(self.anchors.terminal_approves);
+        let mut votes = Votes::new(self.anchors.approvers.as_ref(), terminal_approves);
         for (index, line) in self.lines.iter().enumerate() {
             let number = Some(line.number);
             let entry = match &line.entry {
@@ -716,7 +725,7 @@ fn recorded_decision(event: &str) -> Option<&'static str> {
 fn line_error_code(err: &LineError) -> FindingCode {
     match err {
         LineError::DuplicateKey(_) => FindingCode::DuplicateKey,
-        LineError::NotCanonical => FindingCode::NotCanonical,
+        LineError::NotCanonical | LineError::Unescaped(_) => FindingCode::NotCanonical,
         _ => FindingCode::Malformed,
     }
 }

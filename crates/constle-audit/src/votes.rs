@@ -4,10 +4,12 @@
 //! names (with an approver set: an approver of the version in force for
 //! that call), and be for the policy its run recorded in `run_started`;
 //! each `gate_approved` by a quorum must have the verified approvals before
-//! it; each set version the log names must be one the set verifies to. So
-//! a log writer cannot relabel a vote (another tool, server or policy),
-//! edit it, count a revoked key, or approve a call with fewer votes than it
-//! says.
+//! it, a terminal approval among them only when the Agentfile says it
+//! counts (`terminal_approves`, never the log's own `counted`); each set
+//! version the log names must be one the set verifies to. So a log writer
+//! cannot relabel a vote (another tool, server or policy), edit it, count a
+//! revoked key or a terminal approval, or approve a call with fewer votes
+//! than it says.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -22,24 +24,32 @@ use crate::verify::{Approvers, FindingCode, SetVersion};
 pub(crate) struct Votes<'a> {
     /// Who may approve, when the Agentfile pins it.
     pinned: Option<&'a Approvers>,
+    /// Whether a terminal approval counts, when the Agentfile pins it.
+    terminal_approves: Option<bool>,
     /// The policy digest of the run the entries belong to.
     policy: Option<String>,
     /// Per request id, the set version in force for it.
     versions: HashMap<String, u64>,
     /// Per request id, who approved it (approver keys, or `terminal`).
     approvals: HashMap<String, BTreeSet<String>>,
+    /// The request ids approved at the terminal where that does not count.
+    uncounted_terminal: BTreeSet<String>,
 }
 
 /// A finding about one entry.
 type Problem = Option<(FindingCode, String)>;
 
 impl<'a> Votes<'a> {
-    pub(crate) fn new(pinned: Option<&'a Approvers>) -> Votes<'a> {
+    /// `terminal_approves` is the Agentfile's, `None` when nothing is
+    /// pinned (each terminal vote's `counted` is then taken).
+    pub(crate) fn new(pinned: Option<&'a Approvers>, terminal_approves: Option<bool>) -> Votes<'a> {
         Votes {
             pinned,
+            terminal_approves,
             policy: None,
             versions: HashMap::new(),
             approvals: HashMap::new(),
+            uncounted_terminal: BTreeSet::new(),
         }
     }
 
@@ -79,9 +89,8 @@ impl<'a> Votes<'a> {
                 self.signed_vote(entry)
             }
             "gate_vote" if text("decided_by") == Some("terminal") => {
-                let counted = entry.fields.get("counted") != Some(&Value::Bool(false));
-                if counted && text("decision") == Some("approved") {
-                    self.approved(text("request_id")?, "terminal".into());
+                if text("decision") == Some("approved") {
+                    self.terminal_approved(entry, text("request_id")?);
                 }
                 None
             }
@@ -156,6 +165,18 @@ impl<'a> Votes<'a> {
         versions.iter().find(|v| v.version == *number)
     }
 
+    /// An approval at the terminal counts when the Agentfile says so; only
+    /// an unpinned check takes the log's word (`counted`).
+    fn terminal_approved(&mut self, entry: &Entry, request: &str) {
+        let recorded = entry.fields.get("counted") != Some(&Value::Bool(false));
+        match self.terminal_approves.unwrap_or(recorded) {
+            true => self.approved(request, "terminal".into()),
+            false => {
+                self.uncounted_terminal.insert(request.to_owned());
+            }
+        }
+    }
+
     fn approved(&mut self, request: &str, by: String) {
         self.approvals
             .entry(request.to_owned())
@@ -182,8 +203,15 @@ impl<'a> Votes<'a> {
             .unwrap_or(usize::MAX);
         let votes = self.approvals.get(request).map_or(0, BTreeSet::len);
         (votes < threshold).then(|| {
+            let terminal = match self.uncounted_terminal.contains(request) {
+                true => match self.terminal_approves {
+                    Some(_) => " (and an approval at the terminal, which does not count: the Agentfile says terminal_approves: false)",
+                    None => " (and an approval at the terminal it records as not counted)",
+                },
+                false => "",
+            };
             let detail = format!(
-                "request {request} is recorded as approved by a quorum of {threshold}, but the log holds {votes} verified approval(s) before it"
+                "request {request} is recorded as approved by a quorum of {threshold}, but the log holds {votes} verified approval(s) before it{terminal}"
             );
             (FindingCode::QuorumUnproven, detail)
         })

@@ -76,6 +76,7 @@ fn pinned(seed: u8) -> TrustAnchors {
         agent_did: Some(key(seed).did().clone()),
         approver: None,
         approvers: None,
+        terminal_approves: false,
         pinned: true,
     }
 }

@@ -90,6 +90,7 @@ fn verify_table(logs: &Path, keys: &[WitnessKey]) -> String {
         agent_did: Some(agent_key().did().clone()),
         approver: None,
         approvers: None,
+        terminal_approves: false,
         pinned: true,
     };
     let days: Vec<_> = day_files(logs, &agent())

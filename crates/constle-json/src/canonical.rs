@@ -11,6 +11,10 @@
 //! whether bytes are the canonical form of an object and hands back each
 //! top-level member as written, building no value but nested arrays and
 //! objects (which are checked by the strict parser, as everywhere else).
+//!
+//! Each function has a [`Spelling`] method beside it for the form with
+//! more characters escaped ([`Spelling::TerminalSafe`]); the free functions
+//! are RFC 8785 exactly.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -21,23 +25,68 @@ use serde::de::{self, DeserializeSeed, Deserializer as _, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
+use crate::spelling::{Spelling, write_string};
+
 /// Integers of at most this magnitude are exact in an IEEE double, which is
 /// how JCS reads every number.
 const MAX_EXACT_INTEGER: u64 = (1 << 53) - 1;
 
 /// The canonical bytes of `object`.
 pub fn canonical_object(object: &Map<String, Value>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
-    write_object(object, &mut out);
-    out
+    Spelling::Jcs.object(object)
 }
 
 /// The canonical bytes of any value (an array, say). As JCS reads every
 /// number as an IEEE double, integers beyond 2^53 are written rounded.
 pub fn canonical_value(value: &Value) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
-    write_value(value, &mut out);
-    out
+    Spelling::Jcs.value(value)
+}
+
+impl Spelling {
+    /// The canonical bytes of `object` in this spelling.
+    pub fn object(self, object: &Map<String, Value>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256);
+        write_object(object, self, &mut out);
+        out
+    }
+
+    /// The canonical bytes of any value in this spelling (see
+    /// [`canonical_value`]).
+    pub fn value(self, value: &Value) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256);
+        write_value(value, self, &mut out);
+        out
+    }
+
+    /// The members of `bytes`, in order, if `bytes` are exactly the
+    /// canonical form in this spelling of a JSON object that
+    /// [`crate::parse`] accepts; `None` otherwise (use [`crate::parse`] to
+    /// learn why).
+    pub fn members(self, bytes: &[u8]) -> Option<Vec<Member<'_>>> {
+        let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+        let written = deserializer.deserialize_map(Members).ok()?;
+        deserializer.end().ok()?;
+        let mut rebuilt = Vec::with_capacity(bytes.len());
+        let mut members: Vec<Member> = Vec::with_capacity(written.len());
+        rebuilt.push(b'{');
+        for (name, value) in written {
+            let start = rebuilt.len();
+            if let Some(previous) = members.last() {
+                // Strictly increasing names: sorted, and no name twice.
+                if utf16_order(&previous.name, &name) != Ordering::Less {
+                    return None;
+                }
+                rebuilt.push(b',');
+            }
+            write_string(&name, self, &mut rebuilt);
+            rebuilt.push(b':');
+            write_raw(value, self, &mut rebuilt)?;
+            let span = start..rebuilt.len();
+            members.push(Member { name, value, span });
+        }
+        rebuilt.push(b'}');
+        (rebuilt == bytes).then_some(members)
+    }
 }
 
 /// One top-level member of a canonical object, as written.
@@ -55,29 +104,7 @@ pub struct Member<'a> {
 /// form of a JSON object that [`crate::parse`] accepts; `None` otherwise
 /// (use [`crate::parse`] to learn why).
 pub fn canonical_members(bytes: &[u8]) -> Option<Vec<Member<'_>>> {
-    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    let written = deserializer.deserialize_map(Members).ok()?;
-    deserializer.end().ok()?;
-    let mut rebuilt = Vec::with_capacity(bytes.len());
-    let mut members: Vec<Member> = Vec::with_capacity(written.len());
-    rebuilt.push(b'{');
-    for (name, value) in written {
-        let start = rebuilt.len();
-        if let Some(previous) = members.last() {
-            // Strictly increasing names: sorted, and no name twice.
-            if utf16_order(&previous.name, &name) != Ordering::Less {
-                return None;
-            }
-            rebuilt.push(b',');
-        }
-        write_string(&name, &mut rebuilt);
-        rebuilt.push(b':');
-        write_raw(value, &mut rebuilt)?;
-        let span = start..rebuilt.len();
-        members.push(Member { name, value, span });
-    }
-    rebuilt.push(b'}');
-    (rebuilt == bytes).then_some(members)
+    Spelling::Jcs.members(bytes)
 }
 
 /// The canonical bytes of the object `members` came from, without the member
@@ -92,16 +119,17 @@ pub fn without_member(bytes: &[u8], members: &[Member], index: usize) -> Vec<u8>
 }
 
 /// Writes the canonical form of one member's value.
-fn write_raw(value: &RawValue, out: &mut Vec<u8>) -> Option<()> {
+fn write_raw(value: &RawValue, spelling: Spelling, out: &mut Vec<u8>) -> Option<()> {
     let text = value.get();
-    if text.starts_with('"') && !text.contains('\\') {
+    if text.starts_with('"') && !text.contains('\\') && !spelling.holds_raw(text) {
         // A JSON string without escapes holds no quote, backslash or control
-        // character, so it is already canonical.
+        // character, so it is already canonical unless the spelling escapes
+        // more.
         out.extend_from_slice(text.as_bytes());
         return Some(());
     }
     let value = crate::parse_member(text.as_bytes()).ok()?;
-    write_value(&value, out);
+    write_value(&value, spelling, out);
     Some(())
 }
 
@@ -154,29 +182,29 @@ impl<'de> Visitor<'de> for Name {
     }
 }
 
-fn write_value(value: &Value, out: &mut Vec<u8>) {
+fn write_value(value: &Value, spelling: Spelling, out: &mut Vec<u8>) {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
         Value::Number(number) => write_number(number, out),
-        Value::String(text) => write_string(text, out),
+        Value::String(text) => write_string(text, spelling, out),
         Value::Array(items) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_value(item, out);
+                write_value(item, spelling, out);
             }
             out.push(b']');
         }
-        Value::Object(object) => write_object(object, out),
+        Value::Object(object) => write_object(object, spelling, out),
     }
 }
 
 /// Writes the members sorted by the UTF-16 code units of their names.
-fn write_object(object: &Map<String, Value>, out: &mut Vec<u8>) {
+fn write_object(object: &Map<String, Value>, spelling: Spelling, out: &mut Vec<u8>) {
     let mut members: Vec<(&String, &Value)> = object.iter().collect();
     members.sort_by(|a, b| utf16_order(a.0, b.0));
     out.push(b'{');
@@ -184,9 +212,9 @@ fn write_object(object: &Map<String, Value>, out: &mut Vec<u8>) {
         if i > 0 {
             out.push(b',');
         }
-        write_string(name, out);
+        write_string(name, spelling, out);
         out.push(b':');
-        write_value(value, out);
+        write_value(value, spelling, out);
     }
     out.push(b'}');
 }
@@ -212,48 +240,6 @@ fn write_number(number: &Number, out: &mut Vec<u8>) {
         // serde_json's numbers are always finite, so JCS cannot refuse one.
         None => out.extend(serde_json_canonicalizer::to_vec(number).unwrap_or_default()),
     }
-}
-
-/// JCS strings are ECMAScript's `JSON.stringify`: only `"`, `\` and control
-/// characters are escaped, with the short forms where they exist.
-fn write_string(text: &str, out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let escape = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
-    let bytes = text.as_bytes();
-    out.push(b'"');
-    // A scan without early exit, which the compiler vectorises, settles the
-    // common case of nothing to escape.
-    if !bytes.iter().fold(false, |any, &b| any | escape(b)) {
-        out.extend_from_slice(bytes);
-        out.push(b'"');
-        return;
-    }
-    let mut plain_from = 0;
-    for (i, &byte) in bytes.iter().enumerate() {
-        let escaped: &[u8] = match byte {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\x08' => b"\\b",
-            b'\t' => b"\\t",
-            b'\n' => b"\\n",
-            b'\x0c' => b"\\f",
-            b'\r' => b"\\r",
-            0..0x20 => &[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(byte >> 4)],
-                HEX[usize::from(byte & 0xf)],
-            ],
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[plain_from..i]);
-        out.extend_from_slice(escaped);
-        plain_from = i + 1;
-    }
-    out.extend_from_slice(&bytes[plain_from..]);
-    out.push(b'"');
 }
 
 #[cfg(test)]
@@ -283,12 +269,13 @@ mod tests {
             (-1e300f64..1e300).prop_map(Value::from),
             any::<String>().prop_map(Value::String),
             "[\\x00-\\x7f\u{e000}-\u{e010}\u{10000}-\u{10010}]{0,6}".prop_map(Value::String),
+            unsafe_text().prop_map(Value::String),
         ];
         leaf.prop_recursive(4, 48, 6, |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
                 prop::collection::btree_map(
-                    "[a-z\u{e000}\u{10000}\u{ffff}]{0,3}|.{0,4}",
+                    prop_oneof!["[a-z\u{e000}\u{10000}\u{ffff}]{0,3}|.{0,4}", unsafe_text()],
                     inner,
                     0..6
                 )
@@ -297,10 +284,98 @@ mod tests {
         })
     }
 
+    /// Every character [`constle_escape::is_unsafe`] names.
+    fn unsafe_chars() -> Vec<char> {
+        static ALL: std::sync::LazyLock<Vec<char>> = std::sync::LazyLock::new(|| {
+            ('\0'..=char::MAX)
+                .filter(|c| constle_escape::is_unsafe(*c))
+                .collect()
+        });
+        ALL.clone()
+    }
+
+    /// Text that mixes any characters with unsafe ones, and with
+    /// characters beside the unsafe ranges (astral ones too).
+    fn unsafe_text() -> impl Strategy<Value = String> {
+        let near = vec![
+            '\u{7e}',
+            '\u{a0}',
+            '\u{200c}',
+            '\u{200d}',
+            '\u{2027}',
+            '\u{202f}',
+            '\u{fffc}',
+            '\u{1f600}',
+            '\u{e0080}',
+            '\u{10ffff}',
+        ];
+        let c = prop_oneof![
+            any::<char>(),
+            prop::sample::select(unsafe_chars()),
+            prop::sample::select(near),
+            Just('"'),
+            Just('\\'),
+        ];
+        prop::collection::vec(c, 0..8).prop_map(String::from_iter)
+    }
+
+    /// The terminal-safe form, derived from the JCS form alone: every
+    /// unsafe character in it (only strings hold any) replaced by `\u`
+    /// escapes of its UTF-16 units.
+    fn escaped(jcs: &[u8]) -> Vec<u8> {
+        let mut out = String::new();
+        for c in std::str::from_utf8(jcs).unwrap().chars() {
+            match constle_escape::is_unsafe(c) {
+                true => c
+                    .encode_utf16(&mut [0; 2])
+                    .iter()
+                    .for_each(|u| out.push_str(&format!("\\u{u:04x}"))),
+                false => out.push(c),
+            }
+        }
+        out.into_bytes()
+    }
+
+    fn spelling() -> impl Strategy<Value = Spelling> {
+        prop_oneof![Just(Spelling::Jcs), Just(Spelling::TerminalSafe)]
+    }
+
+    fn holds_unsafe(bytes: &[u8]) -> bool {
+        String::from_utf8_lossy(bytes)
+            .chars()
+            .any(constle_escape::is_unsafe)
+    }
+
     proptest! {
         #[test]
         fn matches_serde_json_canonicalizer(value in any_value()) {
             prop_assert_eq!(canonical(&value), jcs(&value));
+        }
+
+        #[test]
+        fn terminal_safe_is_jcs_with_every_unsafe_character_escaped(value in any_value()) {
+            let safe = Spelling::TerminalSafe.value(&value);
+            prop_assert!(!holds_unsafe(&safe), "{}", String::from_utf8_lossy(&safe));
+            prop_assert_eq!(safe, escaped(&jcs(&value)));
+        }
+
+        #[test]
+        fn any_text_round_trips_through_the_terminal_safe_form(text in unsafe_text()) {
+            let object: Map<String, Value> =
+                [(text.clone(), Value::from(1)), ("t".into(), Value::from(text))].into_iter().collect();
+            let bytes = Spelling::TerminalSafe.object(&object);
+            prop_assert!(!holds_unsafe(&bytes), "{}", String::from_utf8_lossy(&bytes));
+            prop_assert_eq!(crate::parse(&bytes).unwrap(), Value::Object(object.clone()));
+            let members = Spelling::TerminalSafe.members(&bytes).expect("its own spelling");
+            let names: Vec<&str> = members.iter().map(|m| m.name.as_ref()).collect();
+            let mut expected: Vec<&str> = object.keys().map(String::as_str).collect();
+            expected.sort_by(|a, b| utf16_order(a, b));
+            prop_assert_eq!(names, expected);
+            // One spelling each: the JCS bytes are the terminal-safe ones
+            // exactly when nothing needed escaping beyond JCS.
+            let plain = canonical_object(&object);
+            prop_assert_eq!(Spelling::TerminalSafe.members(&plain).is_some(), plain == bytes);
+            prop_assert_eq!(canonical_members(&bytes).is_some(), plain == bytes);
         }
 
         #[test]
@@ -328,9 +403,10 @@ mod tests {
         #[test]
         fn only_canonical_bytes_are_accepted(
             value in any_object(),
+            spelling in spelling(),
             edits in prop::collection::vec((any::<prop::sample::Index>(), edit()), 1..4),
         ) {
-            let mut bytes = jcs(&value);
+            let mut bytes = spelling.value(&value);
             for (at, edit) in edits {
                 let at = at.index(bytes.len() + 1);
                 match edit {
@@ -340,9 +416,9 @@ mod tests {
                     _ => {}
                 }
             }
-            if canonical_members(&bytes).is_some() {
+            if spelling.members(&bytes).is_some() {
                 let parsed = crate::parse(&bytes).expect("strict JSON");
-                prop_assert_eq!(jcs(&parsed), bytes);
+                prop_assert_eq!(spelling.value(&parsed), bytes);
             }
         }
     }
@@ -373,6 +449,11 @@ mod tests {
             b"0",
             b"a",
             b"\\",
+            "\u{202e}".as_bytes(),
+            b"\\u202e",
+            b"\\u202E",
+            b"\\u007f",
+            b"\\udb40\\udc41",
         ]);
         let byte = prop::sample::select(b" \"\\,:{}[]01.e-+uaAtfn/\t\x7f".to_vec());
         prop_oneof![
@@ -426,9 +507,44 @@ mod tests {
                 String::from_utf8_lossy(bytes)
             );
         }
+        for bytes in [
+            "{\"a\":\"\u{202e}\"}".as_bytes(),
+            "{\"\u{2028}\":1}".as_bytes(),
+            br#"{"a":"\u202E"}"#,
+            br#"{"a":["\u007F"]}"#,
+        ] {
+            assert!(
+                Spelling::TerminalSafe.members(bytes).is_none(),
+                "{}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
         let members = canonical_members(br#"{"a\n":"\t","b":[1,{"c":null}]}"#).unwrap();
         assert_eq!(members[0].name, "a\n");
         assert_eq!(members[1].value.get(), r#"[1,{"c":null}]"#);
+    }
+
+    #[test]
+    fn terminal_safe_escapes_what_a_terminal_must_not_be_shown() {
+        let value =
+            json!({"t\u{2066}": "x\u{202e}y\u{7f}\u{85}\u{2028}\u{e0041}\u{1b}\u{200d}é😀"});
+        // U+200D (the zero width joiner emoji need) is not unsafe: it stays.
+        let expected = concat!(
+            r#"{"t\u2066":"x\u202ey\u007f\u0085\u2028\udb40\udc41\u001b"#,
+            "\u{200d}é😀\"}"
+        );
+        let bytes = Spelling::TerminalSafe.value(&value);
+        assert_eq!(String::from_utf8(bytes.clone()).unwrap(), expected);
+        assert!(Spelling::TerminalSafe.members(&bytes).is_some());
+        assert_eq!(crate::parse(&bytes).unwrap(), value);
+        // Every unsafe character alone, astral ones as surrogate pairs.
+        for c in unsafe_chars() {
+            let text = format!("a{c}b");
+            let bytes = Spelling::TerminalSafe.value(&Value::from(text.as_str()));
+            assert!(!holds_unsafe(&bytes), "{c:?}");
+            assert_eq!(crate::parse(&bytes).unwrap(), text, "{c:?}");
+            assert_eq!(bytes, escaped(&jcs(&Value::from(text))), "{c:?}");
+        }
     }
 
     #[test]

@@ -11,13 +11,17 @@
 //!
 //! Nesting is bounded by [`MAX_DEPTH`], and [`parse_limited`] also bounds the
 //! input size. [`canonical_object`] writes the RFC 8785 form that signatures
-//! cover, [`canonical_value`] that of any value.
+//! cover, [`canonical_value`] that of any value; [`Spelling`] has the same
+//! for a form that also escapes what a terminal must not be shown (the
+//! audit log's).
 
 #![forbid(unsafe_code)]
 
 mod canonical;
+mod spelling;
 
 pub use canonical::{Member, canonical_members, canonical_object, canonical_value, without_member};
+pub use spelling::Spelling;
 
 use std::fmt;
 

@@ -26,8 +26,11 @@ pub enum FormatError {
     /// Not strict JSON (duplicate keys, lone surrogates, trailing data, …).
     #[error("not JSON: {0}")]
     NotJson(String),
-    /// JSON, but not byte for byte its canonical (RFC 8785) form.
-    #[error("not in its canonical form (RFC 8785): the file was edited or re-serialised")]
+    /// JSON, but not byte for byte its canonical form (RFC 8785, spelled
+    /// as log lines are).
+    #[error(
+        "not in its canonical form (RFC 8785, spelled as log lines are): the file was edited or re-serialised"
+    )]
     NotCanonical,
     /// No `type` of a run receipt.
     #[error("not a run receipt: its `type` is {found}, not \"constle-run-receipt\"")]

@@ -1,5 +1,6 @@
-//! The receipt file: one JSON object in its RFC 8785 (JCS) canonical form,
-//! read strictly. Nothing here checks a signature or a proof; that is
+//! The receipt file: one JSON object in its canonical form, spelled as log
+//! lines are ([`LINE_SPELLING`]: RFC 8785 with the characters a terminal
+//! must not be shown escaped), read strictly. Nothing here checks a signature or a proof; that is
 //! [`Receipt::verify`]'s.
 //!
 //! ```text
@@ -14,7 +15,7 @@
 //! member and no other, and each value has its one form (hashes in padded
 //! standard base64 that re-encodes to the same text).
 
-use constle_json::{canonical_object, canonical_value};
+use constle_audit::LINE_SPELLING;
 use constle_tlog::Hash;
 use serde_json::{Map, Value};
 
@@ -31,7 +32,8 @@ pub const RECEIPT_VERSION: u64 = 1;
 pub const MAX_RECEIPT_BYTES: usize = 16 << 20;
 
 /// One log line a receipt carries, as the object it is (the line is its
-/// canonical form), with its inclusion proof in the checkpoint's tree.
+/// canonical form, written in the receipt exactly as in the log), with its
+/// inclusion proof in the checkpoint's tree.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Included {
     pub(crate) entry: Map<String, Value>,
@@ -41,7 +43,7 @@ pub struct Included {
 impl Included {
     /// The line's bytes, without a newline: the entry's canonical form.
     pub fn line(&self) -> Vec<u8> {
-        canonical_object(&self.entry)
+        LINE_SPELLING.object(&self.entry)
     }
 
     /// The inclusion proof's hashes, leaf side first.
@@ -118,7 +120,7 @@ impl Receipt {
                 }
                 other => FormatError::NotJson(other.to_string()),
             })?;
-        if canonical_value(&value) != bytes {
+        if LINE_SPELLING.value(&value) != bytes {
             return Err(FormatError::NotCanonical);
         }
         let mut object = members("the receipt", value)?;
@@ -173,7 +175,7 @@ impl Receipt {
         object.insert("tools_offered".into(), Value::Array(tools));
         object.insert("checkpoint".into(), self.checkpoint.clone().into());
         object.insert("witnesses".into(), strings(&self.witnesses));
-        canonical_object(&object)
+        LINE_SPELLING.object(&object)
     }
 }
 

@@ -211,6 +211,32 @@ fn a_receipt_of_a_cosigned_run_verifies_with_and_without_pins() {
     assert_eq!((first.started().seq, first.finished().seq), (0, 4));
 }
 
+/// Tool names a server chose, holding what a terminal must not be shown:
+/// the receipt carries the lines as the log spells them, so its entries
+/// still verify and its bytes hold none of those characters as they are.
+#[test]
+fn a_receipt_spells_its_entries_as_the_log_does() {
+    let log = Log::new();
+    let started = log.start();
+    let tools = [
+        "pay\u{202e}eciovni",
+        "a\u{1b}[2Jb",
+        "c\u{85}\u{2028}d\u{e0041}",
+    ];
+    log.offer(&tools);
+    log.finish(started);
+    log.checkpoint(&[witness(1), witness(2)]);
+    let built = build(log.path(), &pins(2), Run::Latest).unwrap();
+    let bytes = built.receipt().to_bytes();
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    assert!(!text.chars().any(constle_escape::is_unsafe), "{text:?}");
+    assert!(text.contains(r"pay\u202eeciovni"), "{text}");
+    let receipt = Receipt::parse(&bytes).unwrap();
+    let verified = receipt.verify(Some(&pins(2))).unwrap();
+    assert_eq!(verified.tools()[0].tools, tools);
+    built.check_log(log.path()).unwrap();
+}
+
 #[test]
 fn every_byte_of_a_receipt_is_bound() {
     let log = Log::new();

@@ -55,6 +55,7 @@ fn tree(c: &mut Criterion) {
         agent_did: Some(did),
         approver: None,
         approvers: None,
+        terminal_approves: false,
         pinned: true,
     };
 

@@ -263,14 +263,6 @@ pub enum LogFilesError {
         /// The line number, from 1.
         line: usize,
     },
-    /// A day's first line that is not an entry, so its `seq` is unknown.
-    #[error("{}: the first line is not an audit entry ({reason}); run `constle audit verify`", .file.display())]
-    UnreadableFirstLine {
-        /// The file.
-        file: PathBuf,
-        /// Why it does not parse.
-        reason: String,
-    },
     /// A day's first entry whose `seq` is not the number of lines before
     /// it: earlier days are missing (retention) or lines were removed.
     #[error("{}: the first entry is seq {found}, but {expected} lines come before it; the tree needs the whole chain from seq 0", .file.display())]

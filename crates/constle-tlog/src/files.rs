@@ -8,9 +8,13 @@
 //!
 //! This does not verify the chain (that is `constle audit verify`'s job),
 //! but it does make sure the leaf index is the entry's `seq`, so proofs name
-//! entries by their sequence number: each day's first line must parse as an
-//! entry whose `seq` is the number of lines before it. That fails when the
-//! oldest days were deleted (retention) or lines are missing between days.
+//! entries by their sequence number: a day's first line that is an entry
+//! must have the `seq` of the number of lines before it. That fails when
+//! the oldest days were deleted (retention) or lines are missing between
+//! days. A first line that is not an entry at all (a rewritten log) is a
+//! leaf at its place like any other: the tree takes any bytes, so what the
+//! witnesses cosigned can still be held against it, and the verifier
+//! reports the line.
 //!
 //! Each leaf is also scanned for the cosignatures the log records
 //! ([`Recorded`]), so whoever checks what witnesses cosigned reads the files
@@ -127,8 +131,8 @@ impl LogTree {
 
 /// Pushes the lines of `complete` (whole lines, each ending in a newline)
 /// of the day file `path` onto `tree`, handing each to `each` first. When
-/// `complete` starts the file, its first line's `seq` must continue the
-/// tree.
+/// `complete` starts the file and its first line is an entry, that entry's
+/// `seq` must continue the tree.
 pub(crate) fn push_lines(
     path: &Path,
     complete: &[u8],
@@ -157,16 +161,13 @@ pub(crate) fn push_lines(
 }
 
 fn check_first_seq(path: &Path, line: &[u8], expected: u64) -> Result<(), LogFilesError> {
-    let entry = parse_line(line).map_err(|err| LogFilesError::UnreadableFirstLine {
-        file: path.to_owned(),
-        reason: err.to_string(),
-    })?;
-    match entry.seq == expected {
-        true => Ok(()),
-        false => Err(LogFilesError::SeqGap {
+    match parse_line(line) {
+        Ok(entry) if entry.seq != expected => Err(LogFilesError::SeqGap {
             file: path.to_owned(),
             expected,
             found: entry.seq,
         }),
+        // Not an entry: it says no `seq`, and is the leaf at its place.
+        _ => Ok(()),
     }
 }

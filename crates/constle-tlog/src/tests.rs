@@ -688,6 +688,23 @@ mod files {
             Err(LogFilesError::EmptyLine { line: 4, .. })
         ));
     }
+
+    /// A day's first line that is no entry says no `seq`: it is the leaf at
+    /// its place, so a rewritten log still has a tree to hold against what
+    /// witnesses cosigned.
+    #[test]
+    fn a_first_line_that_is_not_an_entry_is_a_leaf_like_any_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = Name::new("bot").unwrap();
+        let mut lines = write_log(dir.path(), &agent, 6);
+        for (at, garbage) in [(0, &b"not an entry"[..]), (3, b"{\"seq\":\"three\"}")] {
+            lines[at] = garbage.to_vec();
+        }
+        put(dir.path(), "bot-2026-01-01.jsonl", &lines[..3], b"");
+        put(dir.path(), "bot-2026-01-02.jsonl", &lines[3..], b"");
+        let read = LogTree::from_log_dir(dir.path(), &agent).unwrap();
+        assert_eq!(read.tree.head(), tree_of(&lines).head());
+    }
 }
 
 mod coverage {

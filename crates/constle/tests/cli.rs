@@ -438,6 +438,45 @@ fn audit_show_prints_a_timeline_with_agent_bytes_escaped() {
     );
 }
 
+/// A checkpoint's note is text of several lines: shown as its lines,
+/// indented under the entry, each escaped as everything else is, not as
+/// one line of `\u{a}`.
+#[test]
+fn audit_show_prints_a_checkpoint_note_as_its_lines() {
+    let case = Case::new();
+    case.signed_agent();
+    let note = "ci.example.com/constle/my-agent\n8\nPb9SGOhg=\n\n\u{2014} ci.example.com/constle/my-agent \u{1b}[2JArsMQ0=\n";
+    let checkpoint = Event::new("checkpoint")
+        .unwrap()
+        .with("size", 8)
+        .unwrap()
+        .with("trigger", "run_end")
+        .unwrap()
+        .with("note", note)
+        .unwrap();
+    let log = case.log(vec![checkpoint]);
+    let out = case.run(&["audit", "show", log.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    let shown: Vec<&str> = text.lines().collect();
+    let row = shown.iter().position(|l| l.contains("#0")).unwrap();
+    assert!(shown[row].contains("checkpoint"), "{text}");
+    assert!(shown[row].contains("size=8 trigger=run_end"), "{text}");
+    assert!(!shown[row].contains("note"), "{text}");
+    assert_eq!(
+        shown[row + 1..],
+        [
+            "    note: ci.example.com/constle/my-agent",
+            "          8",
+            "          Pb9SGOhg=",
+            "          ",
+            "          \u{2014} ci.example.com/constle/my-agent \\u{1b}[2JArsMQ0=",
+        ],
+        "{text}"
+    );
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+}
+
 #[test]
 fn colour_follows_the_flag() {
     let case = Case::new();

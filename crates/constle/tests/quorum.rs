@@ -45,6 +45,10 @@ fn main() {
             "a_set_that_cannot_be_loaded_at_call_time_refuses_the_call_naming_no_host_path",
             set_unusable_at_call_time,
         ),
+        e2e(
+            "a_terminal_vote_written_into_the_log_completes_no_quorum_the_agentfile_denies_it",
+            terminal_vote_rewritten,
+        ),
     ];
     libtest_mimic::run(&Arguments::from_args(), tests).exit();
 }
@@ -292,14 +296,20 @@ fn vote_of(entry: &Value, request: &Value) -> bool {
 /// entry as `keep` leaves it (edited in place), those it returns false
 /// for left out: the day file of the new log.
 fn rewrite(fx: &Fixture, name: &str, mut keep: Box<dyn FnMut(&mut Value) -> bool>) -> PathBuf {
+    let mut entries = fx.case.log();
+    entries.retain_mut(|entry| keep(entry));
+    resealed(fx, name, &entries)
+}
+
+/// `entries` written as a new log by a writer holding the agent's key: the
+/// day file of the new log.
+fn resealed(fx: &Fixture, name: &str, entries: &[Value]) -> PathBuf {
     let key = fs::read_to_string(fx.case.home().join("keys/agent/agent.pem")).unwrap();
     let key = SigningIdentity::from_pkcs8_pem(&key).unwrap();
     let dir = fx.case.path(&format!("rewritten-{name}"));
     fs::create_dir(&dir).unwrap();
-    let mut entries = fx.case.log();
-    entries.retain_mut(|entry| keep(entry));
     let agent = Name::new("test-agent").unwrap();
-    reseal(&entries, &dir, &agent, key).remove(0)
+    reseal(entries, &dir, &agent, key).remove(0)
 }
 
 fn not_a_quorum() {
@@ -348,6 +358,78 @@ fn not_a_quorum() {
         ),
         (Some(1), Some(2))
     );
+}
+
+/// Two of alice and bob must approve, and the Agentfile says an approval at
+/// the terminal does not count. Alice approves, bob never answers: no
+/// quorum. The agent key's holder rewrites the log so that a terminal
+/// approval after alice's vote completes the quorum and the call is
+/// approved. `audit verify --agentfile` takes `terminal_approves` from the
+/// Agentfile, not from the log: TAMPERING, the quorum unproven. (Under an
+/// Agentfile whose terminal approvals count, the same log verifies.)
+fn terminal_vote_rewritten() {
+    let fx = Fixture::new();
+    let [a, b, _] = &fx.approvers;
+    let listed = [("alice", a.did().as_str()), ("bob", b.did().as_str())];
+    let approvers = listed_approvers(&listed, 2);
+    let steps = [call("pay", "pay_invoice", INVOICE)];
+    let file = fx.agentfile_with(
+        &format!("{approvers}  terminal_approves: false\n"),
+        2,
+        &steps,
+    );
+    let alice = fx.endpoint(a, &[("pay_invoice", Answer::Approve)]);
+    let bob = fx.endpoint(b, &[("pay_invoice", Answer::Never)]);
+    let out = fx.run(&file, &[&alice, &bob]);
+    assert_eq!(out.status.code(), Some(125), "{}", report(&out));
+    assert_eq!(fx.reached("pay_invoice"), 0);
+
+    let pay = request_of(&fx.case, "pay_invoice");
+    let triggered = fx
+        .case
+        .events("gate_triggered")
+        .into_iter()
+        .find(|e| e["request_id"] == pay)
+        .unwrap();
+    let decided = |event: &str, fields: Value| {
+        let mut entry = triggered.clone();
+        entry["event"] = Value::from(event);
+        for (key, value) in fields.as_object().unwrap() {
+            entry[key] = value.clone();
+        }
+        entry
+    };
+    let terminal = decided(
+        "gate_vote",
+        serde_json::json!({"decided_by": "terminal", "decision": "approved"}),
+    );
+    let approved = decided(
+        "gate_approved",
+        serde_json::json!({"version": 2, "decided_by": "quorum", "approvers": [a.did().as_str()], "terminal": true, "threshold": 2}),
+    );
+    // Alice's vote comes before the timeout: the forged entries take its
+    // place.
+    let mut entries = fx.case.log();
+    let timeout = entries
+        .iter()
+        .position(|e| e["event"] == "gate_timeout" && e["request_id"] == pay)
+        .unwrap();
+    entries.splice(timeout..=timeout, [terminal, approved]);
+    let rewritten = resealed(&fx, "terminal", &entries);
+    let (status, said) = fx.verify(&file, &rewritten);
+    assert_eq!(status, Some(1), "{said}");
+    assert!(said.contains("TAMPERING DETECTED"), "{said}");
+    assert!(said.contains("quorum_unproven"), "{said}");
+    assert!(said.contains("terminal_approves: false"), "{said}");
+
+    let counting = fx.case.path("terminal-counts.yaml");
+    let text = fs::read_to_string(&file).unwrap();
+    fs::write(
+        &counting,
+        text.replace("terminal_approves: false", "terminal_approves: true"),
+    )
+    .unwrap();
+    fx.verifies(&counting, &rewritten);
 }
 
 /// An approver set in a directory: version 1 of alice, bob and carol (2 of

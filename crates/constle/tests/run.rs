@@ -490,6 +490,73 @@ fn every_network_rule_holds_from_inside_the_sandbox() {
     assert_eq!(events, expectations.len(), "one audit event per request");
 }
 
+/// `text` as a YAML double-quoted string, every character beyond printable
+/// ASCII written as a `\U` escape (a raw NEL or line separator would be a
+/// line break to YAML).
+fn yaml_quoted(text: &str) -> String {
+    let mut quoted = String::from("\"");
+    for c in text.chars() {
+        match c {
+            ' '..='~' if c != '"' && c != '\\' => quoted.push(c),
+            _ => quoted.push_str(&format!("\\U{:08x}", u32::from(c))),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+/// What a terminal must not be shown, sent by the agent as CONNECT targets
+/// (issue 22): the proxy refuses each and the log records it, but the log
+/// file holds none of those characters raw, so `cat` of it cannot show
+/// reversed or hidden text; the text is kept (as JSON escapes) and the log
+/// still verifies.
+#[test]
+fn a_connect_target_puts_no_raw_terminal_control_into_the_log_file() {
+    if !e2e_ready("log escapes") {
+        return;
+    }
+    let hostile = ['\u{202e}', '\u{1b}', '\u{85}', '\u{2028}', '\u{e0041}'];
+    let case = Case::new();
+    fs::copy(EXAMPLE, case.path("work/agent.py")).unwrap();
+    let did = case.keygen(&["keygen", "test-agent"]);
+    let targets: Vec<String> = hostile
+        .iter()
+        .map(|c| format!("evil{c}moc.example.com:443"))
+        .chain([format!("all{}.example.com:443", String::from_iter(hostile))])
+        .collect();
+    let argv: Vec<String> = targets.iter().map(|t| yaml_quoted(t)).collect();
+    let file = case.agentfile(&format!(
+        "identity:\n  did: {did}\nsandbox:\n  command: [\"python3\", \"agent.py\", {}]\n  workdir: ./work\n  network:\n    allowed_hosts: [api.groq.com]\n",
+        argv.join(", ")
+    ));
+    let out = case.run(&["run", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::report(&out));
+
+    let bytes = fs::read(case.log_file()).unwrap();
+    let raw = String::from_utf8(bytes).unwrap();
+    for c in hostile {
+        assert!(!raw.contains(c), "{c:?} is raw in the log file:\n{raw}");
+    }
+    // The text is kept: a JSON reader gets the characters back.
+    let hosts: Vec<String> = case
+        .events("network_blocked")
+        .iter()
+        .map(|e| e["host"].as_str().unwrap().to_owned())
+        .collect();
+    for c in ['\u{202e}', '\u{2028}', '\u{e0041}'] {
+        assert!(
+            hosts.iter().any(|h| h.contains(c)),
+            "no host holds {c:?}: {hosts:?}"
+        );
+    }
+    assert!(
+        raw.contains(r"\u202e") && raw.contains(r"\udb40\udc41"),
+        "{raw}"
+    );
+    let (status, said) = case.audit_verify(&file, &case.log_file());
+    assert_eq!(status, Some(0), "{said}");
+}
+
 /// A signal at any moment of start-up, even while Squid is starting, ends
 /// the run without leaving a process behind.
 #[test]

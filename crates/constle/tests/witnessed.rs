@@ -675,3 +675,50 @@ fn a_log_whose_tree_cannot_be_built_cannot_be_checked_against_its_witnesses() {
         "{stderr}"
     );
 }
+
+/// A rewritten log whose first line is not an entry at all: the file is
+/// TAMPERING (exit 1, not "could not check"), and the tree, which takes
+/// any bytes as a leaf, is still held against what the witnesses cosigned.
+#[test]
+fn a_log_whose_first_line_is_not_an_entry_is_tampering_and_still_checked_against_its_witnesses() {
+    let case = Case::new();
+    let (logs, held) = two_rounds(&case);
+    let (dir, file) = resealed(&case, "malformed", &read_entries(&logs, &agent()));
+    let written = fs::read_to_string(&file).unwrap();
+    let (_, rest) = written.split_once('\n').unwrap();
+    fs::write(&file, format!("not an entry\n{rest}")).unwrap();
+    let two = agentfile(&case, "two.yaml", &[&witness(1), &witness(2)], 2);
+    let (status, stdout, stderr) = verify(&case, &two, &file, &held);
+    assert_eq!(status, Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with(&format!(
+            "error: TAMPERING DETECTED in {}\n  line 1: malformed_entry",
+            file.display()
+        )),
+        "{stdout}"
+    );
+    let witnessed = format!(
+        "error: TAMPERING DETECTED in test-agent's log in {}\n  log: witnessed_history_rewritten — the histories part at an entry in seq 0..4 (the log's root at size 5 is {}, witnesses witness.example.org/w1, witness.example.org/w2 cosigned {};",
+        dir.display(),
+        root_at(&dir, 5),
+        root_at(&logs, 5),
+    );
+    assert!(stdout.contains(&witnessed), "{stdout}");
+
+    // An empty line: no tree can be built, but the file's tampering is
+    // still exit 1, with why the witnesses could not be checked.
+    let mut lines: Vec<&str> = written.lines().collect();
+    lines.insert(2, "");
+    fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let (status, stdout, stderr) = verify(&case, &two, &file, &held);
+    assert_eq!(status, Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with("error: TAMPERING DETECTED in "),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("cannot check what the witnesses cosigned")
+            && stderr.contains("line 3 is empty"),
+        "{stderr}"
+    );
+}

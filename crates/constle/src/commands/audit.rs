@@ -68,8 +68,15 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     if let Some(witnessing) = &witnessing {
         for dir in log_dirs(&args.files) {
             terminal::out("");
-            if !witnessing.check(&dir, &held)? {
-                outcome = Outcome::PolicyFailure;
+            match witnessing.check(&dir, &held) {
+                Ok(true) => {}
+                Ok(false) => outcome = Outcome::PolicyFailure,
+                // Tampering found already stays tampering (exit 1), though
+                // the witnesses could not be checked as well.
+                Err(err) if outcome == Outcome::PolicyFailure => {
+                    terminal::error(&escape(&format!("{err:#}")));
+                }
+                Err(err) => return Err(err),
             }
         }
     }
@@ -89,7 +96,8 @@ fn load_manifest(path: &Path) -> anyhow::Result<Manifest> {
 /// What `manifest` pins, or what is wrong with its approver set
 /// (tampering, for `audit verify`).
 fn pinned_anchors(manifest: &Manifest) -> Result<TrustAnchors, String> {
-    let approvers = match manifest.human_gates.quorum.as_ref().map(|q| &q.source) {
+    let quorum = manifest.human_gates.quorum.as_ref();
+    let approvers = match quorum.map(|q| &q.source) {
         None => None,
         Some(QuorumSource::Listed {
             approvers,
@@ -107,6 +115,7 @@ fn pinned_anchors(manifest: &Manifest) -> Result<TrustAnchors, String> {
         agent_did: manifest.identity.as_ref().map(|i| i.did.clone()),
         approver: manifest.human_gates.approver_pubkey.clone(),
         approvers,
+        terminal_approves: quorum.is_some_and(|q| q.terminal_approves),
         agent: Some(manifest.name.clone()),
         pinned: true,
     })
@@ -332,8 +341,10 @@ pub fn show(args: &ShowArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
+/// One entry as the timeline shows it: a row, and under it the lines of a
+/// checkpoint's note.
 fn timeline_row(number: usize, line: &[u8]) -> String {
-    let entry = match parse_line(line) {
+    let mut entry = match parse_line(line) {
         Ok(entry) => entry,
         Err(err) => {
             return paint(
@@ -345,6 +356,10 @@ fn timeline_row(number: usize, line: &[u8]) -> String {
             );
         }
     };
+    let note = match entry.event.as_str() {
+        "checkpoint" => entry.fields.remove("note"),
+        _ => None,
+    };
     let time = entry.ts.strftime("%Y-%m-%d %H:%M:%S%.3f").to_string();
     let event = escape(&entry.event);
     let fields: Vec<String> = entry
@@ -352,13 +367,40 @@ fn timeline_row(number: usize, line: &[u8]) -> String {
         .iter()
         .map(|(key, value)| format!("{}={}", escape(key), escape(&compact(value))))
         .collect();
-    format!(
+    let row = format!(
         "{}  {:>5}  {}  {}",
         paint(Paint::Dim, &time),
         format!("#{}", entry.seq),
         paint(event_paint(&entry.event), &format!("{event:<20}")),
         fields.join(" ")
-    )
+    );
+    match note {
+        Some(note) => format!("{row}{}", note_lines(&compact(&note))),
+        None => row,
+    }
+}
+
+/// A checkpoint's note, a signed text of several lines, as a person reads
+/// it: each line on a line of its own, indented under the row, each escaped
+/// as a one-line field is (the log is not verified here).
+fn note_lines(note: &str) -> String {
+    let mut shown = String::new();
+    for (index, line) in note
+        .strip_suffix('\n')
+        .unwrap_or(note)
+        .split('\n')
+        .enumerate()
+    {
+        let label = if index == 0 {
+            "    note: "
+        } else {
+            "          "
+        };
+        shown.push('\n');
+        shown.push_str(label);
+        shown.push_str(&escape(line));
+    }
+    shown
 }
 
 fn compact(value: &Value) -> String {
