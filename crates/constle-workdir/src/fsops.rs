@@ -5,7 +5,7 @@
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io::Write as _;
-use std::os::fd::{AsFd, AsRawFd as _, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd as _, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Component, Path};
 
@@ -75,7 +75,7 @@ pub(crate) fn cstring(name: &OsStr) -> nix::Result<CString> {
 /// and the owner `owner` (uid, gid) when given, synced: the caller renames
 /// it into place. Returns the name.
 pub(crate) fn write_new(
-    dir: &OwnedFd,
+    dir: BorrowedFd<'_>,
     bytes: &[u8],
     mode: u32,
     owner: Option<(u32, u32)>,

@@ -42,9 +42,10 @@ pub(crate) enum Review {
     Unreadable(String),
 }
 
-/// Where git is looked for: never `PATH`, which may name a directory the
-/// agent could write.
-const GIT_PATHS: &[&str] = &["/usr/bin/git", "/usr/local/bin/git", "/bin/git"];
+/// Where git is looked for, in the order a usual `PATH` has them (so that
+/// the git judging is the one the operator runs); never `PATH` itself,
+/// which may name a directory the agent could write.
+const GIT_PATHS: &[&str] = &["/usr/local/bin/git", "/usr/bin/git", "/bin/git"];
 
 /// The host's git, if one is installed where only root (or this user)
 /// could have put it.

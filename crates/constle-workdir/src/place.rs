@@ -2,7 +2,7 @@
 //! listing is to the operator's tools, and how its subdirectories are read.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use nix::sys::stat::SFlag;
 
@@ -48,7 +48,8 @@ pub(crate) fn classify(
     let mut classes = Vec::with_capacity(listing.entries.len());
     let mut subdirs = Vec::new();
     for (i, entry) in listing.entries.iter().enumerate() {
-        let (class, sub) = one(place, parent, entry, &listing.path_of(entry), hooks);
+        let in_hooks = !hooks.is_empty() && hooks.contains(&listing.path_of(entry));
+        let (class, sub) = one(place, parent, entry, in_hooks);
         classes.push(class);
         if entry.kind() == SFlag::S_IFDIR {
             subdirs.push((i, sub));
@@ -58,13 +59,7 @@ pub(crate) fn classify(
 }
 
 /// One entry, and how it is read if it is a directory.
-fn one(
-    place: &Place,
-    parent: Option<&[u8]>,
-    entry: &Entry,
-    path: &Path,
-    hooks: &BTreeSet<PathBuf>,
-) -> (Class, Place) {
+fn one(place: &Place, parent: Option<&[u8]>, entry: &Entry, in_hooks: bool) -> (Class, Place) {
     let name = entry.name_bytes();
     match place {
         Place::Config(rule) => (Class::Config(rule.what), Place::Config(rule)),
@@ -77,7 +72,7 @@ fn one(
             b"hooks" => (Class::Config(HOOK), Place::Hooks),
             _ => (Class::Plain, Place::Plain),
         },
-        Place::Plain if hooks.contains(path) => (Class::Config(HOOK), Place::Hooks),
+        Place::Plain if in_hooks => (Class::Config(HOOK), Place::Hooks),
         Place::Plain if name == b".git" => (Class::Plain, Place::GitDir),
         Place::Plain => match config::matching(parent.into_iter().chain([name])) {
             // A rule found through the parent's name alone (InDir) would

@@ -7,7 +7,7 @@
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io::Write as _;
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
@@ -43,7 +43,7 @@ impl<'a> Quarantine<'a> {
     /// removed.
     pub(crate) fn take(
         &mut self,
-        dir: &OwnedFd,
+        dir: BorrowedFd<'_>,
         entry: &Entry,
         path: &Path,
     ) -> Result<(), WorkdirError> {
@@ -97,7 +97,12 @@ impl<'a> Quarantine<'a> {
 
 /// Copies the regular file `entry` of `dir` to `name` in `into`, with its
 /// permission bits, and syncs it.
-fn copy_file(dir: &OwnedFd, entry: &Entry, into: &OwnedFd, name: &CStr) -> std::io::Result<()> {
+fn copy_file(
+    dir: BorrowedFd<'_>,
+    entry: &Entry,
+    into: &OwnedFd,
+    name: &CStr,
+) -> std::io::Result<()> {
     let from = open_for_copy(dir, entry)?;
     let flags =
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
@@ -111,7 +116,7 @@ fn copy_file(dir: &OwnedFd, entry: &Entry, into: &OwnedFd, name: &CStr) -> std::
 
 /// The file opened for reading; one its owner cannot read (the agent made
 /// it so) is made readable to its owner first.
-fn open_for_copy(dir: &OwnedFd, entry: &Entry) -> std::io::Result<OwnedFd> {
+fn open_for_copy(dir: BorrowedFd<'_>, entry: &Entry) -> std::io::Result<OwnedFd> {
     match snapshot::open_regular(dir, entry) {
         Err(Errno::EACCES) => {
             let fd = fsops::open_same(dir, &entry.name, &entry.stat)?;
@@ -125,7 +130,7 @@ fn open_for_copy(dir: &OwnedFd, entry: &Entry) -> std::io::Result<OwnedFd> {
 /// Puts `saved`, what was at `name` in `dir` before the run, back there
 /// (the name is free: what the agent left was set aside).
 pub(crate) fn restore(
-    dir: &OwnedFd,
+    dir: BorrowedFd<'_>,
     name: &CStr,
     saved: &Saved,
     path: &Path,
@@ -155,7 +160,7 @@ pub(crate) fn restore(
 /// bits (without group or others' write).
 pub(crate) fn replace(
     quarantine: &mut Quarantine<'_>,
-    dir: &OwnedFd,
+    dir: BorrowedFd<'_>,
     entry: &Entry,
     path: &Path,
     bytes: &[u8],

@@ -1,7 +1,7 @@
 //! After the run: the work directory put right, and a report of every
 //! change.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use constle_hostids::KEEPER_ID;
@@ -130,25 +130,35 @@ impl Tidy<'_, '_> {
         entry: &Entry,
         class: Class,
     ) -> Result<(), WorkdirError> {
+        // Most entries need nothing: judged on their status alone, with no
+        // path made and no system call.
+        let owner = entry.stat.st_uid == KEEPER_ID;
+        let mode = self.mode_wanted(entry);
+        if !owner && mode.is_none() && class == Class::Plain {
+            return Ok(());
+        }
         let path = listing.path_of(entry);
         let dir = listing.fd;
-        let dir: OwnedFd = dir
-            .try_clone_to_owned()
-            .map_err(|e| WorkdirError::io(&path, e))?;
-        self.ownership(&dir, entry, &path)?;
-        self.permissions(&dir, entry, &path)?;
+        if owner {
+            self.give_back(dir, entry, &path)?;
+        }
+        if let Some(mode) = mode {
+            self.set_mode(dir, entry, &path, mode)?;
+        }
         match class {
             Class::Plain => Ok(()),
-            Class::Config(what) => self.config(&dir, entry, &path, what),
-            Class::GitConfig => self.git_config(&dir, entry, &path),
+            Class::Config(what) => self.config(dir, entry, &path, what),
+            Class::GitConfig => self.git_config(dir, entry, &path),
         }
     }
 
     /// What was kept from the agent goes back to the owner.
-    fn ownership(&mut self, dir: &OwnedFd, entry: &Entry, path: &Path) -> Result<(), WorkdirError> {
-        if entry.stat.st_uid != KEEPER_ID {
-            return Ok(());
-        }
+    fn give_back(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        entry: &Entry,
+        path: &Path,
+    ) -> Result<(), WorkdirError> {
         let fd = fsops::open_same(dir, &entry.name, &entry.stat)
             .map_err(|e| WorkdirError::io(path, e))?;
         fsops::chown(&fd, self.before.owner.0, None).map_err(|e| WorkdirError::io(path, e))?;
@@ -156,35 +166,44 @@ impl Tidy<'_, '_> {
         Ok(())
     }
 
-    /// No write for group or others, and no set-id bit, that was not there
-    /// before the run.
-    fn permissions(
-        &mut self,
-        dir: &OwnedFd,
-        entry: &Entry,
-        path: &Path,
-    ) -> Result<(), WorkdirError> {
+    /// The entry's permission bits without write for group or others, and
+    /// without set-id bits, that were not there before the run; `None`
+    /// when they stay as they are.
+    fn mode_wanted(&self, entry: &Entry) -> Option<u32> {
         let st = &entry.stat;
         let kind = entry.kind();
         if kind == SFlag::S_IFLNK {
-            return Ok(());
+            return None;
         }
         let mode = st.st_mode & 0o7777;
         let mut keep = mode;
         if mode & OTHERS_WRITE != 0 && !self.before.open.contains(&inode(st)) {
             keep &= !OTHERS_WRITE;
-            self.report.write_opened.push(path.to_path_buf());
         }
         let setid = mode & SETID;
         if kind == SFlag::S_IFREG && setid != 0 && self.before.setid.get(&inode(st)) != Some(&setid)
         {
             keep &= !SETID;
+        }
+        (keep != mode).then_some(keep)
+    }
+
+    fn set_mode(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        entry: &Entry,
+        path: &Path,
+        keep: u32,
+    ) -> Result<(), WorkdirError> {
+        let mode = entry.stat.st_mode & 0o7777;
+        if (mode & !keep) & OTHERS_WRITE != 0 {
+            self.report.write_opened.push(path.to_path_buf());
+        }
+        if (mode & !keep) & SETID != 0 {
             self.report.setid_cleared.push(path.to_path_buf());
         }
-        if keep == mode {
-            return Ok(());
-        }
-        let fd = fsops::open_same(dir, &entry.name, st).map_err(|e| WorkdirError::io(path, e))?;
+        let fd = fsops::open_same(dir, &entry.name, &entry.stat)
+            .map_err(|e| WorkdirError::io(path, e))?;
         fsops::chmod(&fd, keep).map_err(|e| WorkdirError::io(path, e))
     }
 
@@ -192,7 +211,7 @@ impl Tidy<'_, '_> {
     /// and what was there before put back.
     fn config(
         &mut self,
-        dir: &OwnedFd,
+        dir: BorrowedFd<'_>,
         entry: &Entry,
         path: &Path,
         what: &'static str,
@@ -219,7 +238,7 @@ impl Tidy<'_, '_> {
     /// what is not allowed, or set aside whole.
     fn git_config(
         &mut self,
-        dir: &OwnedFd,
+        dir: BorrowedFd<'_>,
         entry: &Entry,
         path: &Path,
     ) -> Result<(), WorkdirError> {
@@ -265,7 +284,7 @@ const GIT_CONFIG: &str = "git configuration";
 
 /// Whether `entry` is what was saved before the run: the same kind, the
 /// same bytes and permission bits, or the same link target.
-fn unchanged(dir: &OwnedFd, entry: &Entry, before: Option<&Saved>) -> bool {
+fn unchanged(dir: BorrowedFd<'_>, entry: &Entry, before: Option<&Saved>) -> bool {
     let Some(before) = before else {
         return false;
     };
