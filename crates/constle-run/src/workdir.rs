@@ -164,6 +164,7 @@ fn quarantined(report: &Report, server: Option<&str>) -> Result<Event, EventErro
                 "what": item.what,
                 "action": action,
                 "removed": removed,
+                "kept": item.kept,
             })
         })
         .collect();

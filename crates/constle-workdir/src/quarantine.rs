@@ -22,15 +22,36 @@ use crate::fsops;
 use crate::snapshot::{self, Saved};
 use crate::walk::Entry;
 
+/// The most one run's quarantine copies from another file system. Past
+/// it, what the agent left is removed rather than kept, so that planted
+/// files cannot fill the file system holding `$CONSTLE_HOME` and the audit
+/// log (on the same file system, entries are renamed, which costs no
+/// space).
+pub(crate) const MAX_COPIED: u64 = 256 << 20;
+
+/// Whether an entry set aside is kept in the quarantine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Taken {
+    Kept,
+    /// Past [`MAX_COPIED`]: removed from the work directory, not kept.
+    Removed,
+}
+
 /// The quarantine of one run, made when first needed.
 pub(crate) struct Quarantine<'a> {
     root: &'a Path,
     made: bool,
+    /// Bytes copied so far from another file system.
+    copied: u64,
 }
 
 impl<'a> Quarantine<'a> {
     pub(crate) fn new(root: &'a Path) -> Quarantine<'a> {
-        Quarantine { root, made: false }
+        Quarantine {
+            root,
+            made: false,
+            copied: 0,
+        }
     }
 
     /// The quarantine's path, once anything was set aside.
@@ -40,23 +61,33 @@ impl<'a> Quarantine<'a> {
 
     /// Moves `entry` of `dir` (at `path` below the work directory) into the
     /// quarantine. A FIFO, socket or device holds nothing to keep and is
-    /// removed.
+    /// removed; so is a file that would take the copies from another file
+    /// system past [`MAX_COPIED`].
     pub(crate) fn take(
         &mut self,
         dir: BorrowedFd<'_>,
         entry: &Entry,
         path: &Path,
-    ) -> Result<(), WorkdirError> {
+    ) -> Result<Taken, WorkdirError> {
         let failed = |e: std::io::Error| WorkdirError::io(path, e);
         let (into, name) = self.place_for(path)?;
         let fd = fsops::open_same(dir, &entry.name, &entry.stat).map_err(|e| failed(e.into()))?;
         let same_device = fstat(&into).map_err(|e| failed(e.into()))?.st_dev == entry.stat.st_dev;
         if same_device {
             return renameat(dir, entry.name.as_c_str(), &into, name.as_c_str())
+                .map(|()| Taken::Kept)
                 .map_err(|e| failed(e.into()));
         }
+        let size = u64::try_from(entry.stat.st_size).unwrap_or(u64::MAX);
+        let taken = match self.copied.saturating_add(size) > MAX_COPIED {
+            true if entry.kind() == SFlag::S_IFREG => Taken::Removed,
+            _ => Taken::Kept,
+        };
         match entry.kind() {
-            SFlag::S_IFREG => copy_file(dir, entry, &into, &name).map_err(failed)?,
+            SFlag::S_IFREG if taken == Taken::Kept => {
+                copy_file(dir, entry, &into, &name).map_err(failed)?;
+                self.copied += size;
+            }
             SFlag::S_IFLNK => {
                 let target =
                     readlinkat(dir, entry.name.as_c_str()).map_err(|e| failed(e.into()))?;
@@ -67,6 +98,7 @@ impl<'a> Quarantine<'a> {
         }
         drop(fd);
         unlinkat(dir, entry.name.as_c_str(), UnlinkatFlags::NoRemoveDir)
+            .map(|()| taken)
             .map_err(|e| failed(e.into()))
     }
 
@@ -169,10 +201,9 @@ pub(crate) fn replace(
     let mode = st.st_mode & 0o777 & !snapshot::OTHERS_WRITE;
     let tmp = fsops::write_new(dir, bytes, mode, Some((st.st_uid, st.st_gid)))
         .map_err(|e| WorkdirError::io(path, e))?;
-    let moved = quarantine.take(dir, entry, path);
-    if moved.is_err() {
+    if let Err(err) = quarantine.take(dir, entry, path) {
         let _ = unlinkat(dir, tmp.as_c_str(), UnlinkatFlags::NoRemoveDir);
-        return moved;
+        return Err(err);
     }
     renameat(dir, tmp.as_c_str(), dir, entry.name.as_c_str()).map_err(|e| WorkdirError::io(path, e))
 }

@@ -11,7 +11,7 @@ use crate::error::WorkdirError;
 use crate::fsops;
 use crate::git::{self, Review};
 use crate::place::{self, Class, Place};
-use crate::quarantine::{self, Quarantine};
+use crate::quarantine::{self, Quarantine, Taken};
 use crate::snapshot::{self, Before, OTHERS_WRITE, SETID, Saved, inode};
 use crate::walk::{self, Entry, Listing};
 
@@ -45,6 +45,10 @@ pub struct SetAside {
     pub what: &'static str,
     /// What was done.
     pub action: Action,
+    /// Whether what the agent left is in the quarantine; `false`: it was
+    /// removed instead, as the quarantine is on another file system and
+    /// this run had copied 256 MiB there already.
+    pub kept: bool,
 }
 
 /// Everything the check after a run changed.
@@ -220,7 +224,7 @@ impl Tidy<'_, '_> {
         if entry.kind() == SFlag::S_IFDIR || unchanged(dir, entry, before) {
             return Ok(());
         }
-        self.quarantine.take(dir, entry, path)?;
+        let taken = self.quarantine.take(dir, entry, path)?;
         let restored = match before {
             Some(saved) => quarantine::restore(dir, &entry.name, saved, path)?,
             None => false,
@@ -230,7 +234,7 @@ impl Tidy<'_, '_> {
         } else {
             Action::Moved
         };
-        self.set_aside(path, what, action);
+        self.set_aside(path, what, action, taken == Taken::Kept);
         Ok(())
     }
 
@@ -264,18 +268,19 @@ impl Tidy<'_, '_> {
             Review::Keep => Ok(()),
             Review::Rewrite { bytes, removed } => {
                 quarantine::replace(self.quarantine, dir, entry, path, &bytes)?;
-                self.set_aside(path, GIT_CONFIG, Action::Rewritten { removed });
+                self.set_aside(path, GIT_CONFIG, Action::Rewritten { removed }, true);
                 Ok(())
             }
             Review::Unreadable(_) => self.config(dir, entry, path, GIT_CONFIG),
         }
     }
 
-    fn set_aside(&mut self, path: &Path, what: &'static str, action: Action) {
+    fn set_aside(&mut self, path: &Path, what: &'static str, action: Action, kept: bool) {
         self.report.set_aside.push(SetAside {
             path: path.to_path_buf(),
             what,
             action,
+            kept,
         });
     }
 }

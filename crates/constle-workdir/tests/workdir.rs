@@ -404,3 +404,25 @@ fn a_quarantine_on_another_file_system_gets_a_synced_copy() {
     );
     assert!(!fx.at(".npmrc").exists() && !fx.at(".envrc").is_symlink());
 }
+
+#[test]
+fn copies_to_another_file_system_are_bounded() {
+    let fx = Fixture::new();
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let quarantine = shm.path().join("q");
+    let workdir = fx.prepare();
+    for name in [".vscode/a", ".vscode/b"] {
+        fx.write(name, "", 0o644);
+        fs::OpenOptions::new()
+            .write(true)
+            .open(fx.at(name))
+            .unwrap()
+            .set_len(130 << 20)
+            .unwrap();
+    }
+    let report = workdir.finish(&quarantine).unwrap();
+    let kept: Vec<bool> = report.set_aside.iter().map(|s| s.kept).collect();
+    assert_eq!(kept, [true, false], "the second would pass 256 MiB");
+    assert!(quarantine.join(".vscode/a").exists() && !quarantine.join(".vscode/b").exists());
+    assert!(!fx.at(".vscode/a").exists() && !fx.at(".vscode/b").exists());
+}

@@ -151,7 +151,13 @@ fn print_workdir(checked: &WorkdirChecked) {
                 ),
             };
             let path = escape(&item.path.to_string_lossy());
-            err.line(&format!("  {path:<width$}  {}: {done}", item.what));
+            let lost = match item.kept {
+                true => "",
+                false => {
+                    " (too large to keep on top of 256 MiB copied to another file system: removed)"
+                }
+            };
+            err.line(&format!("  {path:<width$}  {}: {done}{lost}", item.what));
         }
         err.line(&format!(
             "  nothing runs it there; review it, and move back what you want to keep: mv {quarantine}/PATH {}/PATH",
