@@ -426,3 +426,73 @@ fn copies_to_another_file_system_are_bounded() {
     assert!(quarantine.join(".vscode/a").exists() && !quarantine.join(".vscode/b").exists());
     assert!(!fx.at(".vscode/a").exists() && !fx.at(".vscode/b").exists());
 }
+
+#[test]
+fn repositories_of_every_shape_are_checked_and_still_work() {
+    let fx = Fixture::new();
+    let marker = fx.outside.join("ran");
+    let workdir = fx.prepare();
+    // The agent's repository and a linked worktree, as git makes them:
+    // their settings are allowed and stay.
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["config", "user.name", "Agent"],
+        &["config", "user.email", "agent@example.com"],
+        &["commit", "-q", "--allow-empty", "-m", "first"],
+        &["worktree", "add", "-q", "wt", "-b", "topic"],
+    ] {
+        let out = fx.git(args);
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+    // A bare repository with a planted fsmonitor and pager, and a
+    // directory git takes for a repository only by what it holds.
+    let evil = fx.at("evil.sh").display().to_string();
+    assert!(
+        fx.git(&["init", "-q", "--bare", "vendor/evil.git"])
+            .status
+            .success()
+    );
+    for (key, value) in [
+        ("core.fsmonitor", evil.as_str()),
+        ("core.pager", evil.as_str()),
+    ] {
+        let out = fx.git(&["--git-dir", "vendor/evil.git", "config", key, value]);
+        assert!(out.status.success());
+    }
+    fx.plant("vendor/evil.git/hooks/post-update", &marker);
+    fx.plant("evil.sh", &marker);
+    let report = workdir.finish(&fx.quarantine).unwrap();
+    let aside: Vec<String> = report
+        .set_aside
+        .iter()
+        .map(|s| s.path.display().to_string())
+        .collect();
+    for path in [
+        "vendor/evil.git/config",
+        "vendor/evil.git/hooks/post-update",
+    ] {
+        assert!(
+            aside.contains(&path.to_string()),
+            "{path} not set aside: {aside:?}"
+        );
+    }
+    assert!(
+        !aside.iter().any(|p| p.starts_with(".git/worktrees")),
+        "{aside:?}"
+    );
+    let listed = Command::new("git")
+        .args(["--git-dir", "vendor/evil.git", "config", "--list"])
+        .current_dir(&fx.work)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&listed.stdout).contains("evil"));
+    let wt = Command::new("git")
+        .args(["status", "--short"])
+        .current_dir(fx.at("wt"))
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(wt.status.success(), "the agent's worktree no longer works");
+    assert!(!marker.exists());
+}
