@@ -14,6 +14,8 @@
 //! - [`Squid`] — the running child: [`Squid::start`], [`Squid::take_events`],
 //!   [`Squid::exited`] (fail closed when it dies), [`Squid::stop`].
 //! - [`parse_access_line`] — one access-log line into a [`NetworkEvent`].
+//! - [`client_env`] — the environment that points a sandbox's clients at
+//!   the proxy.
 //!
 //! # What is refused, and by which rule
 //!
@@ -61,6 +63,7 @@
 
 mod access_log;
 mod check;
+mod client;
 mod config;
 mod error;
 mod policy;
@@ -69,6 +72,7 @@ mod squid;
 
 pub use access_log::{AccessLogError, NetworkEvent, parse_access_line};
 pub use check::{ParseComplaints, check_config};
+pub use client::{PROXY_OPT_INS, client_env};
 pub use config::{
     ACCESS_LOG_FILE, ALLOWED_HOSTS_FILE, CACHE_LOG_FILE, CONF_FILE, HOSTS_FILE, HTTPS_PORT,
     IP_LITERAL_NAME_PATTERNS, LOGFORMAT, LOGFORMAT_TAG, Rendered, render,

@@ -201,6 +201,16 @@ impl Mcp {
     pub fn is_priced(&self) -> bool {
         self.servers.iter().any(|s| s.pricing.is_priced())
     }
+
+    /// The servers constle starts itself (`command`), with how.
+    pub fn stdio_servers(&self) -> impl Iterator<Item = (&McpServer, &StdioServer)> {
+        self.servers
+            .iter()
+            .filter_map(|server| match &server.transport {
+                McpTransport::Stdio(stdio) => Some((server, stdio)),
+                McpTransport::Url { .. } => None,
+            })
+    }
 }
 
 /// One entry of `mcp.servers`.

@@ -18,20 +18,31 @@ use std::path::Path;
 
 use constle_sandbox::splice_bidirectional;
 use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Binds `socket` and forwards each connection to `target` until the
-/// returned task is aborted.
-pub fn forward(socket: &Path, target: SocketAddr) -> io::Result<JoinHandle<()>> {
+/// Binds `socket` and forwards each connection to the address `target`
+/// comes to hold, until the returned task is aborted. A connection that
+/// arrives before there is an address waits for it (the sandbox starts
+/// while the proxy does); one that arrives when `target` can no longer
+/// get one (the proxy did not start) is closed.
+pub fn forward(
+    socket: &Path,
+    target: watch::Receiver<Option<SocketAddr>>,
+) -> io::Result<JoinHandle<()>> {
     let listener = UnixListener::bind(socket)?;
     Ok(tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
-            tokio::spawn(splice(client, target));
+            tokio::spawn(splice(client, target.clone()));
         }
     }))
 }
 
-async fn splice(client: UnixStream, target: SocketAddr) {
+async fn splice(client: UnixStream, mut target: watch::Receiver<Option<SocketAddr>>) {
+    let Ok(target) = target.wait_for(Option::is_some).await.map(|t| *t) else {
+        return;
+    };
+    let Some(target) = target else { return };
     // A refused or broken connection is the proxy's answer to give; the
     // agent sees its connection close, and Squid logs what it decided.
     if let Ok(upstream) = TcpStream::connect(target).await {

@@ -6,25 +6,33 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod a2a;
+mod agent;
 mod bridge;
 mod checkpoints;
 mod error;
+mod events;
+mod hidden;
 mod human;
 mod limits;
 mod mcp;
+mod options;
 mod output;
 mod plan;
+mod proxy;
 mod quorum;
 mod refusals;
 mod run;
+mod signals;
 mod spend;
 mod stdio;
 mod stop;
+mod timings;
 mod workdir;
 
 pub use a2a::{listener as a2a_listener, listener_event as a2a_event};
 pub use error::RunError;
+pub use options::{RunEnd, RunOptions, RunReport};
 pub use plan::{Item, plan};
-pub use run::{RunEnd, RunOptions, RunReport, run};
+pub use run::run;
 pub use spend::{caps, ledger_config, ledger_key, spend_plan, usd};
 pub use workdir::{WorkdirChecked, make_default_workdir};

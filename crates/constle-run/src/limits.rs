@@ -15,7 +15,7 @@ use constle_sandbox::TmpfsSizes;
 use tokio::task::JoinHandle;
 
 use crate::error::RunError;
-use crate::run::record;
+use crate::events::record;
 
 /// The sizes of a sandbox's file systems in memory: the Agentfile's
 /// `sandbox.tmpfs`, the sandbox's defaults where it is silent.

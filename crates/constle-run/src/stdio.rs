@@ -26,7 +26,7 @@ use std::time::Duration;
 use constle_audit::{AuditError, AuditLog, Event};
 use constle_egress::EgressPolicy;
 use constle_hostids::HostId;
-use constle_manifest::{Manifest, McpServer, McpTransport, StdioServer};
+use constle_manifest::{Manifest, McpServer, StdioServer};
 use constle_mcp_gate::DEFAULT_RESPONSE_TIMEOUT;
 use constle_mcp_stdio::{Launch, LaunchFuture, Process, ServerEvent, StdioBridge};
 use constle_sandbox::{CommandIo, Private, SandboxSpec};
@@ -37,8 +37,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::error::{RunError, io};
+use crate::events::{event, record};
+use crate::hidden::{private_dir, server_private};
 use crate::limits::{RunLimits, ServerLimits, tmpfs_sizes};
-use crate::run::{Proxy, ProxyTrouble, RunOptions, event, private_dir, proxied_env, record};
+use crate::options::RunOptions;
+use crate::proxy::{PROXY_LISTEN, Proxy, ProxyTrouble};
 use crate::workdir::{self, WorkdirChecked};
 
 /// The most of a run's stderr kept per server; the rest is dropped (and
@@ -64,7 +67,7 @@ impl Secrets {
     /// it (and never anything's value).
     pub(crate) fn read(manifest: &Manifest) -> Result<Secrets, RunError> {
         let mut all = BTreeMap::new();
-        for (server, stdio) in stdio_servers(manifest) {
+        for (server, stdio) in manifest.mcp.stdio_servers() {
             let mut env = BTreeMap::new();
             for (name, host) in &stdio.env_secret_refs {
                 let value = std::env::var(host.as_str()).map_err(|_| RunError::SecretUnset {
@@ -77,17 +80,6 @@ impl Secrets {
         }
         Ok(Secrets(all))
     }
-}
-
-fn stdio_servers(manifest: &Manifest) -> impl Iterator<Item = (&McpServer, &StdioServer)> {
-    manifest
-        .mcp
-        .servers
-        .iter()
-        .filter_map(|server| match &server.transport {
-            McpTransport::Stdio(stdio) => Some((server, stdio)),
-            McpTransport::Url { .. } => None,
-        })
 }
 
 /// What the run shares with every server's sandbox.
@@ -146,7 +138,7 @@ impl StdioServers {
         mut secrets: Secrets,
     ) -> Result<StdioServers, RunError> {
         let mut servers = Vec::new();
-        for (server, stdio) in stdio_servers(cx.manifest) {
+        for (server, stdio) in cx.manifest.mcp.stdio_servers() {
             let env = secrets.0.remove(server.id.as_str()).unwrap_or_default();
             servers.push(Running::start(cx, server, stdio, env).await?);
         }
@@ -208,19 +200,6 @@ impl StdioServers {
     }
 }
 
-/// The work directories of the stdio servers, which the agent's sandbox
-/// must not show (and which must not show the agent's).
-pub(crate) fn declared_workdirs(manifest: &Manifest) -> Vec<Private> {
-    stdio_servers(manifest)
-        .filter_map(|(server, stdio)| {
-            Some(Private {
-                what: format!("the work directory of MCP server {}", server.id),
-                path: stdio.workdir.clone()?,
-            })
-        })
-        .collect()
-}
-
 impl Running {
     async fn start(
         cx: &Context<'_>,
@@ -251,12 +230,14 @@ impl Running {
             [] => None,
             hosts => {
                 let policy = EgressPolicy::restricted(hosts.iter().cloned());
-                Some(Proxy::start(&policy, cx.options, cx.sockets, cx.log, Some(&id)).await?)
+                let mut proxy = Proxy::start(&policy, cx.options, cx.sockets, cx.log, Some(&id))?;
+                proxy.ready().await?;
+                Some(proxy)
             }
         };
         let secrets = env.values().cloned().collect();
         let env = match proxy {
-            Some(_) => proxied_env(env.into_iter()),
+            Some(_) => constle_egress::client_env(PROXY_LISTEN.into(), env.into_iter()),
             None => env,
         };
         let spec = SandboxSpec {
@@ -267,7 +248,7 @@ impl Running {
             relays: proxy.iter().map(|p| p.relay.clone()).collect(),
             stdio: CommandIo::Inherit,
             constle_exe: cx.options.constle_exe.clone(),
-            private: server_private(cx, &id),
+            private: server_private(cx.private, cx.manifest, &id),
             stage: stage.path().to_path_buf(),
             cgroup_procs: limits.procs_files(),
             host_id: host_id.as_ref().map(HostId::get),
@@ -318,26 +299,6 @@ impl Running {
             _host_id: host_id,
         })
     }
-}
-
-/// What a server's sandbox may not show: what no sandbox may, the agent's
-/// work directory, and the other servers' declared ones.
-fn server_private(cx: &Context<'_>, id: &str) -> Vec<Private> {
-    let agent = Private {
-        what: "the agent's work directory".into(),
-        path: cx.manifest.sandbox.workdir.clone(),
-    };
-    let mine = format!("the work directory of MCP server {id}");
-    cx.private
-        .iter()
-        .cloned()
-        .chain([agent])
-        .chain(
-            declared_workdirs(cx.manifest)
-                .into_iter()
-                .filter(|p| p.what != mine),
-        )
-        .collect()
 }
 
 /// Writes a server's events to the audit log, in order, until told to

@@ -12,7 +12,7 @@ use constle_workdir::{Acting, Action, Report, Workdir};
 use serde_json::{Value, json};
 
 use crate::error::RunError;
-use crate::run::{of_server, record};
+use crate::events::{of_server, record};
 
 /// How many paths an event lists; the count says how many there were.
 const MAX_LISTED: usize = 20;

@@ -1,0 +1,240 @@
+//! The egress proxy of one sandbox: Squid, the Unix socket bridged to it,
+//! and the task writing its decisions to the audit log.
+//!
+//! The socket is bound at once and Squid starts behind it, so the sandbox
+//! can start while Squid does: a connection that arrives first waits for
+//! Squid rather than failing. Squid that cannot start ends the run as it
+//! would have before the sandbox started (see [`Proxy::trouble`]).
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::Path;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use constle_audit::{AuditError, AuditLog, Event};
+use constle_egress::{EgressError, EgressPolicy, NetworkEvent, Squid};
+use constle_sandbox::Relay;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::bridge;
+use crate::error::{RunError, io};
+use crate::events::{event, of_server, record};
+use crate::hidden::private_dir;
+use crate::options::RunOptions;
+
+/// Where a sandbox finds its proxy.
+pub(crate) const PROXY_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
+
+/// The egress proxy of one sandbox (the agent's, or a stdio server's).
+pub(crate) struct Proxy {
+    pub(crate) relay: Relay,
+    bridge: JoinHandle<()>,
+    squid: Starting,
+    log: Arc<AuditLog>,
+    server: Option<String>,
+    since: Instant,
+    /// How long Squid took to be ready, once it is.
+    ready_after: Option<Duration>,
+    _dir: tempfile::TempDir,
+}
+
+/// Squid on its way up, or up.
+enum Starting {
+    Pending {
+        start: JoinHandle<Result<Squid, EgressError>>,
+        target: watch::Sender<Option<SocketAddr>>,
+    },
+    Ready {
+        squid: Box<Squid>,
+        /// `None` once it has finished and its result was taken.
+        recorder: Option<JoinHandle<Result<(), AuditError>>>,
+    },
+    /// Squid did not start; the error was taken.
+    Failed,
+}
+
+/// Why a proxy stopped working.
+pub(crate) enum ProxyTrouble {
+    /// It never started.
+    NotStarted(RunError),
+    Died(String),
+    NotRecorded(String),
+}
+
+impl Proxy {
+    /// Binds the socket the sandbox's relay reaches (`proxy.sock`, or
+    /// `proxy-<server>.sock` for a stdio server, whose decisions are
+    /// recorded with its id) and starts Squid behind it.
+    pub(crate) fn start(
+        policy: &EgressPolicy,
+        options: &RunOptions,
+        sockets: &Path,
+        log: &Arc<AuditLog>,
+        server: Option<&str>,
+    ) -> Result<Proxy, RunError> {
+        let dir = private_dir("constle-squid-")?;
+        let socket = match server {
+            None => sockets.join("proxy.sock"),
+            Some(id) => sockets.join(format!("proxy-{id}.sock")),
+        };
+        let (target, address) = watch::channel(None);
+        let bridge = bridge::forward(&socket, address)
+            .map_err(io(format!("cannot bind {}", socket.display())))?;
+        let (run_dir, policy) = (dir.path().to_path_buf(), policy.clone());
+        let hosts_file = options.hosts_file.clone();
+        let start =
+            tokio::spawn(
+                async move { Squid::start(&run_dir, &policy, hosts_file.as_deref()).await },
+            );
+        Ok(Proxy {
+            relay: Relay {
+                name: "proxy".into(),
+                listen: PROXY_LISTEN,
+                host_socket: socket,
+            },
+            bridge,
+            squid: Starting::Pending { start, target },
+            log: Arc::clone(log),
+            server: server.map(str::to_owned),
+            since: Instant::now(),
+            ready_after: None,
+            _dir: dir,
+        })
+    }
+
+    /// Waits until Squid accepts connections; from then on the bridge
+    /// forwards to it and its decisions are recorded. Cancel-safe.
+    pub(crate) async fn ready(&mut self) -> Result<(), RunError> {
+        let Starting::Pending { start, .. } = &mut self.squid else {
+            return match self.squid {
+                Starting::Failed => Err(RunError::Sandbox("the proxy did not start".into())),
+                _ => Ok(()),
+            };
+        };
+        let started = start.await;
+        let Starting::Pending { target, .. } = std::mem::replace(&mut self.squid, Starting::Failed)
+        else {
+            return Ok(());
+        };
+        let mut squid = match started {
+            Ok(squid) => squid?,
+            Err(err) => {
+                return Err(RunError::Sandbox(format!(
+                    "the proxy's start failed: {err}"
+                )));
+            }
+        };
+        let mut events = squid
+            .take_events()
+            .ok_or_else(|| RunError::Sandbox("the proxy's events were already taken".into()))?;
+        let (log, server) = (Arc::clone(&self.log), self.server.clone());
+        let recorder = tokio::spawn(async move {
+            while let Some(decision) = events.recv().await {
+                record(&log, network_event(&decision, server.as_deref())).await?;
+            }
+            Ok(())
+        });
+        let _ = target.send(Some(squid.addr()));
+        self.ready_after = Some(self.since.elapsed());
+        self.squid = Starting::Ready {
+            squid: Box::new(squid),
+            recorder: Some(recorder),
+        };
+        Ok(())
+    }
+
+    /// How long Squid took to be ready, from [`Proxy::start`].
+    pub(crate) fn ready_after(&self) -> Duration {
+        self.ready_after.unwrap_or_default()
+    }
+
+    /// Resolves when the proxy stops working: Squid did not start, exited,
+    /// or its decisions can no longer be recorded.
+    pub(crate) async fn trouble(&mut self) -> ProxyTrouble {
+        if let Err(err) = self.ready().await {
+            return ProxyTrouble::NotStarted(err);
+        }
+        let Starting::Ready { squid, recorder } = &mut self.squid else {
+            return std::future::pending().await;
+        };
+        let Some(running) = recorder.as_mut() else {
+            return ProxyTrouble::Died(exit_description(squid.exited().await));
+        };
+        tokio::select! {
+            status = squid.exited() => ProxyTrouble::Died(exit_description(status)),
+            result = running => {
+                // The recorder only ends early when the audit log fails or
+                // Squid's log closed because Squid is going away.
+                *recorder = None;
+                match recorded(result) {
+                    Err(err) => ProxyTrouble::NotRecorded(err.to_string()),
+                    Ok(()) => ProxyTrouble::Died(exit_description(squid.exited().await)),
+                }
+            }
+        }
+    }
+
+    /// Takes no new connection; those open end with the sandbox, and Squid
+    /// still logs them.
+    pub(crate) fn close(&self) {
+        self.bridge.abort();
+    }
+
+    /// Stops Squid (or its start) and waits until every decision it logged
+    /// is recorded.
+    pub(crate) async fn stop(self) -> Result<(), RunError> {
+        self.bridge.abort();
+        match self.squid {
+            Starting::Pending { start, .. } => {
+                // Squid half started ends with the task (kill on drop).
+                start.abort();
+                let _ = start.await;
+                Ok(())
+            }
+            Starting::Ready { squid, recorder } => {
+                squid.stop().await;
+                match recorder {
+                    Some(recorder) => recorded(recorder.await),
+                    None => Ok(()),
+                }
+            }
+            Starting::Failed => Ok(()),
+        }
+    }
+}
+
+fn exit_description(status: std::io::Result<ExitStatus>) -> String {
+    status.map_or_else(|e| e.to_string(), |s| s.to_string())
+}
+
+fn recorded(
+    result: Result<Result<(), AuditError>, tokio::task::JoinError>,
+) -> Result<(), RunError> {
+    match result {
+        Ok(recorded) => Ok(recorded?),
+        Err(err) => Err(RunError::Sandbox(format!(
+            "the proxy's audit recorder failed: {err}"
+        ))),
+    }
+}
+
+/// `network_allowed` or `network_blocked`.
+fn network_event(decision: &NetworkEvent, server: Option<&str>) -> Event {
+    let name = decision.audit_event_name();
+    let built = event(name)
+        .with("host", decision.host.clone())
+        .and_then(|e| e.with("port", i64::from(decision.port)))
+        .and_then(|e| e.with("squid", decision.squid_result.clone()))
+        .and_then(|e| e.with("address", decision.resolved.map(|a| a.to_string())))
+        .and_then(|e| e.with("reason", decision.reason.clone()))
+        .and_then(|e| {
+            e.with(
+                "requested_at",
+                constle_audit::format_timestamp(decision.started),
+            )
+        })
+        .and_then(|e| of_server(e, server));
+    built.unwrap_or_else(|_| event(name))
+}
