@@ -56,6 +56,7 @@
 
 #![forbid(unsafe_code)]
 
+mod bounds;
 mod de;
 mod diagnostic;
 mod model;
@@ -69,13 +70,13 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+pub use bounds::{MAX_CPU_MILLIS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, MIN_TMPFS_BYTES};
 pub use diagnostic::{CODES, Diagnostic, Location, Severity};
 pub use model::{
     A2a, A2aPeer, ApproverSetRef, Audit, DEFAULT_APPROVAL_TIMEOUT_SECONDS,
     DEFAULT_CHECKPOINT_ENTRIES, DEFAULT_CHECKPOINT_SECONDS, DEFAULT_DEPLOYMENT, Egress, GateMatch,
-    GatedTool, HumanGates, Identity, Limits, MAX_APPROVAL_TIMEOUT_SECONDS, MAX_APPROVERS,
-    MAX_CPU_MILLIS, MAX_PIDS, MAX_WITNESSES, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS,
-    MCP_BASE_SERVER_REQUESTS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, MIN_PIDS, MIN_TMPFS_BYTES,
+    GatedTool, HumanGates, Identity, Limits, MAX_APPROVAL_TIMEOUT_SECONDS, MAX_APPROVERS, MAX_PIDS,
+    MAX_WITNESSES, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MCP_BASE_SERVER_REQUESTS, MIN_PIDS,
     Manifest, Mcp, McpServer, McpTransport, NamedApprover, Network, Notify, NotifyChannel,
     OnTimeout, PolicyDigest, Pricing, Quorum, QuorumSource, Sandbox, SecretHeader, Spending,
     StdioServer, Tmpfs, WitnessRef,

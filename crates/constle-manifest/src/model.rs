@@ -117,27 +117,21 @@ pub struct Tmpfs {
     pub shm: Option<u64>,
 }
 
-/// Smallest `sandbox.tmpfs` size: 1 MiB.
-pub const MIN_TMPFS_BYTES: u64 = 1 << 20;
-
 /// `sandbox.limits`: memory, processes and CPU for everything the sandbox
 /// runs, enforced through cgroups (`docs/sandbox.md`). Each is `None` when
 /// not declared, and then not limited. Named and spelled like
 /// `docker run --memory --pids-limit --cpus`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Limits {
-    /// `memory`, in bytes: at least [`MIN_MEMORY_BYTES`].
+    /// `memory`, in bytes: at least [`MIN_MEMORY_BYTES`](crate::MIN_MEMORY_BYTES).
     pub memory_bytes: Option<u64>,
     /// `pids`: processes and threads at once, constle's own in the sandbox
     /// included; [`MIN_PIDS`] to [`MAX_PIDS`].
     pub pids: Option<u32>,
     /// `cpus`, in thousandths of a CPU (`1.5` is 1500):
-    /// [`MIN_CPU_MILLIS`] to [`MAX_CPU_MILLIS`].
+    /// [`MIN_CPU_MILLIS`](crate::MIN_CPU_MILLIS) to [`MAX_CPU_MILLIS`](crate::MAX_CPU_MILLIS).
     pub cpu_millis: Option<u32>,
 }
-
-/// Smallest `sandbox.limits.memory`: 6 MiB, Docker's minimum.
-pub const MIN_MEMORY_BYTES: u64 = 6 << 20;
 
 /// Smallest `sandbox.limits.pids`: room for constle's own processes and
 /// threads in the sandbox (bubblewrap, the init and its relays) besides the
@@ -147,13 +141,6 @@ pub const MIN_PIDS: u32 = 8;
 /// Largest `sandbox.limits.pids`: the kernel's `PID_MAX_LIMIT`, the most
 /// `pids.max` takes.
 pub const MAX_PIDS: u32 = 4_194_304;
-
-/// Smallest `sandbox.limits.cpus`, in thousandths: 0.01 CPU, Docker's
-/// minimum and the kernel's (1 ms of every 100 ms).
-pub const MIN_CPU_MILLIS: u32 = 10;
-
-/// Largest `sandbox.limits.cpus`, in thousandths: 1024 CPUs.
-pub const MAX_CPU_MILLIS: u32 = 1_024_000;
 
 /// `sandbox.network`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,8 +12,8 @@ use std::str::FromStr;
 use rust_decimal::Decimal;
 use rust_decimal::prelude::ToPrimitive;
 
+use crate::bounds::{MAX_CPU_MILLIS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, MIN_TMPFS_BYTES};
 use crate::diagnostic::{show, show_url};
-use crate::model::{MAX_CPU_MILLIS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, MIN_TMPFS_BYTES};
 
 /// Why a string is not a valid value of one of this module's types: what is
 /// wrong and, when there is one, what to write instead.

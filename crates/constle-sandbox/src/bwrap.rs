@@ -7,7 +7,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::launch::{Descriptors, RootfsEntry};
+use crate::descriptors::{Descriptors, RootfsEntry};
 use crate::layout::{
     AGENT_HOME, AGENT_ID, DEFAULT_PATH, ETC_PATHS, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND,
     LAUNCH_SUBCOMMAND, PROC_MASKED, PROC_READ_ONLY, STDIO_INSIDE, SYSTEM_DIRS,

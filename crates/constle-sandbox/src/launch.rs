@@ -43,6 +43,7 @@ use nix::sys::stat::{Mode, SFlag, fstat};
 use nix::unistd::{Gid, Uid, fchownat, geteuid, setgroups, setresgid, setresuid};
 use rustix::mount::{MoveMountFlags, move_mount};
 
+use crate::descriptors::{Descriptors, RootfsEntry};
 use crate::layout::{LAUNCH_SUBCOMMAND, ROOTFS_SKIPPED, group, passwd};
 use crate::plan::Plan;
 use crate::resolve::OpenDir;
@@ -103,49 +104,6 @@ pub fn launch_main(args: Vec<OsString>) -> i32 {
             let _ = writeln!(io::stderr().lock(), "constle {LAUNCH_SUBCOMMAND}: {err}");
             EXIT_SANDBOX_FAILED
         }
-    }
-}
-
-/// Descriptors the launcher opened for bwrap, each mounted by number.
-#[derive(Debug)]
-pub(crate) struct Descriptors {
-    pub workdir: OwnedFd,
-    pub exe: OwnedFd,
-    /// One per host socket, in [`CheckedSpec::sockets`]'s order.
-    pub sockets: Vec<OwnedFd>,
-    pub rootfs: Vec<RootfsEntry>,
-    /// The sandbox's own `/etc/passwd` and `/etc/group` (without a rootfs).
-    pub passwd: Option<OwnedFd>,
-    pub group: Option<OwnedFd>,
-    pub seccomp: Vec<OwnedFd>,
-}
-
-/// A top-level entry of the rootfs.
-#[derive(Debug)]
-pub(crate) enum RootfsEntry {
-    /// A directory (`dir`) or file, mounted read-only at `inside`.
-    Mount {
-        fd: OwnedFd,
-        inside: PathBuf,
-        dir: bool,
-    },
-    /// A symbolic link, recreated at `inside`.
-    Link { target: PathBuf, inside: PathBuf },
-}
-
-impl Descriptors {
-    fn all(&self) -> impl Iterator<Item = &OwnedFd> {
-        let rootfs = self.rootfs.iter().filter_map(|e| match e {
-            RootfsEntry::Mount { fd, .. } => Some(fd),
-            RootfsEntry::Link { .. } => None,
-        });
-        [&self.workdir, &self.exe]
-            .into_iter()
-            .chain(&self.sockets)
-            .chain(rootfs)
-            .chain(self.passwd.iter())
-            .chain(self.group.iter())
-            .chain(&self.seccomp)
     }
 }
 

@@ -157,11 +157,13 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod bwrap;
+mod descriptors;
 mod error;
 mod init;
 mod launch;
 mod layout;
 mod plan;
+mod private;
 mod resolve;
 mod seccomp;
 mod spec;
@@ -177,7 +179,8 @@ pub use layout::{
     AGENT_HOME, AGENT_ID, DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND,
     RUN_DIR, STDIO_INSIDE,
 };
+pub use private::Private;
 pub use seccomp::seccomp_programs;
-pub use spec::{CommandIo, MIN_TMPFS_BYTES, Private, Relay, SandboxSpec, TmpfsSizes};
+pub use spec::{CommandIo, MIN_TMPFS_BYTES, Relay, SandboxSpec, TmpfsSizes};
 pub use splice::{SpliceSocket, splice_bidirectional};
 pub use stdio::accept_stdio;

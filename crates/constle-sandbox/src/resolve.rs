@@ -6,14 +6,12 @@
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd as _, OwnedFd};
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Component, Path, PathBuf};
 
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::{Mode, fstat};
 
 use crate::SandboxError;
-use crate::spec::Private;
 
 /// A directory held open: what the sandbox mounts is this descriptor, and
 /// every check was made against `path`, read back from it.
@@ -124,61 +122,10 @@ pub(crate) fn real_path(path: &Path) -> io::Result<PathBuf> {
     }
 }
 
-/// Refuses a directory the sandbox would mount (`dir`, called `role`) that
-/// contains or lies inside one of the private paths.
-pub(crate) fn check_private(
-    role: &'static str,
-    dir: &Path,
-    private: &[Private],
-) -> Result<(), SandboxError> {
-    for p in private {
-        let real = real_path(&p.path).map_err(|e| SandboxError::Private {
-            what: p.what.clone(),
-            path: p.path.clone(),
-            reason: e.to_string(),
-        })?;
-        let relation = if real == dir {
-            "is"
-        } else if real.starts_with(dir) {
-            "contains"
-        } else if dir.starts_with(&real) {
-            "lies inside"
-        } else {
-            continue;
-        };
-        return Err(SandboxError::Exposes {
-            role,
-            dir: dir.to_path_buf(),
-            relation,
-            what: p.what.clone(),
-            private: real,
-        });
-    }
-    Ok(())
-}
-
-/// Refuses a private file with more than one name: one of the others may
-/// lie where the agent can write (an earlier run could have linked it into
-/// its work directory), and no check of this name would see it.
-pub(crate) fn check_single_link(private: &[Private]) -> Result<(), SandboxError> {
-    for p in private {
-        let Ok(meta) = std::fs::metadata(&p.path) else {
-            continue;
-        };
-        if meta.is_file() && meta.nlink() > 1 {
-            return Err(SandboxError::HardLinked {
-                what: p.what.clone(),
-                path: p.path.clone(),
-                links: meta.nlink(),
-            });
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::private::{Private, check_private, check_single_link};
 
     #[test]
     fn real_path_of_what_does_not_exist_yet() {

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::SandboxError;
 use crate::layout::{self, RUN_DIR};
-use crate::resolve::{OpenDir, check_no_link, check_private, check_single_link, open_dir};
+use crate::private::{Private, check_private, check_single_link};
+use crate::resolve::{OpenDir, check_no_link, open_dir};
 
 /// One door out of the sandbox: a TCP listener inside, forwarding every
 /// connection to a Unix socket on the host.
@@ -47,17 +48,6 @@ pub enum CommandIo {
     /// command's. Only this socket file is mounted into the sandbox, at
     /// [`STDIO_INSIDE`](crate::STDIO_INSIDE), read-only.
     Socket(#[serde(with = "crate::plan::path")] PathBuf),
-}
-
-/// A host path the sandbox must never see: `$CONSTLE_HOME`, the Agentfile,
-/// a hosts file.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Private {
-    /// What it is, for error messages: `"CONSTLE_HOME (keys and logs)"`.
-    pub what: String,
-    /// Where it is; it need not exist yet.
-    #[serde(with = "crate::plan::path")]
-    pub path: PathBuf,
 }
 
 /// Everything that decides what the agent's process sees.

@@ -28,7 +28,8 @@ use constle_vkey::{LogKey, Origin};
 use signed_note::{Note, NoteError, Verifier as _, VerifierList};
 
 use crate::error::CheckpointError;
-use crate::tree::{Hash, TreeHead};
+use crate::hash::Hash;
+use crate::tree::TreeHead;
 
 /// The largest signed checkpoint read: the text is under 400 bytes and each
 /// signature line about 100, so this leaves room for a hundred cosignatures.

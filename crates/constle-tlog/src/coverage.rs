@@ -18,7 +18,8 @@ use constle_vkey::{Origin, WitnessKey};
 
 use crate::checkpoint::{VerifiedCheckpoint, checkpoint_text};
 use crate::cosignature::{line_signer, verify_over_text};
-use crate::tree::{Hash, LogTree, TreeHead};
+use crate::hash::Hash;
+use crate::tree::{LogTree, TreeHead};
 
 /// Where a cosignature was found, for messages.
 #[derive(Clone, Debug, PartialEq, Eq)]

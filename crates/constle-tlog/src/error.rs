@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use constle_audit::ReadError;
 
-use crate::tree::Hash;
+use crate::hash::Hash;
 
 /// Why a proof could not be made or does not verify.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -98,6 +98,7 @@ mod coverage;
 mod error;
 mod files;
 mod follow;
+mod hash;
 mod keys;
 mod recorded;
 mod tree;
@@ -121,10 +122,11 @@ pub use error::{
 };
 pub use files::{LogFiles, day_files};
 pub use follow::LogFollower;
+pub use hash::Hash;
 pub use keys::WitnessSigner;
 pub use recorded::{COSIGNED_EVENT, Recorded};
 pub use tree::{
-    ConsistencyProof, Hash, InclusionProof, LogTree, MAX_PROOF_HASHES, TreeHead,
-    verify_consistency, verify_inclusion,
+    ConsistencyProof, InclusionProof, LogTree, MAX_PROOF_HASHES, TreeHead, verify_consistency,
+    verify_inclusion,
 };
 pub use witness::{AddCheckpoint, check_submission};

@@ -13,7 +13,8 @@
 use constle_audit::{Entry, Finding, FindingCode, parse_line};
 
 use crate::coverage::{Cosigned, Source};
-use crate::tree::{Hash, TreeHead};
+use crate::hash::Hash;
+use crate::tree::TreeHead;
 
 /// The event that records a witness's cosignature.
 pub const COSIGNED_EVENT: &str = "checkpoint_cosigned";

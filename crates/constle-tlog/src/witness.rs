@@ -24,7 +24,8 @@
 
 use crate::checkpoint::{SignedCheckpoint, VerifiedCheckpoint};
 use crate::error::{Refusal, RequestError};
-use crate::tree::{ConsistencyProof, Hash, MAX_PROOF_HASHES, TreeHead, verify_consistency};
+use crate::hash::Hash;
+use crate::tree::{ConsistencyProof, MAX_PROOF_HASHES, TreeHead, verify_consistency};
 
 /// Decides whether a witness whose last cosigned head for the checkpoint's
 /// origin is `last` (`None`: never cosigned one) may cosign `checkpoint`,

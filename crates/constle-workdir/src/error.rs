@@ -46,7 +46,7 @@ pub enum WorkdirError {
     /// The tree is deeper than the walk goes.
     #[error(
         "the work directory is nested deeper than {} directories at {path}: constle checks every file an agent leaves, and cannot check this one; remove or move that tree",
-        crate::walk::MAX_DEPTH
+        crate::bounds::MAX_DEPTH
     )]
     TooDeep {
         /// Where, relative to the work directory.
@@ -63,7 +63,7 @@ pub enum WorkdirError {
     /// Its executable configuration is too large to keep a copy of.
     #[error(
         "the executable configuration in the work directory (editor, git and shell settings) holds more than {} MiB; constle keeps a copy of it to put it back if the agent changes it: remove what is not needed",
-        crate::snapshot::MAX_SAVED_BYTES >> 20
+        crate::bounds::MAX_SAVED_BYTES >> 20
     )]
     TooMuchConfig,
     /// A file system operation failed.

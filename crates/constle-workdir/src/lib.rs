@@ -45,6 +45,7 @@
 
 #![forbid(unsafe_code)]
 
+mod bounds;
 pub mod config;
 mod error;
 mod fsops;

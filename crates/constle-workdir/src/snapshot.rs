@@ -12,15 +12,12 @@ use nix::fcntl::{OFlag, openat, readlinkat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat};
 
 use crate::Acting;
+use crate::bounds::MAX_SAVED_BYTES;
 use crate::error::WorkdirError;
 use crate::fsops;
 use crate::git;
 use crate::place::{self, Class, Place};
 use crate::walk::{self, Entry, Listing};
-
-/// The most executable configuration a work directory may hold before a
-/// run: a copy of it is kept in memory to put it back.
-pub(crate) const MAX_SAVED_BYTES: usize = 64 << 20;
 
 /// An inode: device and number.
 pub(crate) type Inode = (u64, u64);

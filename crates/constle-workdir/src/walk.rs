@@ -5,7 +5,7 @@
 //!
 //! Descriptors are held only along the path from the root to the
 //! directory being read, so the walk needs as many as the tree is deep,
-//! and refuses a tree deeper than [`MAX_DEPTH`].
+//! and refuses a tree deeper than [`MAX_DEPTH`](crate::bounds::MAX_DEPTH).
 
 use std::ffi::{CString, OsStr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -16,10 +16,8 @@ use nix::dir::Dir;
 use nix::fcntl::{AtFlags, OFlag, openat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
 
+use crate::bounds::MAX_DEPTH;
 use crate::error::WorkdirError;
-
-/// The deepest directory the walk goes into.
-pub(crate) const MAX_DEPTH: usize = 256;
 
 /// One entry of a directory.
 pub(crate) struct Entry {
