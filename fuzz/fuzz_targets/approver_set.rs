@@ -6,7 +6,7 @@
 
 #![no_main]
 
-use constle_approvers::{Location, SetPin, VersionFile, verify_chain};
+use constle_approver_set::{Location, SetPin, VersionFile, verify_chain};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use constle_manifest::is_loopback_host;
+use constle_redact::is_loopback_host;
 use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{Client, Url, redirect};
 

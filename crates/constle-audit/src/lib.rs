@@ -28,10 +28,12 @@
 
 mod batch;
 mod entry;
+mod finding;
 mod head;
 mod layout;
 mod read;
 mod snapshot;
+mod trust;
 mod verify;
 mod votes;
 mod writer;
@@ -40,11 +42,10 @@ pub use entry::{
     Entry, Event, EventError, LINE_SPELLING, LineError, LineHash, SignedLineError,
     format_timestamp, parse_line, verify_signed_line,
 };
+pub use finding::{Finding, FindingCode};
 pub use head::{Head, HeadError, SignedHead};
 pub use layout::{DayFile, day_file_name, head_path};
 pub use read::{MAX_LOG_FILE_BYTES, ReadError, read_bounded, read_log_file};
-pub use verify::{
-    Approvers, Finding, FindingCode, SetVersion, TrustAnchors, Verdict, VerifiedLog,
-    verify_contents, verify_file,
-};
+pub use trust::{Approvers, SetVersion, TrustAnchors};
+pub use verify::{Verdict, VerifiedLog, verify_contents, verify_file};
 pub use writer::{Appender, AuditError, AuditLog, Pending, Written};

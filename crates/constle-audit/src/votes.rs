@@ -13,12 +13,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use constle_human_gate::quorum::verify_recorded_vote;
+use constle_approval::quorum::verify_recorded_vote;
 use constle_identity::DidKey;
 use serde_json::Value;
 
 use crate::entry::Entry;
-use crate::verify::{Approvers, FindingCode, SetVersion};
+use crate::finding::FindingCode;
+use crate::trust::{Approvers, SetVersion};
 
 /// What one file's votes have shown so far.
 pub(crate) struct Votes<'a> {

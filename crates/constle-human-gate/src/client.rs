@@ -3,15 +3,15 @@
 use std::fmt;
 use std::time::Duration;
 
+use constle_approval::quorum::{Ballot, BallotRequest, verify_vote};
+use constle_approval::{
+    MAX_DECISION_BYTES, MalformedDecision, PendingRequest, RequestId, Verdict, verify_decision,
+};
 use constle_identity::DidKey;
-use constle_manifest::is_loopback_host;
+use constle_redact::is_loopback_host;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use reqwest::{Client, Response, StatusCode, Url, redirect};
 use tokio::time::{Instant, sleep_until, timeout_at};
-
-use crate::decision::{MAX_DECISION_BYTES, MalformedDecision, Verdict, verify_decision};
-use crate::quorum::{Ballot, BallotRequest, verify_vote};
-use crate::request::{PendingRequest, RequestId};
 
 /// The longest any one HTTP exchange may take, within the deadline.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);

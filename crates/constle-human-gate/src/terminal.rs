@@ -17,8 +17,9 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::time::Instant;
 
-use crate::request::PendingRequest;
-use crate::subject::SubjectDigest;
+use constle_approval::quorum::BallotRequest;
+use constle_approval::rules::OnTimeout;
+use constle_approval::{PendingRequest, SubjectDigest};
 
 // The one definition of what may reach a terminal lives in `constle-escape`;
 // re-exported so callers of this crate keep `constle_human_gate::escape`.
@@ -56,26 +57,6 @@ const MAX_ANSWER_BYTES: usize = 256;
 /// What the caller prints, once, when [`open_host_tty`] finds no terminal.
 pub const NO_TERMINAL_MESSAGE: &str = "no terminal: the gate waits for the webhook or the timeout";
 
-/// What happens when nobody decides before the deadline, as shown in the
-/// prompt. Mirrors the Agentfile's `human_gates.on_timeout`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TimeoutAction {
-    /// The call is refused.
-    Abort,
-    /// The call is forwarded.
-    Proceed,
-}
-
-impl TimeoutAction {
-    fn word(self) -> &'static str {
-        match self {
-            TimeoutAction::Abort => "abort",
-            TimeoutAction::Proceed => "proceed",
-        }
-    }
-}
-
 /// What the terminal prompt shows: one gated call, how long the gate waits
 /// and what it does then.
 #[derive(Debug)]
@@ -86,7 +67,7 @@ pub struct PromptRequest {
     arguments: Value,
     subject_digest: SubjectDigest,
     timeout: Duration,
-    on_timeout: TimeoutAction,
+    on_timeout: OnTimeout,
 }
 
 impl PromptRequest {
@@ -96,7 +77,7 @@ impl PromptRequest {
     pub fn new(
         request: &PendingRequest,
         timeout: Duration,
-        on_timeout: TimeoutAction,
+        on_timeout: OnTimeout,
     ) -> PromptRequest {
         PromptRequest {
             agent: request.agent().to_owned(),
@@ -112,9 +93,9 @@ impl PromptRequest {
     /// The prompt for a version 2 request (several approvers), as
     /// [`PromptRequest::new`].
     pub fn for_ballot(
-        request: &crate::quorum::BallotRequest,
+        request: &BallotRequest,
         timeout: Duration,
-        on_timeout: TimeoutAction,
+        on_timeout: OnTimeout,
     ) -> PromptRequest {
         let binding = request.binding();
         PromptRequest {

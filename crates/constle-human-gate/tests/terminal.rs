@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use constle_approval::PendingRequest;
+use constle_approval::rules::OnTimeout;
 use constle_human_gate::{
-    MAX_ATTEMPTS, PendingRequest, PromptRequest, TerminalOutcome, TimeoutAction, ask_terminal,
-    escape, render_prompt,
+    MAX_ATTEMPTS, PromptRequest, TerminalOutcome, ask_terminal, escape, render_prompt,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
@@ -29,7 +30,7 @@ fn pending(
 }
 
 fn prompt(request: &PendingRequest) -> PromptRequest {
-    PromptRequest::new(request, Duration::from_secs(300), TimeoutAction::Abort)
+    PromptRequest::new(request, Duration::from_secs(300), OnTimeout::Abort)
 }
 
 fn invoice() -> Result<PendingRequest, Box<dyn std::error::Error>> {
@@ -81,7 +82,7 @@ fn spec_example_renders_as_specified() -> TestResult {
     );
     assert_eq!(rendered, expected);
     println!("{rendered}");
-    let proceed = PromptRequest::new(&request, Duration::from_secs(60), TimeoutAction::Proceed);
+    let proceed = PromptRequest::new(&request, Duration::from_secs(60), OnTimeout::Proceed);
     assert!(render_prompt(&proceed).ends_with("(timeout 60s → proceed): "));
     Ok(())
 }

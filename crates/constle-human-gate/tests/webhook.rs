@@ -12,9 +12,11 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use constle_approval::{
+    DenialReason, MalformedDecision, PendingRequest, Verdict, signed_message, verify_decision,
+};
 use constle_human_gate::{
-    DenialReason, MalformedDecision, NoDecisionReason, PendingRequest, Verdict, WebhookClient,
-    WebhookOutcome, WebhookUrl, WebhookUrlError, signed_message, verify_decision,
+    NoDecisionReason, WebhookClient, WebhookOutcome, WebhookUrl, WebhookUrlError,
 };
 use constle_identity::SigningIdentity;
 use serde_json::{Value, json};

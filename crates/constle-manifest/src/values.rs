@@ -6,10 +6,14 @@
 
 use std::borrow::Borrow;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 use rust_decimal::Decimal;
+
+// The rule lives with the other URL rules other crates share; re-exported
+// so that the Agentfile's readers keep `constle_manifest::is_loopback_host`.
+pub use constle_redact::is_loopback_host;
 use rust_decimal::prelude::ToPrimitive;
 
 use crate::bounds::{MAX_CPU_MILLIS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, MIN_TMPFS_BYTES};
@@ -800,22 +804,6 @@ impl HttpUrl {
     pub fn is_loopback(&self) -> bool {
         is_loopback_host(&self.host.to_string())
     }
-}
-
-/// Whether a URL's host is loopback: `localhost` (in any case),
-/// `127.0.0.0/8` or `::1` (with or without its brackets). Plain `http` may
-/// go to these hosts only: the one rule for the Agentfile's URLs and for
-/// those other crates parse themselves (a webhook URL from the environment,
-/// a peer URL).
-pub fn is_loopback_host(host: &str) -> bool {
-    if host.eq_ignore_ascii_case("localhost") {
-        return true;
-    }
-    let bare = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 impl fmt::Display for HttpUrl {

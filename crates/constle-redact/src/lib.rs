@@ -9,6 +9,9 @@
 //! [`has_secret`] says whether there was anything to mask, for the
 //! warnings that say an Agentfile holds a secret in clear text.
 //!
+//! [`is_loopback_host`] is the other rule every crate that reads a URL
+//! shares: plain `http` may go to loopback hosts only.
+//!
 //! The rules are conservative: masking too much costs a less useful
 //! message, masking too little leaks.
 //!
@@ -34,6 +37,10 @@
 //! ```
 
 #![forbid(unsafe_code)]
+
+mod loopback;
+
+pub use loopback::is_loopback_host;
 
 /// What a secret is replaced by.
 pub const MASK: &str = "***";

@@ -1,6 +1,8 @@
 //! Human gates in a run: a gated call is put to the host terminal and the
-//! signed webhook at once, the first decision wins, and the decision is on
-//! disk in the audit log before the MCP gate forwards or refuses the call.
+//! signed webhook at once, what they say is fed to the approval rules
+//! ([`constle_approval::rules`], which settle the call: for one approver
+//! the first decision wins), and the outcome is on disk in the audit log
+//! before the MCP gate forwards or refuses the call.
 //!
 //! Every gated call writes `gate_triggered`, then exactly one of
 //! `gate_approved`, `gate_denied` or `gate_timeout`. A timeout under
@@ -15,15 +17,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use constle_approval::rules::{
+    Action, Approved, Approvers, Denied, Input, OnTimeout, Rule, Settled, Settlement,
+    TerminalAnswer,
+};
+use constle_approval::{DenialReason, PendingRequest, RequestError};
 use constle_audit::{AuditError, AuditLog, Event, EventError};
 use constle_human_gate::{
-    DenialReason, HostTty, NO_TERMINAL_MESSAGE, NoDecisionReason, PendingRequest, PromptRequest,
-    RequestError, TerminalOutcome, TimeoutAction, Verdict, WebhookClient, WebhookOutcome,
+    HostTty, NO_TERMINAL_MESSAGE, PromptRequest, TerminalOutcome, WebhookClient, WebhookOutcome,
     WebhookUrl, ask_terminal,
 };
 use constle_identity::DidKey;
-use constle_manifest::{Manifest, OnTimeout};
+use constle_manifest::Manifest;
 use constle_mcp_gate::{Approval, ApprovalFuture, Approver, Shutoff, ToolCall};
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::Mutex;
@@ -141,7 +149,10 @@ impl HumanGate {
             agent: manifest.name.to_string(),
             mode,
             timeout: gates.approval_timeout(),
-            on_timeout: gates.on_timeout,
+            on_timeout: match gates.on_timeout {
+                constle_manifest::OnTimeout::Abort => OnTimeout::Abort,
+                constle_manifest::OnTimeout::Proceed => OnTimeout::Proceed,
+            },
             terminal: terminal.map(Mutex::new),
             hold: hold.unwrap_or_default(),
             said_no_terminal: AtomicBool::new(false),
@@ -173,21 +184,17 @@ impl Approver for HumanGate {
     }
 }
 
-/// What the MCP gate does once the decision is on disk.
-pub(crate) enum Action {
-    Forward,
-    /// Refuse, telling the agent why.
-    Refuse(&'static str),
-    /// Refuse and end the run.
-    Abort,
-}
+/// What a channel said, as the approval rules take it.
+pub(crate) type Heard<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Vec<Input>> + Send + 'a>>;
 
-/// What ended the wait.
-pub(crate) enum Outcome {
-    Terminal(TerminalOutcome),
-    Webhook(Verdict),
-    /// The deadline, with what the webhook last saw if there is one.
-    Timeout(Option<NoDecisionReason>),
+/// Where a call's wait ended, and what the outcome entry adds for its
+/// protocol version.
+pub(crate) struct Concluded {
+    pub(crate) subject: Map<String, Value>,
+    pub(crate) settled: Settled,
+    /// `None` for version 1; the threshold for version 2.
+    pub(crate) threshold: Option<usize>,
 }
 
 impl Inner {
@@ -196,7 +203,7 @@ impl Inner {
         let expires_at = jiff::Timestamp::now()
             + jiff::SignedDuration::try_from(self.timeout).unwrap_or(jiff::SignedDuration::MAX);
         let deadline = Instant::now() + self.timeout;
-        let (decided, action) = match &self.mode {
+        let concluded = match &self.mode {
             Mode::Single { approver, webhook } => {
                 let pending = PendingRequest::new(
                     &self.agent,
@@ -218,10 +225,14 @@ impl Inner {
                     .with("expires_at", constle_audit::format_timestamp(expires_at))?
                     .with("channels", channels)?;
                 self.record(triggered).await?;
-                let outcome = self
+                let settled = self
                     .race(pending, approver, webhook.as_ref(), deadline)
                     .await;
-                self.conclude(&subject, outcome)?
+                Concluded {
+                    subject,
+                    settled,
+                    threshold: None,
+                }
             }
             Mode::Quorum(quorum) => {
                 quorum
@@ -230,8 +241,16 @@ impl Inner {
             }
         };
         // On disk before the gate acts on it.
-        self.record(decided).await?;
-        Ok(self.act(call, action))
+        self.record(self.concluded(&concluded)?).await?;
+        Ok(self.act(call, concluded.settled.action()))
+    }
+
+    /// The rules a call of this run is settled by.
+    pub(crate) fn rule(&self, approvers: Approvers) -> Rule {
+        Rule {
+            approvers,
+            on_timeout: self.on_timeout,
+        }
     }
 
     /// What the gate answers once the decision is on disk.
@@ -264,27 +283,48 @@ impl Inner {
         self.log.submit(event).written().await.map(|_| ())
     }
 
-    /// Both channels at once; the first decision wins and the other channel
-    /// is dropped mid-wait, which decides nothing.
+    /// Both channels at once, until the rules settle the call (the first
+    /// decision does); the other channel is dropped mid-wait, which decides
+    /// nothing.
     async fn race(
         &self,
         pending: PendingRequest,
         approver: &DidKey,
         webhook: Option<&(WebhookClient, WebhookUrl)>,
         deadline: Instant,
-    ) -> Outcome {
-        let prompt = PromptRequest::new(&pending, self.timeout, timeout_action(self.on_timeout));
-        let outcome = tokio::select! {
-            outcome = self.ask_terminal(&prompt, deadline) => outcome,
-            outcome = ask_webhook(webhook, pending, approver, deadline) => outcome,
+    ) -> Settled {
+        let prompt = PromptRequest::new(&pending, self.timeout, self.on_timeout);
+        let mut settlement = Settlement::new(self.rule(Approvers::One));
+        let terminal: Heard<'_> =
+            Box::pin(async { vec![Input::Terminal(self.ask_terminal(&prompt, deadline).await)] });
+        let webhook: Heard<'_> = Box::pin(ask_webhook(webhook, pending, approver, deadline));
+        let mut channels = FuturesUnordered::from_iter([terminal, webhook]);
+        let settled = loop {
+            let heard = channels
+                .next()
+                .await
+                .unwrap_or_else(|| vec![Input::Deadline]);
+            // Version 1 records no votes, only the outcome.
+            let settled = heard
+                .into_iter()
+                .find_map(|input| settlement.step(input).settled);
+            if let Some(settled) = settled {
+                break settled;
+            }
         };
-        self.tell_terminal(&outcome).await;
-        outcome
+        // The terminal is free again before it is told.
+        drop(channels);
+        self.tell_terminal(&settled).await;
+        settled
     }
 
     /// Resolves only on a decision; a terminal that cannot decide leaves
     /// the wait to the webhook and the deadline.
-    pub(crate) async fn ask_terminal(&self, prompt: &PromptRequest, deadline: Instant) -> Outcome {
+    pub(crate) async fn ask_terminal(
+        &self,
+        prompt: &PromptRequest,
+        deadline: Instant,
+    ) -> TerminalAnswer {
         let Some(terminal) = &self.terminal else {
             if !self.said_no_terminal.swap(true, Ordering::Relaxed) {
                 // Once per run, on constle's own stderr: nobody can answer here.
@@ -297,18 +337,19 @@ impl Inner {
         tty.discard_typeahead();
         match ask_terminal(&mut *tty, prompt, deadline).await {
             TerminalOutcome::NoAnswer => std::future::pending().await,
-            decided => Outcome::Terminal(decided),
+            TerminalOutcome::Approved => TerminalAnswer::Approved,
+            _ => TerminalAnswer::Denied,
         }
     }
 
     /// Closes a prompt another channel (or the clock) answered, so the
     /// terminal never shows a question that no longer counts.
-    async fn tell_terminal(&self, outcome: &Outcome) {
-        let note = match outcome {
-            Outcome::Terminal(_) => return,
-            Outcome::Webhook(Verdict::Approved(_)) => "approved through the webhook",
-            Outcome::Webhook(_) => "denied through the webhook",
-            Outcome::Timeout(_) => "no decision before the deadline",
+    async fn tell_terminal(&self, settled: &Settled) {
+        let note = match settled {
+            Settled::Approved(Approved::Terminal) | Settled::Denied(Denied::Terminal) => return,
+            Settled::Approved(_) => "approved through the webhook",
+            Settled::Denied(_) => "denied through the webhook",
+            Settled::TimedOut(_) => "no decision before the deadline",
         };
         self.note_terminal(note).await;
     }
@@ -324,57 +365,83 @@ impl Inner {
         }
     }
 
-    /// The audit entry for `outcome`, and what the gate does.
-    fn conclude(
-        &self,
-        subject: &Map<String, Value>,
-        outcome: Outcome,
-    ) -> Result<(Event, Action), EventError> {
-        Ok(match outcome {
-            Outcome::Terminal(TerminalOutcome::Approved) => (
-                event("gate_approved", subject)?.with("decided_by", "terminal")?,
-                Action::Forward,
+    /// The audit entry that says how the call was settled. Version 2's
+    /// (with a `threshold`) carry `version: 2`, and an approval or a
+    /// timeout also the threshold and its tally.
+    fn concluded(&self, concluded: &Concluded) -> Result<Event, EventError> {
+        let Concluded {
+            subject,
+            settled,
+            threshold,
+        } = concluded;
+        let first = match threshold {
+            None => event(outcome_name(settled), subject)?,
+            Some(_) => event(outcome_name(settled), subject)?.with("version", 2)?,
+        };
+        let tally = |entry: Event| match threshold {
+            None => Ok(entry),
+            Some(threshold) => entry.with("threshold", *threshold),
+        };
+        match settled {
+            Settled::Approved(Approved::Terminal) => first.with("decided_by", "terminal"),
+            Settled::Approved(Approved::Webhook(approval)) => event(
+                outcome_name(settled),
+                &merged(subject, approval.record().audit_fields()),
             ),
-            Outcome::Terminal(_) => (
-                event("gate_denied", subject)?
-                    .with("decided_by", "terminal")?
-                    .with("reason", DenialReason::Denied.audit_reason())?,
-                Action::Refuse("denied at the terminal"),
-            ),
-            Outcome::Webhook(Verdict::Approved(approval)) => (
-                event(
-                    "gate_approved",
-                    &merged(subject, approval.record().audit_fields()),
-                )?,
-                Action::Forward,
-            ),
-            Outcome::Webhook(Verdict::Denied(denial)) => {
+            Settled::Approved(Approved::Quorum(quorum)) => {
+                let approvers: Vec<&str> = quorum
+                    .votes()
+                    .iter()
+                    .map(|v| v.approver().as_str())
+                    .collect();
+                tally(
+                    first
+                        .with("decided_by", "quorum")?
+                        .with("approvers", approvers)?
+                        .with("terminal", quorum.terminal())?,
+                )
+            }
+            Settled::Denied(Denied::Terminal) => first
+                .with("decided_by", "terminal")?
+                .with("reason", DenialReason::Denied.audit_reason()),
+            Settled::Denied(Denied::Webhook(denial)) => {
                 // Only a decision whose every check passed carries the
                 // signed fields; any other is recorded by its reason alone.
                 let fields = match denial.record() {
                     Some(record) => merged(subject, record.audit_fields()),
                     None => merged(subject, channel_webhook()),
                 };
-                (
-                    event("gate_denied", &fields)?
-                        .with("reason", denial.reason().audit_reason())?,
-                    Action::Refuse("denied through the webhook"),
-                )
+                event(outcome_name(settled), &fields)?
+                    .with("reason", denial.reason().audit_reason())
             }
-            Outcome::Timeout(webhook) => {
-                let mut timeout = event("gate_timeout", subject)?
-                    .with("on_timeout", on_timeout_word(self.on_timeout))?
+            Settled::Denied(Denied::Vote(vote)) => first
+                .with("decided_by", "webhook")?
+                .with("approver", vote.approver().as_str())?
+                .with("reason", DenialReason::Denied.audit_reason()),
+            Settled::TimedOut(timeout) => {
+                let entry = first
+                    .with("on_timeout", timeout.on_timeout.word())?
                     .with("timeout_seconds", self.timeout.as_secs() as i64)?;
-                if let Some(reason) = webhook {
-                    timeout = timeout.with("webhook", reason.to_string())?;
+                match (threshold, timeout.no_decision.first()) {
+                    (None, None) => Ok(entry),
+                    (None, Some(webhook)) => entry.with("webhook", webhook.as_str()),
+                    (Some(_), _) => tally(
+                        entry
+                            .with("approvals", timeout.approvals)?
+                            .with("webhooks", timeout.no_decision.as_slice())?,
+                    ),
                 }
-                let action = match self.on_timeout {
-                    OnTimeout::Proceed => Action::Forward,
-                    OnTimeout::Abort => Action::Abort,
-                };
-                (timeout, action)
             }
-        })
+        }
+    }
+}
+
+/// The audit event that records `settled`.
+fn outcome_name(settled: &Settled) -> &'static str {
+    match settled {
+        Settled::Approved(_) => "gate_approved",
+        Settled::Denied(_) => "gate_denied",
+        Settled::TimedOut(_) => "gate_timeout",
     }
 }
 
@@ -388,23 +455,26 @@ fn refused(call: &ToolCall, why: &str) -> Approval {
     }
 }
 
-/// Resolves at the latest at the deadline.
+/// Resolves at the latest at the deadline: without a decision, that the
+/// deadline passed (the client says so only then).
 async fn ask_webhook(
     webhook: Option<&(WebhookClient, WebhookUrl)>,
     pending: PendingRequest,
     approver: &DidKey,
     deadline: Instant,
-) -> Outcome {
+) -> Vec<Input> {
     let Some((client, url)) = webhook else {
         tokio::time::sleep_until(deadline).await;
-        return Outcome::Timeout(None);
+        return vec![Input::Deadline];
     };
     match client
         .ask(url, pending, approver, deadline, POLL_INTERVAL)
         .await
     {
-        WebhookOutcome::Decided(verdict) => Outcome::Webhook(verdict),
-        WebhookOutcome::NoDecision(reason) => Outcome::Timeout(Some(reason)),
+        WebhookOutcome::Decided(verdict) => vec![Input::Decision(verdict)],
+        WebhookOutcome::NoDecision(reason) => {
+            vec![Input::NoDecision(reason.to_string()), Input::Deadline]
+        }
     }
 }
 
@@ -439,20 +509,6 @@ pub(crate) fn event(name: &str, fields: &Map<String, Value>) -> Result<Event, Ev
         .try_fold(Event::new(name)?, |event, (key, value)| {
             event.with(key, value.clone())
         })
-}
-
-pub(crate) fn timeout_action(on_timeout: OnTimeout) -> TimeoutAction {
-    match on_timeout {
-        OnTimeout::Abort => TimeoutAction::Abort,
-        OnTimeout::Proceed => TimeoutAction::Proceed,
-    }
-}
-
-pub(crate) fn on_timeout_word(on_timeout: OnTimeout) -> &'static str {
-    match on_timeout {
-        OnTimeout::Abort => "abort",
-        OnTimeout::Proceed => "proceed",
-    }
 }
 
 #[cfg(test)]

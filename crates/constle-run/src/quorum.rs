@@ -1,23 +1,20 @@
 //! Human gates with several approvers (`human_gates.approvers`, protocol
 //! v2): a gated call is put to every webhook and the terminal at once, each
-//! decision that arrives is checked and recorded as it comes
-//! (`gate_vote`), and the call is settled by the first of: `threshold`
-//! distinct approvers approving, one verified denial, a denial at the
-//! terminal, or the deadline (`on_timeout`).
+//! decision that arrives is checked, fed to the approval rules
+//! ([`constle_approval::rules`]) and recorded as they say (`gate_vote`),
+//! until they settle the call: `threshold` distinct approvers approving,
+//! one verified denial, a denial at the terminal, or the deadline
+//! (`on_timeout`).
 
+use constle_approval::quorum::{Approver, BallotRequest, Binding, RejectedVote, VerifiedVote};
+use constle_approval::rules::{Approvers, Input, Record, Settled, Settlement, TerminalVote};
 use constle_audit::Event;
-use constle_human_gate::quorum::{
-    Approver, Ballot, BallotRequest, Binding, Progress, QuorumApproval, RejectedVote, Tally,
-    VerifiedVote,
-};
-use constle_human_gate::{
-    DenialReason, NoDecisionReason, PromptRequest, TerminalOutcome, WebhookClient, WebhookUrl,
-};
+use constle_human_gate::{PromptRequest, WebhookClient, WebhookUrl};
 use constle_identity::DidKey;
 use std::path::{Path, PathBuf};
 
-use constle_approvers::{ApproverSets, InForce, SetPin, store_dir};
-use constle_manifest::{ApproverSetRef, Manifest, OnTimeout, Quorum, QuorumSource};
+use constle_approver_set::{ApproverSets, InForce, SetPin, store_dir};
+use constle_manifest::{ApproverSetRef, Manifest, Quorum, QuorumSource};
 use constle_mcp_gate::ToolCall;
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
@@ -26,8 +23,8 @@ use tokio::time::Instant;
 
 use crate::error::RunError;
 use crate::human::{
-    Action, GateFailure, Inner, Outcome, POLL_INTERVAL, channel_webhook, event, merged,
-    on_timeout_word, subject_fields, timeout_action,
+    Concluded, GateFailure, Heard, Inner, POLL_INTERVAL, channel_webhook, event, merged,
+    subject_fields,
 };
 
 /// The approvers of a run and what every request of theirs is bound to.
@@ -90,28 +87,6 @@ pub(crate) fn load_set(set: &ApproverSetRef, home: &Path) -> Result<InForce, Run
         jiff::Timestamp::now(),
     )
     .map_err(|e| RunError::ApproverSet(e.to_string()))
-}
-
-/// What one channel said.
-enum Said {
-    Ballot(Ballot),
-    /// A webhook that gave no decision by the deadline.
-    Nothing(NoDecisionReason),
-    Terminal(TerminalOutcome),
-    /// A "votes so far" report went out (or not: it changes nothing).
-    Reported,
-}
-
-/// Where the wait ended.
-enum Settled {
-    Approved(QuorumApproval),
-    Denied(VerifiedVote),
-    DeniedAtTerminal,
-    /// How many votes approved, and what each silent webhook last saw.
-    Timeout {
-        approvals: usize,
-        webhooks: Vec<String>,
-    },
 }
 
 impl QuorumGate {
@@ -194,7 +169,7 @@ impl QuorumGate {
         Ok(std::borrow::Cow::Owned(InForceNow::of_set(&set)))
     }
 
-    /// Asks, counts and concludes: the entry to record and what to do.
+    /// Asks and counts until the rules settle the call.
     pub(crate) async fn decide(
         &self,
         gate: &Inner,
@@ -202,7 +177,7 @@ impl QuorumGate {
         arguments: Value,
         expires_at: jiff::Timestamp,
         deadline: Instant,
-    ) -> Result<(Event, Action), GateFailure> {
+    ) -> Result<Concluded, GateFailure> {
         let binding = Binding {
             agent: gate.agent.clone(),
             agent_did: self.agent_did.clone(),
@@ -235,11 +210,15 @@ impl QuorumGate {
             )?;
         gate.record(triggered).await?;
         let settled = self.count(gate, &now, &request, &subject, deadline).await?;
-        Ok(conclude(gate, now.threshold, &subject, settled)?)
+        Ok(Concluded {
+            subject,
+            settled,
+            threshold: Some(now.threshold),
+        })
     }
 
     /// Every channel at once, each vote recorded as it arrives, until the
-    /// call is settled.
+    /// rules settle the call.
     async fn count(
         &self,
         gate: &Inner,
@@ -248,96 +227,82 @@ impl QuorumGate {
         subject: &Map<String, Value>,
         deadline: Instant,
     ) -> Result<Settled, GateFailure> {
-        let prompt =
-            PromptRequest::for_ballot(request, gate.timeout, timeout_action(gate.on_timeout));
-        let mut channels: FuturesUnordered<_> = self
+        let prompt = PromptRequest::for_ballot(request, gate.timeout, gate.on_timeout);
+        let mut channels: FuturesUnordered<Heard<'_>> = self
             .webhooks
             .iter()
             .map(|(client, url)| {
                 Box::pin(async move {
-                    match client
+                    let ballot = client
                         .ballot(url, request, &now.keys, deadline, POLL_INTERVAL)
-                        .await
-                    {
-                        Ok(ballot) => Said::Ballot(ballot),
-                        Err(nothing) => Said::Nothing(nothing),
-                    }
-                })
-                    as std::pin::Pin<Box<dyn std::future::Future<Output = Said> + Send + '_>>
+                        .await;
+                    vec![match ballot {
+                        Ok(ballot) => Input::Vote(ballot),
+                        Err(nothing) => Input::NoDecision(nothing.to_string()),
+                    }]
+                }) as Heard<'_>
             })
             .collect();
         channels.push(Box::pin(async {
-            match gate.ask_terminal(&prompt, deadline).await {
-                Outcome::Terminal(outcome) => Said::Terminal(outcome),
-                _ => std::future::pending().await,
-            }
+            vec![Input::Terminal(gate.ask_terminal(&prompt, deadline).await)]
         }));
-        let mut tally = Tally::new(now.threshold);
-        // The approvals so far, reported to every endpoint (spec §14).
-        let mut approved = Vec::new();
-        let mut silent = Vec::new();
+        let mut settlement = Settlement::new(gate.rule(Approvers::Quorum {
+            threshold: now.threshold,
+            terminal_approves: self.terminal_approves,
+        }));
         let sleep = tokio::time::sleep_until(deadline);
         tokio::pin!(sleep);
         loop {
-            let said = tokio::select! {
-                said = channels.next() => said,
+            let heard = tokio::select! {
+                heard = channels.next() => heard,
                 () = &mut sleep => None,
             };
-            let Some(said) = said else {
-                return Ok(Settled::Timeout {
-                    approvals: tally.approvals(),
-                    webhooks: silent,
-                });
-            };
-            let progress = match said {
-                Said::Nothing(reason) => {
-                    silent.push(reason.to_string());
-                    continue;
+            for input in heard.unwrap_or_else(|| vec![Input::Deadline]) {
+                let step = settlement.step(input);
+                if let Some(record) = &step.record {
+                    self.write(gate, subject, record).await?;
                 }
-                Said::Ballot(Ballot::Rejected(rejected)) => {
-                    gate.record(rejected_vote(subject, &rejected)?).await?;
-                    continue;
-                }
-                Said::Reported => continue,
-                Said::Ballot(Ballot::Counted(vote)) => {
-                    gate.record(counted_vote(subject, &vote)?).await?;
-                    if vote.approves() {
-                        approved.push(vote.clone());
-                        let report = request.votes_report(&approved, &now.approvers);
-                        for (client, url) in &self.webhooks {
-                            let report = report.clone();
-                            channels.push(Box::pin(async move {
-                                client.report_votes(url, request, &report).await;
-                                Said::Reported
-                            }));
-                        }
+                // The approvals so far, reported to every endpoint (spec
+                // §14): best effort, a report changes nothing.
+                if let Some(approved) = &step.report {
+                    let report = request.votes_report(approved, &now.approvers);
+                    for (client, url) in &self.webhooks {
+                        let report = report.clone();
+                        channels.push(Box::pin(async move {
+                            client.report_votes(url, request, &report).await;
+                            Vec::new()
+                        }));
                     }
-                    tally.add(vote)
                 }
-                Said::Terminal(TerminalOutcome::Approved) if self.terminal_approves => {
-                    gate.record(terminal_vote(subject, "approved")?).await?;
-                    tally.add_terminal()
+                if let Some(settled) = step.settled {
+                    return Ok(settled);
                 }
-                Said::Terminal(TerminalOutcome::Approved) => {
-                    gate.record(terminal_vote(subject, "approved")?.with("counted", false)?)
-                        .await?;
-                    gate.note_terminal(
-                        "an approval here does not count (terminal_approves: false)",
-                    )
-                    .await;
-                    continue;
-                }
-                Said::Terminal(_) => {
-                    gate.record(terminal_vote(subject, "denied")?).await?;
-                    return Ok(Settled::DeniedAtTerminal);
-                }
-            };
-            match progress {
-                Progress::Approved(quorum) => return Ok(Settled::Approved(quorum)),
-                Progress::Denied(vote) => return Ok(Settled::Denied(vote)),
-                Progress::Waiting(_) | Progress::AlreadyCounted | Progress::Settled => {}
             }
         }
+    }
+
+    /// Writes what the rules said to record, before anything else moves.
+    async fn write(
+        &self,
+        gate: &Inner,
+        subject: &Map<String, Value>,
+        record: &Record,
+    ) -> Result<(), GateFailure> {
+        let entry = match record {
+            Record::Vote(vote) => counted_vote(subject, vote)?,
+            Record::Rejected(rejected) => rejected_vote(subject, rejected)?,
+            Record::Terminal(TerminalVote::Approved) => terminal_vote(subject, "approved")?,
+            Record::Terminal(TerminalVote::ApprovedNotCounted) => {
+                terminal_vote(subject, "approved")?.with("counted", false)?
+            }
+            Record::Terminal(TerminalVote::Denied) => terminal_vote(subject, "denied")?,
+        };
+        gate.record(entry).await?;
+        if let Record::Terminal(TerminalVote::ApprovedNotCounted) = record {
+            gate.note_terminal("an approval here does not count (terminal_approves: false)")
+                .await;
+        }
+        Ok(())
     }
 }
 
@@ -371,62 +336,6 @@ fn terminal_vote(
     event("gate_vote", subject)?
         .with("decided_by", "terminal")?
         .with("decision", decision)
-}
-
-fn conclude(
-    gate: &Inner,
-    threshold: usize,
-    subject: &Map<String, Value>,
-    settled: Settled,
-) -> Result<(Event, Action), constle_audit::EventError> {
-    Ok(match settled {
-        Settled::Approved(quorum) => {
-            let approvers: Vec<&str> = quorum
-                .votes()
-                .iter()
-                .map(|v| v.approver().as_str())
-                .collect();
-            let approved = event("gate_approved", subject)?
-                .with("version", 2)?
-                .with("decided_by", "quorum")?
-                .with("approvers", approvers)?
-                .with("terminal", quorum.terminal())?
-                .with("threshold", threshold)?;
-            (approved, Action::Forward)
-        }
-        Settled::Denied(vote) => {
-            let denied = event("gate_denied", subject)?
-                .with("version", 2)?
-                .with("decided_by", "webhook")?
-                .with("approver", vote.approver().as_str())?
-                .with("reason", DenialReason::Denied.audit_reason())?;
-            (denied, Action::Refuse("an approver denied it"))
-        }
-        Settled::DeniedAtTerminal => {
-            let denied = event("gate_denied", subject)?
-                .with("version", 2)?
-                .with("decided_by", "terminal")?
-                .with("reason", DenialReason::Denied.audit_reason())?;
-            (denied, Action::Refuse("denied at the terminal"))
-        }
-        Settled::Timeout {
-            approvals,
-            webhooks,
-        } => {
-            let timeout = event("gate_timeout", subject)?
-                .with("version", 2)?
-                .with("on_timeout", on_timeout_word(gate.on_timeout))?
-                .with("timeout_seconds", gate.timeout.as_secs() as i64)?
-                .with("approvals", approvals)?
-                .with("threshold", threshold)?
-                .with("webhooks", webhooks)?;
-            let action = match gate.on_timeout {
-                OnTimeout::Proceed => Action::Forward,
-                OnTimeout::Abort => Action::Abort,
-            };
-            (timeout, action)
-        }
-    })
 }
 
 /// `[{did, label}]`, as `gate_triggered` records them.

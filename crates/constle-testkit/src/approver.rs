@@ -25,7 +25,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
-use constle_human_gate::quorum::SignedFields;
+use constle_approval::quorum::SignedFields;
 use constle_identity::SigningIdentity;
 use serde_json::{Value, json};
 

@@ -53,10 +53,11 @@ use std::pin::Pin;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use constle_human_gate::quorum::{
+use constle_approval::quorum::{
     Approver as Listed, Ballot, BallotRequest, Binding, Progress, Tally,
 };
-use constle_human_gate::{PendingRequest, Verdict, WebhookClient, WebhookOutcome, WebhookUrl};
+use constle_approval::{PendingRequest, Verdict};
+use constle_human_gate::{WebhookClient, WebhookOutcome, WebhookUrl};
 use constle_identity::DidKey;
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;

@@ -1,13 +1,13 @@
 //! `constle approver serve` over HTTP, without a browser: the gate's side of
 //! the protocol against the real binary (decisions checked with
-//! `constle_human_gate::verify_decision`, exactly as the gate checks them),
+//! `constle_approval::verify_decision`, exactly as the gate checks them),
 //! and every way to get a signature without a logged-in person's click
 //! refused. The browser test is `approver_browser.rs`.
 
 // Helpers outside `#[test]` functions report through panics too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use constle_human_gate::{PendingRequest, Verdict, verify_decision};
+use constle_approval::{PendingRequest, Verdict, verify_decision};
 use constle_identity::DidKey;
 use serde_json::{Value, json};
 
@@ -122,7 +122,7 @@ fn no_signature_without_a_session_a_matching_csrf_token_or_a_same_site_form() {
         approver: &approver,
         cookie: Some(format!(
             "{}={}",
-            constle_approver::SESSION_COOKIE,
+            constle_approval_page::SESSION_COOKIE,
             "0".repeat(64)
         )),
     };
@@ -338,7 +338,7 @@ fn script_in_arguments_is_shown_as_text() {
     assert!(html.contains("&#39;\\&quot;&amp;&lt;/pre&gt;"), "{html}");
     assert_eq!(
         page.header("content-security-policy"),
-        Some(constle_approver::CONTENT_SECURITY_POLICY)
+        Some(constle_approval_page::CONTENT_SECURITY_POLICY)
     );
 }
 
@@ -506,7 +506,7 @@ fn a_restart_loses_nothing() {
 mod v2 {
     use std::time::{Duration, Instant};
 
-    use constle_human_gate::quorum::{
+    use constle_approval::quorum::{
         Approver as Listed, Ballot, BallotRequest, Binding, Progress, Tally, verify_vote,
     };
     use constle_human_gate::{WebhookClient, WebhookUrl};
@@ -801,6 +801,6 @@ mod v2 {
     }
 }
 
-fn id_of(request: &constle_human_gate::quorum::BallotRequest) -> String {
+fn id_of(request: &constle_approval::quorum::BallotRequest) -> String {
     request.request_id().to_string()
 }

@@ -439,8 +439,8 @@ fn terminal_vote_rewritten() {
 /// key stop the run before anything starts; and `audit verify` refuses a
 /// log naming a set version the set does not have.
 /// The approvers as a set's members, labelled.
-fn named(keys: &[(&SigningIdentity, &str)]) -> Vec<constle_approvers::Approver> {
-    use constle_approvers::{Approver, Label};
+fn named(keys: &[(&SigningIdentity, &str)]) -> Vec<constle_approver_set::Approver> {
+    use constle_approver_set::{Approver, Label};
     keys.iter()
         .map(|(k, l)| Approver {
             did: k.did().clone(),
@@ -456,8 +456,8 @@ fn set_expiry() -> jiff::Timestamp {
 /// An approver set in `approvers/`: version 1 (alice, bob and carol, two of
 /// three, signed by alice and bob). Its directory, its version 1, and the
 /// Agentfile's `human_gates` line naming it.
-fn set_of_three(fx: &Fixture) -> (PathBuf, constle_approvers::SetBody, String) {
-    use constle_approvers::{SetBody, SetPin, VersionFile, write_new_version};
+fn set_of_three(fx: &Fixture) -> (PathBuf, constle_approver_set::SetBody, String) {
+    use constle_approver_set::{SetBody, SetPin, VersionFile, write_new_version};
     let [a, b, c] = &fx.approvers;
     let dir = fx.case.path("approvers");
     fs::create_dir(&dir).unwrap();
@@ -476,10 +476,10 @@ fn set_of_three(fx: &Fixture) -> (PathBuf, constle_approvers::SetBody, String) {
 fn rotate_carol_out(
     fx: &Fixture,
     dir: &Path,
-    one: &constle_approvers::SetBody,
+    one: &constle_approver_set::SetBody,
     dave: &SigningIdentity,
-) -> constle_approvers::SetBody {
-    use constle_approvers::{VersionFile, write_new_version};
+) -> constle_approver_set::SetBody {
+    use constle_approver_set::{VersionFile, write_new_version};
     let [a, b, c] = &fx.approvers;
     let two = one
         .next(
@@ -497,7 +497,7 @@ fn rotate_carol_out(
 }
 
 fn approver_set() {
-    use constle_approvers::{VersionFile, write_new_version};
+    use constle_approver_set::{VersionFile, write_new_version};
     let fx = Fixture::new();
     let [a, b, c] = &fx.approvers;
     let dave = SigningIdentity::generate();

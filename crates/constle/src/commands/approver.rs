@@ -1,5 +1,5 @@
 //! `constle approver serve`: the decision endpoint for webhook human gates
-//! and its approval page (the `constle-approver` crate), signing with an
+//! and its approval page (the `constle-approval-page` crate), signing with an
 //! approver key from the key store.
 
 use std::io::IsTerminal as _;
@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use constle_approver::auth::{
+use constle_approval_page::auth::{
     MAX_USER_BYTES, hash_password, prompt_new_password, read_password_line,
 };
-use constle_approver::{Approver, Store};
+use constle_approval_page::{Approver, Store};
 use constle_identity::{KeyKind, KeyStore, Name};
 
 use crate::Outcome;
@@ -60,7 +60,7 @@ pub fn serve(args: &ApproverServeArgs) -> anyhow::Result<Outcome> {
                 "constle approver: warning: not on loopback; browsers send the Secure login cookie only over HTTPS, so put a TLS proxy in front",
             );
         }
-        constle_approver::serve(listener, approver, interrupted)
+        constle_approval_page::serve(listener, approver, interrupted)
             .await
             .context("the approver server failed")
     })?;

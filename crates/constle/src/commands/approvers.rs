@@ -1,11 +1,11 @@
 //! `constle approvers init | next | sign | show`: make, sign and check the
-//! versions of an approver set (the `constle-approvers` crate holds the
+//! versions of an approver set (the `constle-approver-set` crate holds the
 //! rules; this module reads arguments and prints).
 
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
-use constle_approvers::{
+use constle_approver_set::{
     Approver, ApproverSetError, ApproverSets, Label, SetBody, SetPin, SignatureOutcome,
     VerifiedVersion, VersionFile, newest_version, parse_expiry, read_version_file, read_versions,
     rewrite_version, store_dir, verify_files, write_new_version,
@@ -133,7 +133,7 @@ pub fn show(args: &ApproversShowArgs) -> anyhow::Result<Outcome> {
         None => {
             let parsed = match VersionFile::parse(
                 first,
-                &constle_approvers::Location::File(first_path.clone()),
+                &constle_approver_set::Location::File(first_path.clone()),
             ) {
                 Ok(parsed) => parsed,
                 Err(err) => return finding(err),
@@ -185,7 +185,7 @@ pub fn show(args: &ApproversShowArgs) -> anyhow::Result<Outcome> {
     }
     if newest.is_expired(now) {
         return finding(ApproverSetError::Expired {
-            location: constle_approvers::Location::File(files[shown - 1].0.clone()),
+            location: constle_approver_set::Location::File(files[shown - 1].0.clone()),
             version: newest.version(),
             expires: newest.expires(),
         });

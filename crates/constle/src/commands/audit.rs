@@ -4,7 +4,7 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
-use constle_approvers::{SetPin, read_versions, verify_files};
+use constle_approver_set::{SetPin, read_versions, verify_files};
 use constle_audit::{
     Approvers, Finding, SetVersion, TrustAnchors, Verdict, VerifiedLog, parse_line, read_bounded,
     read_log_file, verify_file,
@@ -233,7 +233,7 @@ fn set_versions(set: &ApproverSetRef) -> anyhow::Result<Vec<SetVersion>, String>
     let pin = SetPin::parse(&set.pin).map_err(|e| e.to_string())?;
     let files = read_versions(&set.dir).map_err(|e| e.to_string())?;
     let chain = verify_files(&pin, &files).map_err(|e| e.to_string())?;
-    let version = |v: &constle_approvers::VerifiedVersion| SetVersion {
+    let version = |v: &constle_approver_set::VerifiedVersion| SetVersion {
         version: v.version(),
         digest: v.digest().to_string(),
         keys: v.approvers().iter().map(|a| a.did.clone()).collect(),

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
-use constle_approvers::{Approver, Label, SetBody, SetPin, VersionFile};
+use constle_approver_set::{Approver, Label, SetBody, SetPin, VersionFile};
 use constle_identity::SigningIdentity;
 
 /// Key `n` (from a fixed seed), labelled `k<n>`.

@@ -4,13 +4,13 @@
 mod common;
 
 use common::*;
-use constle_approvers::{
+use constle_approver_set::{
     ApproverSetError, SignatureEntry, SignatureOutcome, Signers, VersionFile, verify_chain,
 };
 use constle_identity::ed25519_dalek::Signature;
 use proptest::prelude::*;
 
-fn err(pin: &constle_approvers::SetPin, versions: &[Vec<u8>]) -> ApproverSetError {
+fn err(pin: &constle_approver_set::SetPin, versions: &[Vec<u8>]) -> ApproverSetError {
     verify_chain(pin, versions).unwrap_err()
 }
 
@@ -217,7 +217,7 @@ fn a_signature_for_another_version_does_not_count() {
     // Key 1's and 2's signatures over version 1, pasted into version 2.
     let old = VersionFile::parse(
         &signed(&v1, &[1, 2]),
-        &constle_approvers::Location::Given(0),
+        &constle_approver_set::Location::Given(0),
     )
     .unwrap();
     for entry in old.signatures() {

@@ -34,7 +34,7 @@
 //!   (`constle approvers init`, `next`, `sign`).
 //!
 //! ```
-//! use constle_approvers::{Approver, Label, SetBody, SetPin, VersionFile, verify_chain};
+//! use constle_approver_set::{Approver, Label, SetBody, SetPin, VersionFile, verify_chain};
 //! use constle_identity::SigningIdentity;
 //!
 //! let keys: Vec<SigningIdentity> = (1..=3).map(|n| SigningIdentity::from_bytes(&[n; 32])).collect();

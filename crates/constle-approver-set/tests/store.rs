@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use constle_approvers::{
+use constle_approver_set::{
     ApproverSetError, ApproverSets, InForce, SetPin, VersionFile, read_versions, rewrite_version,
     write_new_version,
 };
@@ -151,7 +151,8 @@ fn a_second_version_two_is_a_fork() {
         "{e}"
     );
     // More signatures on the same version are no fork.
-    let mut same = VersionFile::parse(&files[1], &constle_approvers::Location::Given(0)).unwrap();
+    let mut same =
+        VersionFile::parse(&files[1], &constle_approver_set::Location::Given(0)).unwrap();
     same.sign(&key(9));
     d.put(2, &same.to_bytes());
     assert_eq!(d.load(&pin).unwrap().version(), 2);

@@ -3,8 +3,8 @@
 //! request without `version`, version 2 (`human-gates-webhook-v2.md` §8)
 //! for one with `"version": 2`. Both sign the gate's strings verbatim.
 
-use constle_human_gate::quorum::SignedFields;
-use constle_human_gate::signed_message;
+use constle_approval::quorum::SignedFields;
+use constle_approval::signed_message;
 
 use crate::request::{GateRequest, Version2};
 use crate::store::StoredRequest;

@@ -158,7 +158,7 @@ fn parse_object(body: &[u8], limit: usize) -> Result<Map<String, Value>, Request
 fn parse_v1(object: &Map<String, Value>) -> Result<GateRequest, RequestError> {
     let request = common(object, &MEMBERS)?;
     let arguments = arguments(object);
-    let digest = constle_human_gate::subject_digest(&request.server, &request.tool, arguments)
+    let digest = constle_approval::subject_digest(&request.server, &request.tool, arguments)
         .map_err(no_exact_digest)?;
     if digest.to_string() != request.subject_digest {
         return Err(shape(
@@ -174,7 +174,7 @@ fn parse_v2(object: &Map<String, Value>) -> Result<GateRequest, RequestError> {
     if !lower_hex(&salt, 64) {
         return Err(shape("`salt` must be 64 lowercase hex digits"));
     }
-    let digest = constle_human_gate::quorum::salted_digest(
+    let digest = constle_approval::quorum::salted_digest(
         &request.server,
         &request.tool,
         arguments(object),
@@ -262,7 +262,7 @@ fn arguments(object: &Map<String, Value>) -> &Value {
     object.get("arguments").unwrap_or(&Value::Null)
 }
 
-fn no_exact_digest(err: constle_human_gate::SubjectError) -> RequestError {
+fn no_exact_digest(err: constle_approval::SubjectError) -> RequestError {
     shape(&format!("the subject has no exact digest: {err}"))
 }
 
@@ -385,7 +385,7 @@ mod tests {
 
     fn valid() -> Result<Vec<u8>, Box<dyn std::error::Error>> {
         let expires = jiff::Timestamp::from_second(1_786_190_700)?;
-        let request = constle_human_gate::PendingRequest::new(
+        let request = constle_approval::PendingRequest::new(
             "agent",
             "accounting",
             "pay_invoice",
@@ -448,7 +448,7 @@ mod tests {
     const BOB: &str = "did:key:z6MkiaMbhXHNA4eJVCCj8dbzKzTgYDKf6crKgHVHid1F1WCT";
 
     fn valid_v2() -> Result<Value, Box<dyn std::error::Error>> {
-        use constle_human_gate::quorum::{Approver, BallotRequest, Binding};
+        use constle_approval::quorum::{Approver, BallotRequest, Binding};
         let binding = Binding {
             agent: "agent".into(),
             agent_did: Some(BOB.into()),
