@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use constle_lockfile::Failure;
+use constle_store::LockFailure;
 use jiff::Timestamp;
 
 use crate::envelope::MsgId;
@@ -183,7 +183,7 @@ impl Store {
     ) -> Result<T, ReplayError> {
         let shared = Arc::clone(&self.shared);
         let lock_path = self.shared.dir.join(LOCK);
-        constle_lockfile::locked(LOCK_WAIT, move |claim| {
+        constle_store::lock::locked(LOCK_WAIT, move |claim| {
             let mut cache = shared.cache.lock().unwrap_or_else(|poisoned| {
                 // A panic midway may have left the position wrong: reread
                 // the file, still holding it to every id known.
@@ -204,12 +204,12 @@ impl Store {
         })
         .await
         .map_err(|failure| match failure {
-            Failure::TimedOut => ReplayError::LockTimeout {
+            LockFailure::TimedOut => ReplayError::LockTimeout {
                 path: self.shared.dir.join(LOCK),
                 waited: LOCK_WAIT,
             },
-            Failure::Stopped(err) => stopped(&self.shared.dir, &err),
-            Failure::Job(err) => err,
+            LockFailure::Stopped(err) => stopped(&self.shared.dir, &err),
+            LockFailure::Job(err) => err,
         })
     }
 }

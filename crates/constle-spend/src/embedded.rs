@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use constle_lockfile::Failure;
+use constle_store::LockFailure;
 use jiff::Timestamp;
 use jiff::civil::Date;
 
@@ -280,19 +280,19 @@ impl Store {
     ) -> Result<T, LedgerError> {
         let dir = self.dir.clone();
         let lock_path = dir.join(LOCK);
-        constle_lockfile::locked(LOCK_WAIT, move |claim| {
+        constle_store::lock::locked(LOCK_WAIT, move |claim| {
             let lock = open_lock(&lock_path)?;
             let _held = claim.lock(&lock).map_err(io_error(&lock_path, "lock"))?;
             work(&dir)
         })
         .await
         .map_err(|failure| match failure {
-            Failure::TimedOut => LedgerError::LockTimeout {
+            LockFailure::TimedOut => LedgerError::LockTimeout {
                 path: self.dir.join(LOCK),
                 waited: LOCK_WAIT,
             },
-            Failure::Stopped(err) => stopped(&self.dir, &err),
-            Failure::Job(err) => err,
+            LockFailure::Stopped(err) => stopped(&self.dir, &err),
+            LockFailure::Job(err) => err,
         })
     }
 }
