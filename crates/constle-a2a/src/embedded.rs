@@ -48,6 +48,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use constle_store::LockFailure;
+use constle_store::replace::replace_via;
 use jiff::Timestamp;
 
 use crate::envelope::MsgId;
@@ -530,22 +531,12 @@ fn compact(dir: &Path, cache: &mut Cache, now: Timestamp) -> Result<(), ReplayEr
     let now_s = now.as_second();
     cache.known.retain(|_, until| *until >= now_s);
     let text = live_lines(&cache.known, now, |_| true);
-    let temp = dir.join(TEMP);
     let path = dir.join(SEEN);
-    let mut file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&temp)
-        .map_err(io_error(&temp, "create"))?;
-    file.write_all(text.as_bytes())
-        .map_err(io_error(&temp, "write"))?;
-    file.sync_all().map_err(io_error(&temp, "fsync"))?;
-    let meta = file.metadata().map_err(io_error(&temp, "stat"))?;
-    drop(file);
-    fs::rename(&temp, &path).map_err(io_error(&path, "rename into place"))?;
-    sync_dir(dir)?;
+    let file = replace_via(&path, TEMP, text.as_bytes(), 0o600).map_err(|err| {
+        let (step, path, source) = err.into_parts();
+        io_error(&path, step)(source)
+    })?;
+    let meta = file.metadata().map_err(io_error(&path, "stat"))?;
     cache.read = Some(Position {
         file: (meta.dev(), meta.ino()),
         offset: text.len() as u64,

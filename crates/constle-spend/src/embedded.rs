@@ -28,13 +28,14 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Write as _};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use constle_store::LockFailure;
+use constle_store::replace::replace_via;
 use jiff::Timestamp;
 use jiff::civil::Date;
 
@@ -359,25 +360,17 @@ fn read_state(dir: &Path) -> Result<State, LedgerError> {
 }
 
 fn write_state(dir: &Path, state: &State) -> Result<(), LedgerError> {
-    let temp = dir.join(TEMP);
     let path = dir.join(STATE);
     let mut bytes = serde_json::to_vec_pretty(state).map_err(|err| LedgerError::Io {
         path: path.clone(),
         message: format!("encode: {err}"),
     })?;
     bytes.push(b'\n');
-    let mut file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&temp)
-        .map_err(io_error(&temp, "create"))?;
-    file.write_all(&bytes).map_err(io_error(&temp, "write"))?;
-    file.sync_all().map_err(io_error(&temp, "fsync"))?;
-    drop(file);
-    fs::rename(&temp, &path).map_err(io_error(&path, "rename into place"))?;
-    sync_dir(dir)
+    replace_via(&path, TEMP, &bytes, 0o600).map_err(|err| {
+        let (step, path, source) = err.into_parts();
+        io_error(&path, step)(source)
+    })?;
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> Result<(), LedgerError> {

@@ -38,6 +38,18 @@ impl ReplaceError {
         }
     }
 
+    /// The step, the path and the system's answer, for a caller whose
+    /// error type has its own message around them ([`ReplaceError::Exists`]
+    /// is the step "create new" answered with `AlreadyExists`).
+    pub fn into_parts(self) -> (&'static str, PathBuf, io::Error) {
+        match self {
+            ReplaceError::Io { step, path, source } => (step, path, source),
+            ReplaceError::Exists { path } => {
+                ("create new", path, io::ErrorKind::AlreadyExists.into())
+            }
+        }
+    }
+
     /// The system's answer alone (`AlreadyExists` for
     /// [`ReplaceError::Exists`]), for a caller whose message names the path
     /// itself.
