@@ -4,9 +4,12 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// The last step of a replacement, after the rename.
+pub(crate) const FSYNC_DIR: &str = "fsync directory";
+
 /// Why [`crate::replace`] could not put a file in place. The old file is
-/// then still there, except after the last step ("fsync directory"): the
-/// new one is, but may not survive a crash.
+/// then still there, except when [`ReplaceError::in_place`]: the new one
+/// is, but may not survive a crash.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplaceError {
@@ -36,6 +39,12 @@ impl ReplaceError {
         match self {
             ReplaceError::Io { path, .. } | ReplaceError::Exists { path } => path,
         }
+    }
+
+    /// Whether the new file is in place all the same: only the `fsync` of
+    /// its directory failed, so a crash may still undo the rename.
+    pub fn in_place(&self) -> bool {
+        matches!(self, ReplaceError::Io { step, .. } if *step == FSYNC_DIR)
     }
 
     /// The step, the path and the system's answer, for a caller whose

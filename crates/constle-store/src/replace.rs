@@ -22,7 +22,7 @@ use std::path::Path;
 
 use tempfile::{NamedTempFile, TempPath};
 
-use crate::error::ReplaceError;
+use crate::error::{FSYNC_DIR, ReplaceError};
 
 /// Replaces `path` with `bytes`, mode `mode`, through a temporary file of
 /// a fresh name beside it. Returns the new file.
@@ -156,7 +156,7 @@ fn put(
     let dir = dir_of(path);
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(ReplaceError::at("fsync directory", dir))?;
+        .map_err(ReplaceError::at(FSYNC_DIR, dir))?;
     Ok(file)
 }
 
