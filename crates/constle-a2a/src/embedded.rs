@@ -47,7 +47,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use constle_lockfile::Failure;
+use constle_store::LockFailure;
+use constle_store::replace::replace_via;
 use jiff::Timestamp;
 
 use crate::envelope::MsgId;
@@ -183,7 +184,7 @@ impl Store {
     ) -> Result<T, ReplayError> {
         let shared = Arc::clone(&self.shared);
         let lock_path = self.shared.dir.join(LOCK);
-        constle_lockfile::locked(LOCK_WAIT, move |claim| {
+        constle_store::lock::locked(LOCK_WAIT, move |claim| {
             let mut cache = shared.cache.lock().unwrap_or_else(|poisoned| {
                 // A panic midway may have left the position wrong: reread
                 // the file, still holding it to every id known.
@@ -204,12 +205,12 @@ impl Store {
         })
         .await
         .map_err(|failure| match failure {
-            Failure::TimedOut => ReplayError::LockTimeout {
+            LockFailure::TimedOut => ReplayError::LockTimeout {
                 path: self.shared.dir.join(LOCK),
                 waited: LOCK_WAIT,
             },
-            Failure::Stopped(err) => stopped(&self.shared.dir, &err),
-            Failure::Job(err) => err,
+            LockFailure::Stopped(err) => stopped(&self.shared.dir, &err),
+            LockFailure::Job(err) => err,
         })
     }
 }
@@ -530,22 +531,12 @@ fn compact(dir: &Path, cache: &mut Cache, now: Timestamp) -> Result<(), ReplayEr
     let now_s = now.as_second();
     cache.known.retain(|_, until| *until >= now_s);
     let text = live_lines(&cache.known, now, |_| true);
-    let temp = dir.join(TEMP);
     let path = dir.join(SEEN);
-    let mut file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&temp)
-        .map_err(io_error(&temp, "create"))?;
-    file.write_all(text.as_bytes())
-        .map_err(io_error(&temp, "write"))?;
-    file.sync_all().map_err(io_error(&temp, "fsync"))?;
-    let meta = file.metadata().map_err(io_error(&temp, "stat"))?;
-    drop(file);
-    fs::rename(&temp, &path).map_err(io_error(&path, "rename into place"))?;
-    sync_dir(dir)?;
+    let file = replace_via(&path, TEMP, text.as_bytes(), 0o600).map_err(|err| {
+        let (step, path, source) = err.into_parts();
+        io_error(&path, step)(source)
+    })?;
+    let meta = file.metadata().map_err(io_error(&path, "stat"))?;
     cache.read = Some(Position {
         file: (meta.dev(), meta.ino()),
         offset: text.len() as u64,

@@ -31,15 +31,16 @@
 //! expires: resends get 503 until they are too old, never a second
 //! delivery. Values written by older versions (`1`) count as accepted.
 //!
-//! Every command is bounded by [`constle_redis::TIMEOUT`]; a server that is
-//! down, slow or answers anything else is a [`ReplayError`] and the listener
-//! answers 503. The connection reconnects by itself once the server is back.
+//! Every command is bounded by [`constle_store::redis::TIMEOUT`]; a server
+//! that is down, slow or answers anything else is a [`ReplayError`] and the
+//! listener answers 503. The connection reconnects by itself once the
+//! server is back.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use constle_identity::DidKey;
-use constle_redis::{Connection, bounded};
+use constle_store::redis::{Connection, bounded};
 use jiff::Timestamp;
 
 use crate::envelope::MsgId;
@@ -94,7 +95,7 @@ struct Attempt {
 impl Store {
     pub(crate) async fn open(url: &str, listener: &DidKey) -> Result<Store, ReplayError> {
         Ok(Store {
-            conn: constle_redis::connect(url).await?,
+            conn: constle_store::redis::connect(url).await?,
             prefix: format!("constle:a2a:seen:{listener}"),
         })
     }
@@ -224,7 +225,7 @@ mod tests {
             return;
         }
         let redis = constle_testkit::RedisServer::start().unwrap();
-        let conn = constle_redis::connect(&redis.url()).await.unwrap();
+        let conn = constle_store::redis::connect(&redis.url()).await.unwrap();
         let now = Timestamp::now();
         for (n, (before, name, reply, after)) in STEPS.into_iter().enumerate() {
             let attempt = Attempt {

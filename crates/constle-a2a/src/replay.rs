@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use constle_identity::DidKey;
-use constle_redis::RedisFailure;
+use constle_store::RedisFailure;
 use jiff::Timestamp;
 
 use crate::VerifiedEnvelope;

@@ -26,12 +26,14 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, DirBuilder, File, OpenOptions, TryLockError};
-use std::io::{self, Read as _, Write as _};
+use std::io::{self, Read as _};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use constle_identity::DidKey;
+use constle_store::ReplaceError;
+use constle_store::replace::{create_new, replace};
 use jiff::Timestamp;
 
 use crate::MAX_FILE_BYTES;
@@ -42,6 +44,8 @@ use crate::file::VersionFile;
 use crate::verify::{VerifiedVersion, verify_next};
 
 const SUFFIX: &str = ".approvers.json";
+/// The mode of every version file written.
+const FILE_MODE: u32 = 0o600;
 const LOCK: &str = "lock";
 
 /// The file name of version `n`: `<n>.approvers.json`.
@@ -178,12 +182,8 @@ impl ApproverSets {
         }
         if chain.len() > seen.len() {
             for version in &chain[seen.len()..] {
-                write_atomically(
-                    store_dir,
-                    &version_file_name(version.version()),
-                    version.file_bytes(),
-                    Replace::Yes,
-                )?;
+                let path = store_dir.join(version_file_name(version.version()));
+                replace(&path, version.file_bytes(), FILE_MODE).map_err(not_written)?;
             }
         }
         let path = offered
@@ -434,59 +434,15 @@ fn create_store_dir(dir: &Path) -> Result<(), ApproverSetError> {
     Ok(())
 }
 
-/// Whether [`write_atomically`] may replace a file already there.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Replace {
-    Yes,
-    No,
-}
-
-/// Write `bytes` to `dir/name` (0600): to a temporary file beside it,
-/// fsynced, renamed into place (or hard-linked, when it must be new), and
-/// the directory fsynced.
-pub(crate) fn write_atomically(
-    dir: &Path,
-    name: &str,
-    bytes: &[u8],
-    replace: Replace,
-) -> Result<PathBuf, ApproverSetError> {
-    let path = dir.join(name);
-    let mut suffix = [0u8; 8];
-    getrandom::fill(&mut suffix).map_err(|err| ApproverSetError::Io {
-        op: "pick a temporary name for",
-        path: path.clone(),
-        source: io::Error::other(err.to_string()),
-    })?;
-    let temp = dir.join(format!(".{name}.tmp-{}", hex::encode(suffix)));
-    let written = (|| {
-        let mut file = OpenOptions::new()
-            .create_new(true)
-            .write(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(ApproverSetError::io("create", &temp))?;
-        file.write_all(bytes)
-            .map_err(ApproverSetError::io("write", &temp))?;
-        file.sync_all()
-            .map_err(ApproverSetError::io("fsync", &temp))?;
-        drop(file);
-        match replace {
-            Replace::Yes => {
-                fs::rename(&temp, &path).map_err(ApproverSetError::io("rename into place", &path))
-            }
-            // A link fails if the name exists: never overwrite a version.
-            Replace::No => fs::hard_link(&temp, &path).map_err(|err| match err.kind() {
-                io::ErrorKind::AlreadyExists => ApproverSetError::Exists { path: path.clone() },
-                _ => ApproverSetError::io("link into place", &path)(err),
-            }),
+/// An error of [`constle_store::replace`] as the store reports it.
+fn not_written(err: ReplaceError) -> ApproverSetError {
+    match err {
+        ReplaceError::Exists { path } => ApproverSetError::Exists { path },
+        other => {
+            let (op, path, source) = other.into_parts();
+            ApproverSetError::Io { op, path, source }
         }
-    })();
-    if written.is_err() || replace == Replace::No {
-        let _ = fs::remove_file(&temp);
     }
-    written?;
-    sync_dir(dir)?;
-    Ok(path)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), ApproverSetError> {
@@ -518,7 +474,10 @@ pub fn write_new_version(dir: &Path, file: &VersionFile) -> Result<PathBuf, Appr
             found: n,
         });
     }
-    write_atomically(dir, &version_file_name(n), &file.to_bytes(), Replace::No)
+    let path = dir.join(version_file_name(n));
+    // Never overwrite a version.
+    create_new(&path, &file.to_bytes(), FILE_MODE).map_err(not_written)?;
+    Ok(path)
 }
 
 /// Replace the version file at `path` with `file` (after signing),
@@ -539,11 +498,7 @@ pub fn rewrite_version(path: &Path, file: &VersionFile) -> Result<(), ApproverSe
             ),
         });
     }
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    write_atomically(dir, &name, &file.to_bytes(), Replace::Yes)?;
+    replace(path, &file.to_bytes(), FILE_MODE).map_err(not_written)?;
     Ok(())
 }
 

@@ -8,14 +8,13 @@
 //! day's first entry links to the previous day's last, so for any day but the
 //! latest the next day's file plays the same role.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write as _};
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use constle_identity::{DidKey, Name, SigningIdentity};
+use constle_store::ReplaceError;
+use constle_store::replace::replace_via;
 use ed25519_dalek::Signature;
 use serde_json::{Map, Value};
 
@@ -80,12 +79,14 @@ impl Head {
             object.insert("sig".into(), BASE64.encode(signature.to_bytes()).into());
         }
         let path = crate::layout::head_path(dir, agent);
-        let temp = path.with_extension("head.tmp");
-        let mut file = create_private(&temp)?;
-        file.write_all(&LINE_SPELLING.object(&object))?;
-        file.sync_all()?;
-        fs::rename(&temp, &path)?;
-        File::open(dir)?.sync_all()
+        // Writers store heads one at a time, under the lock, so what a crash
+        // left at the temporary name is no other writer's file: it is
+        // removed first, so that an older file's mode is not kept and a
+        // link planted there is not followed.
+        let temp = format!("{agent}.head.tmp");
+        replace_via(&path, &temp, &LINE_SPELLING.object(&object), 0o600)
+            .map_err(ReplaceError::into_io)?;
+        Ok(())
     }
 
     /// Reads a head file; `Ok(None)` if there is none.
@@ -97,23 +98,6 @@ impl Head {
             Err(err) => Err(HeadError::Unreadable(err)),
         }
     }
-}
-
-/// Creates `path` afresh, readable and writable by its owner only (the head
-/// is renamed from it, and keeps its mode). What a crash left at that name
-/// is removed first, so that an older file's mode is not kept and a link
-/// planted there is not followed; writers store heads one at a time, under
-/// the lock, so it is no other writer's file.
-fn create_private(path: &Path) -> std::io::Result<File> {
-    match fs::remove_file(path) {
-        Err(err) if err.kind() != ErrorKind::NotFound => return Err(err),
-        _ => {}
-    }
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
 }
 
 impl SignedHead {

@@ -2,12 +2,12 @@
 //! they cosigned.
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use constle_audit::{Event, EventError, Head};
 use constle_identity::{Name, SigningIdentity};
+use constle_store::replace::replace;
 use constle_tlog::{LogFollower, LogTree, VerifiedCheckpoint, sign_checkpoint};
 use futures_util::future::join_all;
 
@@ -181,23 +181,16 @@ impl Checkpointer {
         lines: &[String],
     ) -> Result<(), CheckpointError> {
         let path = latest_checkpoint_path(&self.dir, &self.agent);
-        let failed = |err: std::io::Error| CheckpointError::Write {
-            path: path.clone(),
-            reason: err.to_string(),
-        };
         let mut note = checkpoint.signed().as_bytes().to_vec();
         for line in lines {
             note.extend_from_slice(line.as_bytes());
             note.push(b'\n');
         }
-        let mut temp = tempfile::NamedTempFile::new_in(&self.dir).map_err(failed)?;
-        temp.write_all(&note)
-            .and_then(|()| temp.as_file().sync_all())
-            .map_err(failed)?;
-        temp.persist(&path).map_err(|e| failed(e.error))?;
-        std::fs::File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(failed)
+        replace(&path, &note, 0o600).map_err(|err| CheckpointError::Write {
+            path: path.clone(),
+            reason: err.into_io().to_string(),
+        })?;
+        Ok(())
     }
 }
 

@@ -7,11 +7,13 @@
 //! of quietly fixing them, and it never overwrites a key.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::fs::{self, File};
+use std::io::{self, Read as _};
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use constle_store::ReplaceError;
+use constle_store::replace::create_new;
 
 use crate::did::DidKey;
 use crate::name::Name;
@@ -245,9 +247,6 @@ fn check_private_dir(path: &Path) -> Result<(), KeyStoreError> {
     Ok(())
 }
 
-/// Distinguishes temporary files made by one process.
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 impl KeyStore {
     /// Open the key store under `home` (`$CONSTLE_HOME`), creating `home`,
     /// `home/keys` and `home/keys/agent`, `approver` and `witness` with mode
@@ -286,11 +285,11 @@ impl KeyStore {
 
     /// Generate a new key of `kind` called `name`; return its DID and file.
     ///
-    /// The key is written to a temporary file (created exclusively, mode
-    /// 0600), fsynced, then hard-linked to its final name, which fails if that
-    /// name exists; the directory is then fsynced. A crash never leaves a
-    /// half-written file under the final name, and an existing key is never
-    /// replaced.
+    /// The key is written to a temporary file (mode 0600), fsynced, then
+    /// renamed to its final name by a rename that fails if that name exists;
+    /// the directory is then fsynced ([`create_new`]). A crash never leaves
+    /// a half-written file under the final name, and an existing key is
+    /// never replaced.
     ///
     /// # Errors
     ///
@@ -306,25 +305,17 @@ impl KeyStore {
         let identity = SigningIdentity::generate();
         let pem = identity.to_pkcs8_pem();
 
-        let (temp_path, file) = create_temp(&dir, name)?;
-        let written = write_and_sync(file, pem.as_bytes(), &temp_path).and_then(|()| {
-            match fs::hard_link(&temp_path, &path) {
-                Ok(()) => Ok(()),
-                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-                    Err(KeyStoreError::Exists { path: path.clone() })
+        create_new(&path, pem.as_bytes(), FILE_MODE).map_err(|err| match err {
+            ReplaceError::Exists { path } => KeyStoreError::Exists { path },
+            other => {
+                let (action, path, source) = other.into_parts();
+                KeyStoreError::Io {
+                    action,
+                    path,
+                    source,
                 }
-                Err(err) => Err(io_err("link the new key file to", &path)(err)),
             }
-        });
-        let removed = fs::remove_file(&temp_path);
-        written?;
-        removed.map_err(io_err(
-            "remove the temporary copy of the new key (the key itself is in place)",
-            &temp_path,
-        ))?;
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_err("sync directory", &dir))?;
+        })?;
         Ok((identity.did().clone(), path))
     }
 
@@ -392,38 +383,6 @@ impl KeyStore {
             command: kind.keygen_command(),
         })
     }
-}
-
-/// Exclusively create a fresh 0600 temporary file in `dir` for key `name`.
-fn create_temp(dir: &Path, name: &Name) -> Result<(PathBuf, File), KeyStoreError> {
-    let mut attempt = 0u32;
-    loop {
-        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let temp_path = dir.join(format!(
-            ".{name}.{EXTENSION}.{}-{n}.tmp",
-            std::process::id()
-        ));
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(FILE_MODE)
-            .open(&temp_path)
-        {
-            Ok(file) => return Ok((temp_path, file)),
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists && attempt < 100 => {
-                attempt += 1;
-            }
-            Err(err) => return Err(io_err("create temporary key file", &temp_path)(err)),
-        }
-    }
-}
-
-/// Make `file` mode 0600 (whatever the umask did), write `bytes`, fsync.
-fn write_and_sync(mut file: File, bytes: &[u8], path: &Path) -> Result<(), KeyStoreError> {
-    file.set_permissions(fs::Permissions::from_mode(FILE_MODE))
-        .map_err(io_err("set permissions of", path))?;
-    file.write_all(bytes).map_err(io_err("write", path))?;
-    file.sync_all().map_err(io_err("sync", path))
 }
 
 /// Read and parse one key file, refusing anything but a private regular file.

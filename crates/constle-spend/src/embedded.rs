@@ -28,13 +28,14 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Write as _};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use constle_lockfile::Failure;
+use constle_store::LockFailure;
+use constle_store::replace::replace_via;
 use jiff::Timestamp;
 use jiff::civil::Date;
 
@@ -280,19 +281,19 @@ impl Store {
     ) -> Result<T, LedgerError> {
         let dir = self.dir.clone();
         let lock_path = dir.join(LOCK);
-        constle_lockfile::locked(LOCK_WAIT, move |claim| {
+        constle_store::lock::locked(LOCK_WAIT, move |claim| {
             let lock = open_lock(&lock_path)?;
             let _held = claim.lock(&lock).map_err(io_error(&lock_path, "lock"))?;
             work(&dir)
         })
         .await
         .map_err(|failure| match failure {
-            Failure::TimedOut => LedgerError::LockTimeout {
+            LockFailure::TimedOut => LedgerError::LockTimeout {
                 path: self.dir.join(LOCK),
                 waited: LOCK_WAIT,
             },
-            Failure::Stopped(err) => stopped(&self.dir, &err),
-            Failure::Job(err) => err,
+            LockFailure::Stopped(err) => stopped(&self.dir, &err),
+            LockFailure::Job(err) => err,
         })
     }
 }
@@ -359,25 +360,17 @@ fn read_state(dir: &Path) -> Result<State, LedgerError> {
 }
 
 fn write_state(dir: &Path, state: &State) -> Result<(), LedgerError> {
-    let temp = dir.join(TEMP);
     let path = dir.join(STATE);
     let mut bytes = serde_json::to_vec_pretty(state).map_err(|err| LedgerError::Io {
         path: path.clone(),
         message: format!("encode: {err}"),
     })?;
     bytes.push(b'\n');
-    let mut file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&temp)
-        .map_err(io_error(&temp, "create"))?;
-    file.write_all(&bytes).map_err(io_error(&temp, "write"))?;
-    file.sync_all().map_err(io_error(&temp, "fsync"))?;
-    drop(file);
-    fs::rename(&temp, &path).map_err(io_error(&path, "rename into place"))?;
-    sync_dir(dir)
+    replace_via(&path, TEMP, &bytes, 0o600).map_err(|err| {
+        let (step, path, source) = err.into_parts();
+        io_error(&path, step)(source)
+    })?;
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> Result<(), LedgerError> {

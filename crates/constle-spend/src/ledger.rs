@@ -36,7 +36,7 @@ impl fmt::Debug for LedgerConfig {
             LedgerConfig::Embedded { dir } => f.debug_struct("Embedded").field("dir", dir).finish(),
             LedgerConfig::Redis { url } => f
                 .debug_struct("Redis")
-                .field("url", &constle_redis::redacted(url))
+                .field("url", &constle_store::redis::redacted(url))
                 .finish(),
         }
     }

@@ -84,7 +84,7 @@ mod redis_store;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use constle_redis::RedisFailure;
+use constle_store::RedisFailure;
 use rust_decimal::Decimal;
 
 pub use amount::AmountError;

@@ -14,14 +14,14 @@
 //! A charge is one Lua script (EVALSHA, loaded on first use) that checks the
 //! run, day and month caps and writes both totals, so concurrent charges from
 //! any number of machines are serialized by Redis. Every command is bounded
-//! by [`constle_redis::TIMEOUT`]; a server that is down or does not answer
-//! is a [`LedgerError`] and the call is refused. The connection reconnects
-//! by itself once the server is back.
+//! by [`constle_store::redis::TIMEOUT`]; a server that is down or does not
+//! answer is a [`LedgerError`] and the call is refused. The connection
+//! reconnects by itself once the server is back.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use constle_redis::{Connection, bounded};
+use constle_store::redis::{Connection, bounded};
 use jiff::Timestamp;
 use jiff::civil::Date;
 
@@ -104,7 +104,7 @@ pub(crate) struct Store {
 impl Store {
     pub(crate) async fn open(url: &str, key: &LedgerKey) -> Result<Store, LedgerError> {
         Ok(Store {
-            conn: constle_redis::connect(url).await?,
+            conn: constle_store::redis::connect(url).await?,
             prefix: format!("constle:spend:{key}"),
         })
     }

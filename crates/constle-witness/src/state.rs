@@ -42,11 +42,12 @@
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read as _, Write as _};
+use std::io::{self, Read as _};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use constle_store::replace::replace_via;
 use constle_tlog::{Hash, SignedCheckpoint, TreeHead};
 
 use crate::error::{StateError, WitnessError};
@@ -204,28 +205,22 @@ impl StateDir {
     /// synced; the old file is then still in place, or the new one is.
     pub fn store(&self, origin: &str, cosigned: &SignedCheckpoint) -> Result<(), StateError> {
         let path = self.file(origin);
-        let temp = self.dir.join(format!(".{}.tmp", file_name(origin)));
-        let failed = |what: &str, at: &Path, e: io::Error| StateError {
-            path: at.to_owned(),
-            why: format!("cannot {what}: {e}"),
-        };
         // Only this process writes here (the lock), one origin at a time
-        // (the caller's lock), so one temporary name is enough; a leftover
-        // from a crash is truncated.
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(|e| failed("create", &temp, e))?;
-        file.write_all(&encode(cosigned))
-            .and_then(|()| file.sync_all())
-            .map_err(|e| failed("write and fsync", &temp, e))?;
-        drop(file);
-        fs::rename(&temp, &path).map_err(|e| failed("rename into place", &path, e))?;
+        // (the caller's lock), so one temporary name is enough; what a
+        // crash left there is taken over.
+        let temp = format!(".{}.tmp", file_name(origin));
+        replace_via(&path, &temp, &encode(cosigned), 0o600).map_err(|err| {
+            if err.in_place() {
+                self.seen().insert(origin.to_owned());
+            }
+            let (step, at, e) = err.into_parts();
+            StateError {
+                path: at,
+                why: format!("cannot {step}: {e}"),
+            }
+        })?;
         self.seen().insert(origin.to_owned());
-        sync_dir(&self.dir).map_err(|e| failed("fsync the directory", &self.dir, e))
+        Ok(())
     }
 }
 

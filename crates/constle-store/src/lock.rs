@@ -13,15 +13,13 @@
 //! [`locked`]'s wait is over, tries to claim the abandonment. One atomic
 //! decides, so exactly one of them wins:
 //!
-//! - the caller: it gets [`Failure::TimedOut`], and the job, when it finally
-//!   has the lock, gets an error instead and must write nothing;
+//! - the caller: it gets [`LockFailure::TimedOut`], and the job, when it
+//!   finally has the lock, gets an error instead and must write nothing;
 //! - the job: it is already writing, so the caller waits for it past the
 //!   deadline, and its result is the truth.
 //!
-//! Each store maps a [`Failure`] into its own error type, with its own
+//! Each store maps a [`LockFailure`] into its own error type, with its own
 //! messages.
-
-#![forbid(unsafe_code)]
 
 use std::fs::File;
 use std::io;
@@ -29,23 +27,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use tokio::task::JoinError;
+use crate::error::LockFailure;
 
 const WAITING: u8 = 0;
 const WORKING: u8 = 1;
 const ABANDONED: u8 = 2;
-
-/// Why [`locked`] has no result from its job.
-#[derive(Debug)]
-pub enum Failure<E> {
-    /// The job did not take the lock within the wait: it has done nothing
-    /// and never will.
-    TimedOut,
-    /// The blocking thread panicked, or the runtime is shutting down.
-    Stopped(JoinError),
-    /// The job's own error.
-    Job(E),
-}
 
 /// The job's right to start work: [`Claim::lock`] takes the lock and, if
 /// the caller is still waiting, claims the work for the job.
@@ -60,7 +46,7 @@ impl Claim {
     ///
     /// The `flock` failed, or the caller stopped waiting
     /// ([`io::ErrorKind::TimedOut`]; the caller has already returned
-    /// [`Failure::TimedOut`] and never sees this error). Either way the
+    /// [`LockFailure::TimedOut`] and never sees this error). Either way the
     /// lock is not held and the job must write nothing.
     pub fn lock(self, file: &File) -> io::Result<Flock<'_>> {
         file.lock()?;
@@ -89,15 +75,15 @@ impl Drop for Flock<'_> {
 /// however long that takes.
 ///
 /// The job must take the lock before it writes anything: only then is a
-/// [`Failure::TimedOut`] a promise that nothing was or will be written.
+/// [`LockFailure::TimedOut`] a promise that nothing was or will be written.
 ///
 /// # Errors
 ///
-/// [`Failure`]: the wait ran out, the thread stopped, or the job failed.
+/// [`LockFailure`]: the wait ran out, the thread stopped, or the job failed.
 pub async fn locked<T, E>(
     wait: Duration,
     job: impl FnOnce(Claim) -> Result<T, E> + Send + 'static,
-) -> Result<T, Failure<E>>
+) -> Result<T, LockFailure<E>>
 where
     T: Send + 'static,
     E: Send + 'static,
@@ -112,13 +98,15 @@ where
                 .compare_exchange(WAITING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok();
             if gave_up {
-                return Err(Failure::TimedOut);
+                return Err(LockFailure::TimedOut);
             }
             // It holds the lock and is writing: its result is the truth.
             task.await
         }
     };
-    joined.map_err(Failure::Stopped)?.map_err(Failure::Job)
+    joined
+        .map_err(LockFailure::Stopped)?
+        .map_err(LockFailure::Job)
 }
 
 #[cfg(test)]
@@ -163,7 +151,7 @@ mod tests {
             written
         })
         .await;
-        assert!(matches!(result, Err(Failure::TimedOut)), "{result:?}");
+        assert!(matches!(result, Err(LockFailure::TimedOut)), "{result:?}");
         // The other holder lets go: the job gets the lock, and must not write.
         drop(other);
         assert!(!finished.await.unwrap(), "the job wrote after the deadline");
@@ -181,7 +169,7 @@ mod tests {
         let started = Instant::now();
         let result = locked(wait, move |claim| claim.lock(&open(&lock)).map(drop)).await;
         let waited = started.elapsed();
-        assert!(matches!(result, Err(Failure::TimedOut)), "{result:?}");
+        assert!(matches!(result, Err(LockFailure::TimedOut)), "{result:?}");
         assert!(waited >= wait, "{waited:?}");
         assert!(waited < wait * 10, "{waited:?}");
     }
@@ -205,10 +193,10 @@ mod tests {
     #[tokio::test]
     async fn the_jobs_error_and_a_panic_are_reported() {
         let result = locked(Duration::from_secs(5), |_claim| Err::<(), _>("no"));
-        assert!(matches!(result.await, Err(Failure::Job("no"))));
+        assert!(matches!(result.await, Err(LockFailure::Job("no"))));
         let result = locked(Duration::from_secs(5), |_claim| -> Result<(), ()> {
             panic!("the job panicked")
         });
-        assert!(matches!(result.await, Err(Failure::Stopped(_))));
+        assert!(matches!(result.await, Err(LockFailure::Stopped(_))));
     }
 }

@@ -14,8 +14,6 @@
 //! Each store maps a [`RedisFailure`] into its own error type, with its own
 //! messages.
 
-#![forbid(unsafe_code)]
-
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
@@ -23,49 +21,10 @@ use std::time::Duration;
 use redis::RedisResult;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::error::RedisFailure;
+
 /// The bound on every Redis command, connecting included.
 pub const TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Why Redis could not be used. Every `url` is [`redacted`].
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum RedisFailure {
-    /// The URL is not one the Redis client accepts.
-    #[error("{url} is not a usable Redis URL: {message}")]
-    BadUrl {
-        /// The URL, without credentials.
-        url: String,
-        /// What the client said.
-        message: String,
-    },
-    /// Redis failed or refused the command, or the connection failed.
-    #[error("{url}: {message}")]
-    Redis {
-        /// The URL, without credentials.
-        url: String,
-        /// What failed.
-        message: String,
-    },
-    /// Redis did not answer in time.
-    #[error("{url} did not answer within {after:?}")]
-    Timeout {
-        /// The URL, without credentials.
-        url: String,
-        /// The bound.
-        after: Duration,
-    },
-}
-
-impl RedisFailure {
-    /// The URL, without credentials.
-    pub fn url(&self) -> &str {
-        match self {
-            RedisFailure::BadUrl { url, .. }
-            | RedisFailure::Redis { url, .. }
-            | RedisFailure::Timeout { url, .. } => url,
-        }
-    }
-}
 
 /// The URL with its password masked, for messages: the rule every URL
 /// Constle shows follows ([`constle_redact::url`]).
