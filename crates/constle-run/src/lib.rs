@@ -7,6 +7,7 @@
 
 mod a2a;
 mod agent;
+mod asking;
 mod bridge;
 mod checkpoints;
 mod error;

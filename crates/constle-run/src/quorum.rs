@@ -21,11 +21,11 @@ use futures_util::stream::FuturesUnordered;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use crate::error::RunError;
-use crate::human::{
+use crate::asking::{
     Concluded, GateFailure, Heard, Inner, POLL_INTERVAL, channel_webhook, event, merged,
     subject_fields,
 };
+use crate::error::RunError;
 
 /// The approvers of a run and what every request of theirs is bound to.
 pub(crate) struct QuorumGate {
