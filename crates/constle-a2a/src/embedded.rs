@@ -52,7 +52,7 @@ use constle_store::replace::replace_via;
 use jiff::Timestamp;
 
 use crate::envelope::MsgId;
-use crate::replay::{ReplayError, Seen};
+use crate::seen::{ReplayError, Seen};
 
 const SEEN: &str = "seen";
 const TEMP: &str = "seen.tmp";

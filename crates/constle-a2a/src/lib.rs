@@ -50,6 +50,7 @@ mod listener;
 mod redis_store;
 mod replay;
 mod sandbox;
+mod seen;
 #[cfg(test)]
 mod vectors;
 
@@ -63,10 +64,11 @@ pub use envelope::{
 };
 pub use inbox::{DEFAULT_INBOX_CAPACITY, Inbox, InboxMessage};
 pub use listener::{EventSink, Listener, ListenerConfig, ListenerEvent, MESSAGES_PATH};
-pub use replay::{REPLAY_MARGIN, ReplayError, ReplayStore, Seen};
+pub use replay::ReplayStore;
 pub use sandbox::{
     INBOX_NEXT_PATH, MAX_OUTBOX_BYTES, OUTBOX_PATH, Outbox, OutboxEvent, OutboxSink, sandbox_router,
 };
+pub use seen::{REPLAY_MARGIN, ReplayError, Seen};
 
 /// Why a listener refused an envelope. Each has its own HTTP status and a
 /// stable reason code ([`Refusal::code`]), sent as `{"error": code, …}`.

@@ -16,7 +16,8 @@ use jiff::Timestamp;
 use crate::body::{BodyError, read_limited};
 use crate::envelope::{Envelope, MAX_ENVELOPE_BYTES, MsgId};
 use crate::inbox::{Inbox, InboxMessage};
-use crate::replay::{ReplayStore, Seen};
+use crate::replay::ReplayStore;
+use crate::seen::Seen;
 use crate::{RETRY_AFTER, Refusal};
 
 /// The listener's path.

@@ -44,7 +44,7 @@ use constle_store::redis::{Connection, bounded};
 use jiff::Timestamp;
 
 use crate::envelope::MsgId;
-use crate::replay::{ReplayError, Seen};
+use crate::seen::{ReplayError, Seen};
 
 /// Claims, accepts or abandons one id for one attempt. See the module
 /// documentation.

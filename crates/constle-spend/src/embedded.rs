@@ -40,8 +40,8 @@ use jiff::Timestamp;
 use jiff::civil::Date;
 
 use crate::amount::{Outcome, Tally, Units};
-use crate::ledger::{Charge, RunRecord, Stored};
 use crate::period::Month;
+use crate::record::{Charge, RunRecord, Stored};
 use crate::{LedgerError, LedgerKey};
 
 const STATE: &str = "state.json";

@@ -79,6 +79,7 @@ mod embedded;
 mod key;
 mod ledger;
 mod period;
+mod record;
 mod redis_store;
 
 use std::path::PathBuf;
@@ -89,7 +90,8 @@ use rust_decimal::Decimal;
 
 pub use amount::AmountError;
 pub use key::LedgerKey;
-pub use ledger::{Ledger, LedgerConfig, RunMeter, RunRecord, Stored};
+pub use ledger::{Ledger, LedgerConfig, RunMeter};
+pub use record::{RunRecord, Stored};
 
 /// An agent's spend caps, in USD. `None` is no cap.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

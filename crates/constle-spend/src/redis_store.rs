@@ -26,8 +26,8 @@ use jiff::Timestamp;
 use jiff::civil::Date;
 
 use crate::amount::{Outcome, Tally, Units};
-use crate::ledger::{Charge, RunRecord, Stored};
 use crate::period::Month;
+use crate::record::{Charge, RunRecord, Stored};
 use crate::{Cap, LedgerError, LedgerKey};
 
 const DAY_TTL_SECONDS: u64 = 3 * 86_400;
