@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit/integration/property tests,
-# the CLI through the built binary, benchmarks and fuzz targets compiled, and
-# the quickstart. Set CONSTLE_E2E=require to make tests that would skip for
+# The whole test suite: formatting, import circles (scripts/modgraph),
+# lints, unit/integration/property tests, the CLI through the built binary,
+# benchmarks and fuzz targets compiled, and the quickstart. Set CONSTLE_E2E=require to make tests that would skip for
 # lack of a system tool fail instead (CI does).
 set -euo pipefail
 command -v cargo >/dev/null 2>&1 || . "$HOME/.cargo/env"
@@ -11,6 +11,9 @@ section() { printf '\n== %s\n' "$*"; }
 
 section "format"
 cargo fmt --all -- --check
+
+section "no import circles"
+scripts/modgraph >/dev/null || { scripts/modgraph | grep -B1 circle: >&2; exit 1; }
 
 section "lints"
 cargo clippy --workspace --all-targets --locked --quiet -- -D warnings
