@@ -103,6 +103,7 @@ mod filter;
 mod http;
 mod inspect;
 mod offered;
+mod pace;
 mod pending;
 mod policy;
 mod rebinding;
@@ -125,6 +126,7 @@ pub use inspect::{
     Decision, Forward, Inspection, MAX_BODY_BYTES, MAX_DEPTH, Refusal, ToolCall, inspect,
 };
 pub use offered::{MAX_OFFERED_LISTS, OfferedTools, tools_digest};
+pub use pace::{Pace, REFUSALS_BURST, REFUSALS_PER_SECOND};
 pub use pending::MAX_PENDING_TOOLS_LISTS;
 pub use policy::{BASE_NOTIFICATIONS, BASE_REQUESTS, BASE_SERVER_REQUESTS, ServerPolicy};
 pub use record::{NotRecorded, OfferFuture, RecordFuture, Recorder, Unrecorded};

@@ -50,3 +50,42 @@ async fn splice(client: UnixStream, mut target: watch::Receiver<Option<SocketAdd
         let _ = splice_bidirectional(&client, &upstream).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A connection made before the proxy listens waits for it, and one
+    /// made after the proxy failed to start is closed.
+    #[tokio::test]
+    async fn an_early_connection_waits_for_the_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("proxy.sock");
+        let (target, address) = watch::channel(None);
+        let bridge = forward(&socket, address).unwrap();
+        let mut early = UnixStream::connect(&socket).await.unwrap();
+        early.write_all(b"ping").await.unwrap();
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        target.send(Some(upstream.local_addr().unwrap())).unwrap();
+        let (mut accepted, _) = upstream.accept().await.unwrap();
+        let mut got = [0; 4];
+        accepted.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"ping");
+        bridge.abort();
+
+        let socket = dir.path().join("failed.sock");
+        let (target, address) = watch::channel(None);
+        let _bridge = forward(&socket, address).unwrap();
+        let mut late = UnixStream::connect(&socket).await.unwrap();
+        drop(target);
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            late.read_to_end(&mut rest),
+        );
+        assert_eq!(read.await.unwrap().unwrap(), 0, "closed, nothing said");
+    }
+}

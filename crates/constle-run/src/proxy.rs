@@ -182,17 +182,15 @@ impl Proxy {
         self.bridge.abort();
     }
 
-    /// Stops Squid (or its start) and waits until every decision it logged
-    /// is recorded.
-    pub(crate) async fn stop(self) -> Result<(), RunError> {
+    /// Stops Squid and waits until every decision it logged is recorded. A
+    /// start still under way (the agent can be done before Squid is ready)
+    /// is seen through first, so that Squid is stopped as it always is, and
+    /// a Squid that could not start fails the run, as it did when it
+    /// started before the sandbox.
+    pub(crate) async fn stop(mut self) -> Result<(), RunError> {
         self.bridge.abort();
-        match self.squid {
-            Starting::Pending { start, .. } => {
-                // Squid half started ends with the task (kill on drop).
-                start.abort();
-                let _ = start.await;
-                Ok(())
-            }
+        let started = self.ready().await;
+        let recorded = match self.squid {
             Starting::Ready { squid, recorder } => {
                 squid.stop().await;
                 match recorder {
@@ -200,8 +198,9 @@ impl Proxy {
                     None => Ok(()),
                 }
             }
-            Starting::Failed => Ok(()),
-        }
+            Starting::Pending { .. } | Starting::Failed => Ok(()),
+        };
+        started.and(recorded)
     }
 }
 

@@ -5,32 +5,24 @@
 //! records each list once, and at most
 //! [`constle_mcp_gate::MAX_OFFERED_LISTS`] of them).
 //!
-//! A flood of refused requests cannot grow the log faster than [`RATE`]
-//! entries a second (after a burst of [`BURST`]): beyond that, refusals
-//! wait their turn. None is dropped, so each refusal stays on record, and
+//! A flood of refused requests cannot grow the log faster than the gate's
+//! [`Pace`] allows ([`constle_mcp_gate::REFUSALS_PER_SECOND`] entries a
+//! second after a burst of [`constle_mcp_gate::REFUSALS_BURST`]): beyond
+//! that, refusals wait their turn. None is dropped, so each refusal stays on record, and
 //! each entry is bounded ([`constle_mcp_gate::MAX_RECORDED_BYTES`] per
 //! string the agent chose), so neither the number nor the size of the
 //! entries is the agent's to choose.
 
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::Arc;
 
 use constle_audit::{AuditLog, Event, EventError};
 use constle_mcp_gate::{
-    NotRecorded, OfferFuture, OfferedTools, RecordFuture, Recorder, RefusedRequest, RequestId,
-    Shutoff,
+    NotRecorded, OfferFuture, OfferedTools, Pace, RecordFuture, Recorder, RefusedRequest,
+    RequestId, Shutoff,
 };
 use serde_json::Value;
-use tokio::time::Instant;
 
 use crate::stop::{GateStop, GateStops};
-
-/// Refusals recorded at once before any waits: more than an agent that is
-/// not flooding ever gets.
-const BURST: u32 = 100;
-
-/// Refusals recorded a second, at most, past the burst.
-const RATE: u32 = 20;
 
 /// Records the refusals and tool lists of every MCP gate of one run.
 #[derive(Clone)]
@@ -49,7 +41,7 @@ impl GateLog {
     pub(crate) fn new(log: &Arc<AuditLog>, shutoff: &Shutoff, stops: &GateStops) -> GateLog {
         GateLog(Arc::new(Inner {
             log: Arc::clone(log),
-            pace: Pace::new(BURST, RATE),
+            pace: Pace::for_refusals(),
             shutoff: shutoff.clone(),
             stops: stops.clone(),
         }))
@@ -145,56 +137,9 @@ fn rpc_id(id: &RequestId) -> Value {
     }
 }
 
-/// When each refusal may be recorded: a generic cell rate algorithm, so
-/// `burst` go at once and then one each `1 / rate` s, each in the order
-/// it asked.
-struct Pace {
-    interval: Duration,
-    /// How far ahead of the clock a turn may be and still go now.
-    tolerance: Duration,
-    /// The turn the next refusal would have at the steady rate.
-    next: Mutex<Option<Instant>>,
-}
-
-impl Pace {
-    fn new(burst: u32, rate: u32) -> Pace {
-        let interval = Duration::from_secs(1) / rate.max(1);
-        Pace {
-            interval,
-            tolerance: interval * burst.saturating_sub(1),
-            next: Mutex::new(None),
-        }
-    }
-
-    /// When the caller's turn comes.
-    fn turn(&self) -> Instant {
-        let now = Instant::now();
-        let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
-        let due = next.map_or(now, |next| next.max(now));
-        *next = Some(due + self.interval);
-        due.checked_sub(self.tolerance)
-            .map_or(now, |turn| turn.max(now))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_burst_goes_at_once_then_one_each_interval() {
-        let pace = Pace::new(3, 10);
-        let start = Instant::now();
-        let turns: Vec<Duration> = (0..6).map(|_| pace.turn() - start).collect();
-        let ms = |n| Duration::from_millis(n);
-        // Turns are computed from a clock read each time: allow for it.
-        for (turn, expected) in turns.iter().zip([0, 0, 0, 100, 200, 300]) {
-            assert!(
-                *turn >= ms(expected) && *turn < ms(expected + 50),
-                "{turns:?}"
-            );
-        }
-    }
 
     #[tokio::test]
     async fn a_record_that_fails_closes_the_gates_naming_no_path() {

@@ -180,11 +180,10 @@ impl Logged<'_> {
             checkpoints.first(&self.log).await?;
         }
         let mut started = Started::start(self, starts, workdirs).await?;
-        let result = started
+        let ended = started
             .watch(&mut self.stop, &self.log, self.checkpoints.as_mut())
             .await;
-        let timings = started.stop(workdirs).await?;
-        Ok((result?, timings))
+        started.stop(ended, workdirs).await
     }
 
     /// Records `run_finished` and the last checkpoint, and closes the log.
@@ -402,8 +401,14 @@ impl Started {
     }
 
     /// Stops everything in reverse, checks the work directories (into
-    /// `workdirs`, the agent's first), and says where the time went.
-    async fn stop(mut self, workdirs: &mut Vec<WorkdirChecked>) -> Result<Timings, RunError> {
+    /// `workdirs`, the agent's first), and says how the agent `ended` and
+    /// where the time went. The first error wins: the agent's work
+    /// directory, then the run, then the proxy, then the stdio servers.
+    async fn stop(
+        mut self,
+        ended: Result<i32, RunError>,
+        workdirs: &mut Vec<WorkdirChecked>,
+    ) -> Result<(i32, Timings), RunError> {
         // Whatever ended the run, nothing more leaves the sandbox from here
         // on, even what is still on its way while the sandbox is torn down.
         self.gates.close("the run is ending");
@@ -431,18 +436,20 @@ impl Started {
         drop(self.gates);
         drop(self.a2a);
         let recorded = match self.proxy {
-            Some(proxy) => {
+            Some(mut proxy) => {
+                let started = proxy.ready().await;
                 self.timings.proxy_start = proxy.ready_after();
-                proxy.stop().await
+                started.and(proxy.stop().await)
             }
             None => Ok(()),
         };
         teardown += self.laps.lap();
         self.timings.teardown = teardown;
         workdirs.insert(0, checked?);
+        let code = ended?;
         recorded?;
         servers_stopped?;
-        Ok(self.timings)
+        Ok((code, self.timings))
     }
 }
 
