@@ -109,7 +109,7 @@ fn exact(value: Value) -> Value {
 }
 
 /// Declares the catalogue: for each event a struct of its fields and its
-/// conversion into an [`Event`] (and, for the tests, [`EVENTS`]). An event
+/// conversion into an [`Event`] (and, for the tests, `EVENTS`). An event
 /// written with another's fields (`name => Struct(Other)`) wraps them.
 macro_rules! catalogue {
     ($(
