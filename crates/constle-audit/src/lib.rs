@@ -14,6 +14,8 @@
 //!   group commit for concurrent producers.
 //! - [`verify_file`] checks a day file and yields a [`VerifiedLog`] or the
 //!   [`Finding`]s that show what was changed.
+//! - [`catalogue`] declares every event Constle writes, with its fields;
+//!   each of its structs becomes an [`Event`] without fail.
 //! - [`parse_line`] reads one line, for display; [`verify_signed_line`]
 //!   checks one line's signature on its own (for a line shown out of its
 //!   log, as a run receipt shows it); [`read_log_file`] reads a day file,
@@ -27,6 +29,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod batch;
+pub mod catalogue;
 mod entry;
 mod finding;
 mod head;

@@ -29,6 +29,7 @@ use jiff::tz::TimeZone;
 use nix::fcntl::OFlag;
 use tokio::sync::oneshot;
 
+use crate::catalogue::AuditTailDiscarded;
 use crate::entry::{Event, Header, LineHash, seal, utc_date};
 use crate::head::Head;
 use crate::layout::{DayFile, day_file_name, lock_path};
@@ -287,16 +288,14 @@ fn cut_unacknowledged_tail(path: &Path, acknowledged: u64) -> Result<Option<Even
     file.set_len(acknowledged)
         .and_then(|()| file.sync_data())
         .map_err(io_error(path))?;
-    let event = Event::new("audit_tail_discarded")
-        .and_then(|e| {
-            e.with(
-                "file",
-                path.file_name().map(|n| n.to_string_lossy().into_owned()),
-            )
-        })
-        .and_then(|e| e.with("bytes", tail.len() as i64))
-        .and_then(|e| e.with("sha256", LineHash::of(&tail).to_string()));
-    Ok(event.ok())
+    Ok(Some(
+        AuditTailDiscarded {
+            file: path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            bytes: tail.len(),
+            sha256: LineHash::of(&tail).to_string(),
+        }
+        .into(),
+    ))
 }
 
 /// Opens `path` with `options`, without blocking (a FIFO named like a day

@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use constle_audit::{Event, EventError, Head};
+use constle_audit::catalogue::{
+    Checkpoint, CheckpointCosigned, CheckpointQuorumMissed, CheckpointWitnessFailed,
+};
+use constle_audit::{Event, Head};
 use constle_identity::{Name, SigningIdentity};
 use constle_store::replace::replace;
 use constle_tlog::{LogFollower, LogTree, VerifiedCheckpoint, sign_checkpoint};
@@ -137,7 +140,7 @@ impl Checkpointer {
                     round.cosigned += 1;
                     round
                         .events
-                        .extend(cosigned_event(&checkpoint, witness, &line, elapsed));
+                        .push(cosigned_event(&checkpoint, witness, &line, elapsed));
                     lines.push(line);
                 }
                 Answer::Stale(latest) => {
@@ -201,16 +204,14 @@ impl Round {
             "witness {name} ({}) did not cosign checkpoint {size}: {reason}; it is asked again at the next checkpoint",
             witness.shown_url
         ));
-        let event = Event::new("checkpoint_witness_failed")
-            .and_then(|e| e.with("size", size_value(size)))
-            .and_then(|e| e.with("witness", name))
-            .and_then(|e| e.with("url", witness.shown_url.as_str()))
-            .and_then(|e| e.with("reason", reason))
-            .and_then(|e| match status {
-                Some(status) => e.with("status", i64::from(status)),
-                None => Ok(e),
-            });
-        self.events.extend(event.ok());
+        let failed = CheckpointWitnessFailed {
+            size,
+            witness: name.to_owned(),
+            url: witness.shown_url.clone(),
+            reason: reason.to_owned(),
+            status: status.into(),
+        };
+        self.events.push(failed.into());
     }
 
     /// Adds `checkpoint_quorum_missed` and the reason to stop, when the
@@ -219,11 +220,12 @@ impl Round {
         if !config.required || self.cosigned >= config.quorum {
             return;
         }
-        let event = Event::new("checkpoint_quorum_missed")
-            .and_then(|e| e.with("size", size_value(self.size)))
-            .and_then(|e| e.with("cosigned", self.cosigned as i64))
-            .and_then(|e| e.with("quorum", config.quorum as i64));
-        self.events.extend(event.ok());
+        let missed = CheckpointQuorumMissed {
+            size: self.size,
+            cosigned: self.cosigned,
+            quorum: config.quorum,
+        };
+        self.events.push(missed.into());
         self.stop = Some(format!(
             "checkpoint {} was cosigned by {} of {} witnesses, and the Agentfile requires {}: the run stops rather than go on unwitnessed",
             self.size,
@@ -237,12 +239,13 @@ impl Round {
 fn checkpoint_event(checkpoint: &VerifiedCheckpoint, trigger: Trigger) -> Event {
     let head = checkpoint.head();
     let note = String::from_utf8_lossy(checkpoint.signed().as_bytes()).into_owned();
-    let event = Event::new("checkpoint")
-        .and_then(|e| e.with("size", size_value(head.size)))
-        .and_then(|e| e.with("root", head.root.to_string()))
-        .and_then(|e| e.with("trigger", trigger.as_str()))
-        .and_then(|e| e.with("note", note));
-    event.unwrap_or_else(|_| unreachable!("checkpoint fields are valid"))
+    Checkpoint {
+        size: head.size,
+        root: head.root.to_string(),
+        trigger: trigger.as_str().to_owned(),
+        note,
+    }
+    .into()
 }
 
 fn cosigned_event(
@@ -250,17 +253,14 @@ fn cosigned_event(
     witness: &Witness,
     line: &str,
     elapsed: u128,
-) -> Result<Event, EventError> {
+) -> Event {
     let head = checkpoint.head();
-    Event::new("checkpoint_cosigned")
-        .and_then(|e| e.with("size", size_value(head.size)))
-        .and_then(|e| e.with("root", head.root.to_string()))
-        .and_then(|e| e.with("witness", witness.key.name()))
-        .and_then(|e| e.with("cosignature", line))
-        .and_then(|e| e.with("round_trip_ms", i64::try_from(elapsed).unwrap_or(i64::MAX)))
-}
-
-/// Sizes are entry counts, far below 2^53.
-fn size_value(size: u64) -> i64 {
-    i64::try_from(size).unwrap_or(i64::MAX)
+    CheckpointCosigned {
+        size: head.size,
+        root: head.root.to_string(),
+        witness: witness.key.name().to_owned(),
+        cosignature: line.to_owned(),
+        round_trip_ms: elapsed,
+    }
+    .into()
 }

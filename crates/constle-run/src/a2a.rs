@@ -14,7 +14,8 @@ use constle_a2a::{
     A2aClient, Inbox, Listener, ListenerConfig, ListenerEvent, Outbox, OutboxEvent, PeerUrl,
     Refusal, ReplayStore, sandbox_router,
 };
-use constle_audit::{AuditLog, Event, EventError};
+use constle_audit::catalogue::{A2aAccepted, A2aRefused, A2aSent};
+use constle_audit::{AuditLog, Event};
 use constle_identity::{DidKey, KeyKind, KeyStore};
 use constle_manifest::{A2a, Manifest};
 use constle_sandbox::Relay;
@@ -129,49 +130,51 @@ fn peer_urls(a2a: &A2a) -> Result<Vec<(DidKey, PeerUrl)>, RunError> {
 }
 
 /// The audit write happens on the log's writer; the listener does not wait.
-fn submit(log: &AuditLog, event: Result<Event, EventError>) {
-    if let Ok(event) = event {
-        drop(log.submit(event));
-    }
+fn submit(log: &AuditLog, event: Event) {
+    drop(log.submit(event));
 }
 
 /// `a2a_accepted` or `a2a_refused`, with what the envelope claims.
-pub fn listener_event(event: &ListenerEvent) -> Result<Event, EventError> {
-    let name = if event.accepted {
-        "a2a_accepted"
-    } else {
-        "a2a_refused"
-    };
-    let mut entry = Event::new(name)?
-        .with("status", i64::from(event.status))?
-        .with(
-            "msg_id",
-            event.msg_id.as_ref().map(|m| m.as_str().to_owned()),
-        )?
-        .with("from", event.from.as_ref().map(ToString::to_string))?
-        .with(
-            "issued_at",
-            event.issued_at.map(constle_audit::format_timestamp),
-        )?;
-    if !event.accepted {
-        entry = entry.with("reason", event.reason())?;
+pub fn listener_event(event: &ListenerEvent) -> Event {
+    let msg_id = event.msg_id.as_ref().map(|m| m.as_str().to_owned());
+    let from = event.from.as_ref().map(ToString::to_string);
+    let issued_at = event.issued_at.map(constle_audit::format_timestamp);
+    let remote = event.remote.map(|remote| remote.to_string()).into();
+    if event.accepted {
+        let accepted = A2aAccepted {
+            status: event.status,
+            msg_id,
+            from,
+            issued_at,
+            remote,
+        };
+        return accepted.into();
     }
     // The sender is told only to retry; the log keeps what the store said
     // (a file that could not be read, shrank or vanished, a Redis timeout).
-    if let Some(Refusal::ReplayStoreUnavailable(detail)) = &event.refusal {
-        entry = entry.with("detail", detail.as_str())?;
+    let detail = match &event.refusal {
+        Some(Refusal::ReplayStoreUnavailable(detail)) => Some(detail.clone()),
+        _ => None,
+    };
+    A2aRefused {
+        status: event.status,
+        msg_id,
+        from,
+        issued_at,
+        reason: event.reason().to_owned(),
+        detail: detail.into(),
+        remote,
     }
-    if let Some(remote) = event.remote {
-        entry = entry.with("remote", remote.to_string())?;
-    }
-    Ok(entry)
+    .into()
 }
 
-fn sent_event(sent: &OutboxEvent) -> Result<Event, EventError> {
-    Event::new("a2a_sent")?
-        .with("to", sent.to.to_string())?
-        .with("msg_id", sent.msg_id.as_str())?
-        .with("delivered", sent.delivered)?
-        .with("status", sent.status.map(i64::from))?
-        .with("reason", sent.reason.clone())
+fn sent_event(sent: &OutboxEvent) -> Event {
+    A2aSent {
+        to: sent.to.to_string(),
+        msg_id: sent.msg_id.as_str().to_owned(),
+        delivered: sent.delivered,
+        status: sent.status,
+        reason: sent.reason.clone(),
+    }
+    .into()
 }

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use constle_audit::{AuditLog, Event, EventError};
+use constle_audit::AuditLog;
+use constle_audit::catalogue::LimitReached;
 use constle_limits::{LimitHit, LimitKind, Limits, RunCgroup};
 use constle_manifest::Manifest;
 use constle_sandbox::TmpfsSizes;
@@ -157,24 +158,25 @@ async fn record_new(
     };
     let mut recorded = recorded.lock().await;
     for hit in hits {
-        if recorded.insert(hit.limit)
-            && let Ok(reached) = limit_event(&hit).and_then(|e| e.with("server", server))
-        {
-            record(log, reached).await?;
+        if recorded.insert(hit.limit) {
+            record(log, limit_event(&hit, Some(server)).into()).await?;
         }
     }
     Ok(())
 }
 
-/// `limit_reached`: which limit, how often, and its value.
-pub(crate) fn limit_event(hit: &LimitHit) -> Result<Event, EventError> {
+/// `limit_reached`: which limit, how often, and its value; and the stdio
+/// MCP server whose limit it was, if any.
+pub(crate) fn limit_event(hit: &LimitHit, server: Option<&str>) -> LimitReached {
     let limit = match hit.limit {
         LimitKind::Memory => "memory",
         LimitKind::Pids => "pids",
         _ => "other",
     };
-    Event::new("limit_reached")?
-        .with("limit", limit)?
-        .with("count", i64::try_from(hit.count).unwrap_or(i64::MAX))?
-        .with("detail", hit.detail.clone())
+    LimitReached {
+        limit: limit.to_owned(),
+        count: hit.count,
+        detail: hit.detail.clone(),
+        server: server.map(str::to_owned).into(),
+    }
 }

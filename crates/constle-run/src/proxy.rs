@@ -12,6 +12,7 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use constle_audit::catalogue::{NetworkAllowed, NetworkBlocked};
 use constle_audit::{AuditError, AuditLog, Event};
 use constle_egress::{EgressError, EgressPolicy, NetworkEvent, Squid};
 use constle_sandbox::Relay;
@@ -20,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::bridge;
 use crate::error::{RunError, io};
-use crate::events::{event, of_server, record};
+use crate::events::record;
 use crate::hidden::private_dir;
 use crate::options::RunOptions;
 
@@ -221,19 +222,17 @@ fn recorded(
 
 /// `network_allowed` or `network_blocked`.
 fn network_event(decision: &NetworkEvent, server: Option<&str>) -> Event {
-    let name = decision.audit_event_name();
-    let built = event(name)
-        .with("host", decision.host.clone())
-        .and_then(|e| e.with("port", i64::from(decision.port)))
-        .and_then(|e| e.with("squid", decision.squid_result.clone()))
-        .and_then(|e| e.with("address", decision.resolved.map(|a| a.to_string())))
-        .and_then(|e| e.with("reason", decision.reason.clone()))
-        .and_then(|e| {
-            e.with(
-                "requested_at",
-                constle_audit::format_timestamp(decision.started),
-            )
-        })
-        .and_then(|e| of_server(e, server));
-    built.unwrap_or_else(|_| event(name))
+    let fields = NetworkAllowed {
+        host: decision.host.clone(),
+        port: decision.port,
+        squid: decision.squid_result.clone(),
+        address: decision.resolved.map(|a| a.to_string()),
+        reason: decision.reason.clone(),
+        requested_at: constle_audit::format_timestamp(decision.started),
+        server: server.map(str::to_owned).into(),
+    };
+    match decision.allowed {
+        true => fields.into(),
+        false => NetworkBlocked(fields).into(),
+    }
 }

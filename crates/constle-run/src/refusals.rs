@@ -15,7 +15,8 @@
 
 use std::sync::Arc;
 
-use constle_audit::{AuditLog, Event, EventError};
+use constle_audit::catalogue::{McpRefused, McpToolsOffered};
+use constle_audit::{AuditLog, Event};
 use constle_mcp_gate::{
     NotRecorded, OfferFuture, OfferedTools, Pace, RecordFuture, Recorder, RefusedRequest,
     RequestId, Shutoff,
@@ -76,14 +77,11 @@ impl Inner {
         &self,
         server: &str,
         what: &'static str,
-        event: Result<Event, EventError>,
+        event: Event,
     ) -> Result<(), NotRecorded> {
-        let written = match event {
-            Ok(event) => (self.log.submit(event).written().await)
-                .map(drop)
-                .map_err(|err| err.to_string()),
-            Err(err) => Err(err.to_string()),
-        };
+        let written = (self.log.submit(event).written().await)
+            .map(drop)
+            .map_err(|err| err.to_string());
         let Err(error) = written else {
             return Ok(());
         };
@@ -102,27 +100,28 @@ impl Inner {
 
 /// `mcp_refused`, with what the gate read of the request, and the
 /// host-side cause when there is one.
-pub(crate) fn refused_event(refused: &RefusedRequest) -> Result<Event, EventError> {
-    let event = Event::new("mcp_refused")?
-        .with("server", refused.server.as_str())?
-        .with("http_method", refused.http_method.as_str())?
-        .with("method", refused.method.as_deref())?
-        .with("tool", refused.tool.as_deref())?
-        .with("reason", refused.reason.as_str())?
-        .with("rpc_id", refused.request_id.as_ref().map(rpc_id))?;
-    match &refused.detail {
-        Some(detail) => event.with("detail", detail.as_str()),
-        None => Ok(event),
+pub(crate) fn refused_event(refused: &RefusedRequest) -> Event {
+    McpRefused {
+        server: refused.server.clone(),
+        http_method: refused.http_method.clone(),
+        method: refused.method.clone(),
+        tool: refused.tool.clone(),
+        reason: refused.reason.as_str().to_owned(),
+        rpc_id: refused.request_id.as_ref().map(rpc_id),
+        detail: refused.detail.clone().into(),
     }
+    .into()
 }
 
 /// `mcp_tools_offered`: the tools' names in the order the agent got them,
 /// and the digest of the list it got.
-pub(crate) fn offered_event(offered: &OfferedTools) -> Result<Event, EventError> {
-    Event::new("mcp_tools_offered")?
-        .with("server", offered.server.as_str())?
-        .with("tools", offered.tools.clone())?
-        .with("digest", offered.digest.as_str())
+pub(crate) fn offered_event(offered: &OfferedTools) -> Event {
+    McpToolsOffered {
+        server: offered.server.clone(),
+        tools: offered.tools.clone(),
+        digest: offered.digest.clone(),
+    }
+    .into()
 }
 
 /// The id as the agent sent it: a string, or an integer; one that JSON
@@ -154,7 +153,7 @@ mod tests {
         let (shutoff, (stops, mut stopped)) =
             (Shutoff::new(), tokio::sync::mpsc::unbounded_channel());
         let gates = GateLog::new(&log, &shutoff, &stops);
-        let event = Event::new("mcp_refused");
+        let event = Event::new("mcp_refused").unwrap();
         let recorded = gates.0.record("accounting", "a refusal", event).await;
         assert_eq!(recorded, Err(NotRecorded));
         // What every request is told from now on, and what the operator is.

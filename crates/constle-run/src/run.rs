@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use constle_audit::catalogue::{EgressFailed, RunInterrupted};
 use constle_audit::{Appender, AuditLog};
 use constle_egress::EgressPolicy;
 use constle_hostids::HostId;
@@ -33,7 +34,7 @@ use crate::a2a::A2aLink;
 use crate::agent::{self, AgentProcess, OUTPUT_GRACE};
 use crate::checkpoints::RunCheckpoints;
 use crate::error::{RunError, io};
-use crate::events::{self, of_server, record};
+use crate::events::{self, record};
 use crate::hidden::{self, private_dir};
 use crate::limits::{RunLimits, limit_event, tmpfs_sizes};
 use crate::mcp::{McpGates, PreparedGates};
@@ -192,9 +193,7 @@ impl Logged<'_> {
         outcome: Result<(i32, Timings), RunError>,
     ) -> Result<RunReport, RunError> {
         let finished = events::run_finished(self.run_started_seq, &outcome, self.since.elapsed());
-        if let Some(finished) = finished {
-            record(&self.log, finished).await?;
-        }
+        record(&self.log, finished).await?;
         let last = match self.checkpoints.as_mut() {
             Some(checkpoints) => checkpoints.last(&self.log).await,
             None => Ok(()),
@@ -390,9 +389,7 @@ impl Started {
                 Err(stop)
             }
             (name, number) = stop.recv() => {
-                if let Ok(stopped) = events::event("run_interrupted").with("signal", name) {
-                    record(log, stopped).await?;
-                }
+                record(log, RunInterrupted { signal: name.to_owned() }.into()).await?;
                 Ok(128 + number)
             }
         };
@@ -488,10 +485,11 @@ async fn proxy_failed(
             format!("{whose}'s decisions could not be recorded: {error}")
         }
     };
-    let failed = events::event("egress_failed").with("reason", reason.clone());
-    if let Ok(failed) = failed.and_then(|e| of_server(e, server)) {
-        record(log, failed).await?;
-    }
+    let failed = EgressFailed {
+        reason: reason.clone(),
+        server: server.map(str::to_owned).into(),
+    };
+    record(log, failed.into()).await?;
     Err(RunError::EgressDied(reason))
 }
 
@@ -504,8 +502,6 @@ async fn unwitnessed(checkpoints: Option<&mut RunCheckpoints>, log: &AuditLog) -
 }
 
 async fn limit_reached(log: &AuditLog, hit: &LimitHit) -> Result<i32, RunError> {
-    if let Ok(reached) = limit_event(hit) {
-        record(log, reached).await?;
-    }
+    record(log, limit_event(hit, None).into()).await?;
     Err(RunError::LimitReached(hit.to_string()))
 }

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use constle_audit::{AuditLog, Event, EventError};
+use constle_audit::AuditLog;
+use constle_audit::catalogue::{SpendCharged, SpendRefused};
 use constle_manifest::{Manifest, McpServer};
 use constle_mcp_gate::{Meter, MeterFuture, Metered, ToolCall};
 use constle_spend::{Cap, Caps, Ledger, LedgerConfig, LedgerKey, RunMeter, SpendError, Totals};
@@ -191,14 +192,14 @@ impl Inner {
             return Metered::Charged;
         };
         let amount: Decimal = priced.iter().map(|(_, price)| price).sum();
-        let subject = json!({
-            "server": first.server,
-            "calls": priced
+        let subject = Subject {
+            server: first.server.clone(),
+            calls: priced
                 .iter()
                 .map(|(call, price)| json!({"tool": call.tool, "amount_usd": usd(*price)}))
-                .collect::<Vec<_>>(),
-            "amount_usd": usd(amount),
-        });
+                .collect(),
+            amount_usd: usd(amount),
+        };
         let outcome = match &self.meter {
             Ok(meter) => meter
                 .reserve(amount, jiff::Timestamp::now())
@@ -211,10 +212,7 @@ impl Inner {
             }),
         };
         let (entry, verdict) = match outcome {
-            Ok(totals) => (
-                spend_event("spend_charged", &subject, totals.run, Some(&totals)),
-                Metered::Charged,
-            ),
+            Ok(totals) => (subject.charged(&totals).into(), Metered::Charged),
             Err(Refusal::Cap {
                 cap,
                 limit,
@@ -229,28 +227,26 @@ impl Inner {
                     usd(spent),
                     usd(amount)
                 );
-                let entry = spend_event("spend_refused", &subject, totals.run, Some(&totals))
-                    .and_then(|e| {
-                        e.with("reason", "cap")?
-                            .with("cap", cap.field())?
-                            .with("cap_usd", usd(limit))
-                    });
-                (entry, Metered::Refused { message })
+                let entry = SpendRefused {
+                    cap: Some(cap.field().to_owned()).into(),
+                    cap_usd: Some(usd(limit)).into(),
+                    ..subject.refused(totals.run, Some(&totals), "cap")
+                };
+                (entry.into(), Metered::Refused { message })
             }
             Err(Refusal::Failed { why, error, stored }) => {
                 let message = format!("{}; the Constle gate did not forward it", why.explain());
                 let run = stored.map_or_else(|| self.run_total(), |totals| totals.run);
-                let entry = spend_event("spend_refused", &subject, run, stored.as_ref())
-                    .and_then(|e| e.with("reason", why.as_str())?.with("error", error));
-                (entry, Metered::Refused { message })
+                let entry = SpendRefused {
+                    error: Some(error).into(),
+                    ..subject.refused(run, stored.as_ref(), why.as_str())
+                };
+                (entry.into(), Metered::Refused { message })
             }
         };
         // On disk before the gate acts; a charge that cannot be recorded is
         // not forwarded (it stays charged: the ledger already holds it).
-        let recorded = match entry {
-            Ok(entry) => self.log.submit(entry).written().await.is_ok(),
-            Err(_) => false,
-        };
+        let recorded = self.log.submit(entry).written().await.is_ok();
         match verdict {
             Metered::Charged if !recorded => Metered::Refused {
                 message: "the charge could not be recorded in the audit log; the Constle gate did not forward the call".into(),
@@ -334,25 +330,45 @@ impl From<SpendError> for Refusal {
     }
 }
 
-/// A spend event with the run's total and, when the ledger gave them, the
-/// day's and month's; `null` when it did not (it could not be read, or was
-/// not asked): an unknown total is never written as `0.00`.
-fn spend_event(
-    name: &str,
-    subject: &Value,
-    run: Decimal,
-    stored: Option<&Totals>,
-) -> Result<Event, EventError> {
-    let mut event = Event::new(name)?;
-    if let Value::Object(fields) = subject {
-        for (key, value) in fields {
-            event = event.with(key, value.clone())?;
+/// What a spend event says of the calls it is about: the server, each
+/// priced call, and their price.
+struct Subject {
+    server: String,
+    calls: Vec<Value>,
+    amount_usd: String,
+}
+
+impl Subject {
+    /// `spend_charged`, with the totals the ledger gave.
+    fn charged(self, totals: &Totals) -> SpendCharged {
+        SpendCharged {
+            server: self.server,
+            calls: Value::Array(self.calls),
+            amount_usd: self.amount_usd,
+            run_usd: usd(totals.run),
+            day_usd: Some(usd(totals.day)),
+            month_usd: Some(usd(totals.month)),
         }
     }
-    event
-        .with("run_usd", usd(run))?
-        .with("day_usd", stored.map(|totals| usd(totals.day)))?
-        .with("month_usd", stored.map(|totals| usd(totals.month)))
+
+    /// `spend_refused` for `reason`, with the run's total and, when the
+    /// ledger gave them, the day's and month's; `null` when it did not (it
+    /// could not be read, or was not asked): an unknown total is never
+    /// written as `0.00`.
+    fn refused(self, run: Decimal, stored: Option<&Totals>, reason: &str) -> SpendRefused {
+        SpendRefused {
+            server: self.server,
+            calls: Value::Array(self.calls),
+            amount_usd: self.amount_usd,
+            run_usd: usd(run),
+            day_usd: stored.map(|totals| usd(totals.day)),
+            month_usd: stored.map(|totals| usd(totals.month)),
+            reason: reason.to_owned(),
+            cap: None.into(),
+            cap_usd: None.into(),
+            error: None.into(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use constle_audit::catalogue::{McpServerExited, McpServerNotStarted, McpServerStarted};
 use constle_audit::{AuditError, AuditLog, Event};
 use constle_egress::EgressPolicy;
 use constle_hostids::HostId;
@@ -37,7 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::error::{RunError, io};
-use crate::events::{event, record};
+use crate::events::record;
 use crate::hidden::{private_dir, server_private};
 use crate::limits::{RunLimits, ServerLimits, tmpfs_sizes};
 use crate::options::RunOptions;
@@ -317,35 +318,51 @@ async fn record_events(
             _ = &mut flush => None,
         };
         let Some(next) = next else { break };
-        record(&log, server_event(&server, &stderr, &next)).await?;
+        record_event(&log, &server, &stderr, &next).await?;
     }
     while let Ok(next) = events.try_recv() {
-        record(&log, server_event(&server, &stderr, &next)).await?;
+        record_event(&log, &server, &stderr, &next).await?;
     }
     Ok(())
 }
 
-/// `mcp_server_started`, `mcp_server_not_started` or `mcp_server_exited`.
-fn server_event(server: &str, stderr: &str, happened: &ServerEvent) -> Event {
-    let name = match happened {
-        ServerEvent::Started { .. } => "mcp_server_started",
-        ServerEvent::NotStarted { .. } => "mcp_server_not_started",
-        ServerEvent::Exited { .. } => "mcp_server_exited",
-        _ => "mcp_server_event",
-    };
-    let base = event(name).with("server", server);
-    let built = match happened {
-        ServerEvent::Started { pid } => base
-            .and_then(|e| e.with("pid", pid.map(i64::from)))
-            .and_then(|e| e.with("stderr", stderr)),
-        ServerEvent::NotStarted { error } => base.and_then(|e| e.with("error", error.as_str())),
-        ServerEvent::Exited { cause, status } => base
-            .and_then(|e| e.with("reason", cause.as_str()))
-            .and_then(|e| e.with("exit_code", status.and_then(|s| s.code())))
-            .and_then(|e| e.with("signal", status.and_then(|s| s.signal()))),
-        _ => base,
-    };
-    built.unwrap_or_else(|_| event(name))
+async fn record_event(
+    log: &AuditLog,
+    server: &str,
+    stderr: &str,
+    happened: &ServerEvent,
+) -> Result<(), AuditError> {
+    match server_event(server, stderr, happened) {
+        Some(event) => record(log, event).await,
+        None => Ok(()),
+    }
+}
+
+/// `mcp_server_started`, `mcp_server_not_started` or `mcp_server_exited`;
+/// `None` for a kind of server event the catalogue has no entry for yet.
+fn server_event(server: &str, stderr: &str, happened: &ServerEvent) -> Option<Event> {
+    let server = server.to_owned();
+    Some(match happened {
+        ServerEvent::Started { pid } => McpServerStarted {
+            server,
+            pid: *pid,
+            stderr: stderr.to_owned(),
+        }
+        .into(),
+        ServerEvent::NotStarted { error } => McpServerNotStarted {
+            server,
+            error: error.clone(),
+        }
+        .into(),
+        ServerEvent::Exited { cause, status } => McpServerExited {
+            server,
+            reason: cause.as_str().to_owned(),
+            exit_code: status.and_then(|s| s.code()),
+            signal: status.and_then(|s| s.signal()),
+        }
+        .into(),
+        _ => return None,
+    })
 }
 
 /// How to start one server's process, again and again.

@@ -5,14 +5,17 @@
 
 use std::path::{Path, PathBuf};
 
-use constle_audit::{AuditLog, Event, EventError};
+use constle_audit::catalogue::{
+    OrOmitted, SetidCleared, WorkdirPrepared, WorkdirQuarantined, WorkdirRestored,
+};
+use constle_audit::{AuditLog, Event};
 use constle_hostids::HostId;
 use constle_manifest::Manifest;
 use constle_workdir::{Acting, Action, Report, Workdir};
 use serde_json::{Value, json};
 
 use crate::error::RunError;
-use crate::events::{of_server, record};
+use crate::events::record;
 
 /// How many paths an event lists; the count says how many there were.
 const MAX_LISTED: usize = 20;
@@ -87,10 +90,13 @@ pub(crate) async fn prepare(
         source,
     })?;
     let (kept, recovered) = (workdir.kept_read_only(), workdir.recovered());
-    if kept + recovered > 0
-        && let Ok(event) = prepared_event(kept, recovered, server)
-    {
-        record(log, event).await?;
+    if kept + recovered > 0 {
+        let prepared = WorkdirPrepared {
+            kept_read_only: kept,
+            recovered,
+            server: server.map(str::to_owned).into(),
+        };
+        record(log, prepared.into()).await?;
     }
     Ok(workdir)
 }
@@ -109,7 +115,7 @@ pub(crate) async fn finish(
             server: server.map(str::to_owned),
             source,
         })?;
-    for event in events(&report, server).into_iter().flatten() {
+    for event in events(&report, server) {
         record(log, event).await?;
     }
     Ok(WorkdirChecked {
@@ -119,36 +125,29 @@ pub(crate) async fn finish(
     })
 }
 
-fn prepared_event(
-    kept: usize,
-    recovered: usize,
-    server: Option<&str>,
-) -> Result<Event, EventError> {
-    of_server(
-        Event::new("workdir_prepared")?
-            .with("kept_read_only", count(kept))?
-            .with("recovered", count(recovered))?,
-        server,
-    )
-}
-
 /// `workdir_quarantined`, `workdir_restored` and `setid_cleared`, each when
 /// it has something to say.
-fn events(report: &Report, server: Option<&str>) -> Vec<Result<Event, EventError>> {
+fn events(report: &Report, server: Option<&str>) -> Vec<Event> {
+    let server = || OrOmitted(server.map(str::to_owned));
     let mut events = Vec::new();
     if !report.set_aside.is_empty() {
-        events.push(quarantined(report, server));
+        events.push(quarantined(report, server()).into());
     }
     if !report.write_opened.is_empty() || report.root_changed.is_some() || report.returned > 0 {
-        events.push(restored(report, server));
+        events.push(restored(report, server()).into());
     }
     if !report.setid_cleared.is_empty() {
-        events.push(listed("setid_cleared", &report.setid_cleared, server));
+        let cleared = SetidCleared {
+            count: report.setid_cleared.len(),
+            paths: paths(&report.setid_cleared),
+            server: server(),
+        };
+        events.push(cleared.into());
     }
     events
 }
 
-fn quarantined(report: &Report, server: Option<&str>) -> Result<Event, EventError> {
+fn quarantined(report: &Report, server: OrOmitted<String>) -> WorkdirQuarantined {
     let items: Vec<Value> = report
         .set_aside
         .iter()
@@ -172,33 +171,22 @@ fn quarantined(report: &Report, server: Option<&str>) -> Result<Event, EventErro
         .quarantine
         .as_ref()
         .map(|q| q.to_string_lossy().into_owned());
-    of_server(
-        Event::new("workdir_quarantined")?
-            .with("count", count(report.set_aside.len()))?
-            .with("items", items)?
-            .with("quarantine", quarantine)?,
+    WorkdirQuarantined {
+        count: report.set_aside.len(),
+        items: Value::Array(items),
+        quarantine,
         server,
-    )
+    }
 }
 
-fn restored(report: &Report, server: Option<&str>) -> Result<Event, EventError> {
-    of_server(
-        Event::new("workdir_restored")?
-            .with("write_removed", count(report.write_opened.len()))?
-            .with("paths", paths(&report.write_opened))?
-            .with("root_was", report.root_changed.clone())?
-            .with("read_only_returned", count(report.returned))?,
+fn restored(report: &Report, server: OrOmitted<String>) -> WorkdirRestored {
+    WorkdirRestored {
+        write_removed: report.write_opened.len(),
+        paths: paths(&report.write_opened),
+        root_was: report.root_changed.clone(),
+        read_only_returned: report.returned,
         server,
-    )
-}
-
-fn listed(name: &str, found: &[PathBuf], server: Option<&str>) -> Result<Event, EventError> {
-    of_server(
-        Event::new(name)?
-            .with("count", count(found.len()))?
-            .with("paths", paths(found))?,
-        server,
-    )
+    }
 }
 
 fn paths(found: &[PathBuf]) -> Vec<String> {
@@ -207,8 +195,4 @@ fn paths(found: &[PathBuf]) -> Vec<String> {
         .take(MAX_LISTED)
         .map(|p| p.to_string_lossy().into_owned())
         .collect()
-}
-
-fn count(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use constle_a2a::{A2aClient, DeliverError, Inbox, PeerUrl, sign_envelope};
-use constle_audit::{Appender, AuditLog, Event};
+use constle_audit::catalogue::A2aSent;
+use constle_audit::{Appender, AuditLog};
 use constle_identity::{DidKey, KeyKind, KeyStore, SigningIdentity};
 use constle_manifest::{A2a, Manifest};
 
@@ -85,13 +86,14 @@ pub fn send(args: &A2aSendArgs) -> anyhow::Result<Outcome> {
         Err(DeliverError::Refused { status, reason, .. }) => (Some(*status), reason.clone()),
         Err(other) => (None, Some(other.to_string())),
     };
-    let sent = Event::new("a2a_sent")?
-        .with("to", to.to_string())?
-        .with("msg_id", envelope.msg_id().as_str())?
-        .with("delivered", delivered.is_ok())?
-        .with("status", status.map(i64::from))?
-        .with("reason", reason.clone())?;
-    agent.log.record(sent)?;
+    let sent = A2aSent {
+        to: to.to_string(),
+        msg_id: envelope.msg_id().as_str().to_owned(),
+        delivered: delivered.is_ok(),
+        status,
+        reason: reason.clone(),
+    };
+    agent.log.record(sent.into())?;
     agent.log.close();
     match delivered {
         Ok(_) => {

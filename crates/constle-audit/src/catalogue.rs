@@ -1,0 +1,648 @@
+//! Every event Constle writes, by name, with its fields.
+//!
+//! Each entry is one event name, the struct that holds its fields and each
+//! field's Rust type. A struct becomes an [`Event`] without fail: a field
+//! cannot be missing (the struct would not build), and the names are checked
+//! once, by this module's tests, instead of at every write.
+//!
+//! How a field's value is written:
+//! - text, booleans and lists as they are;
+//! - an integer as a JSON number when JSON carries it exactly (within
+//!   ±(2^53 − 1)), otherwise as the string of its decimal digits, so that it
+//!   is neither rounded nor lost; the same for every number inside a
+//!   [`Value`] (a non-integer too);
+//! - `Option<T>`: `null` when `None`;
+//! - [`OrOmitted<T>`]: the field is left out when there is nothing in it.
+//!
+//! The gates' own events (`gate_*`, `approver_set_in_force`) are not in the
+//! catalogue yet.
+
+use serde_json::{Map, Value};
+
+use crate::entry::{Event, MAX_SAFE_INTEGER};
+
+/// How a field's Rust value is written in a line.
+pub trait Field {
+    /// The JSON value, or `None` when the field is left out.
+    fn written(self) -> Option<Value>;
+}
+
+/// A field written only when it holds something (when `None`, the line has
+/// no such key, rather than a `null`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OrOmitted<T>(pub Option<T>);
+
+impl<T> From<Option<T>> for OrOmitted<T> {
+    fn from(value: Option<T>) -> OrOmitted<T> {
+        OrOmitted(value)
+    }
+}
+
+impl<T: Field> Field for OrOmitted<T> {
+    fn written(self) -> Option<Value> {
+        self.0.and_then(Field::written)
+    }
+}
+
+impl<T: Field> Field for Option<T> {
+    fn written(self) -> Option<Value> {
+        Some(self.and_then(Field::written).unwrap_or(Value::Null))
+    }
+}
+
+impl Field for String {
+    fn written(self) -> Option<Value> {
+        Some(Value::String(self))
+    }
+}
+
+impl Field for bool {
+    fn written(self) -> Option<Value> {
+        Some(Value::Bool(self))
+    }
+}
+
+impl<T: Field> Field for Vec<T> {
+    fn written(self) -> Option<Value> {
+        Some(Value::Array(
+            self.into_iter()
+                .map(|item| item.written().unwrap_or(Value::Null))
+                .collect(),
+        ))
+    }
+}
+
+impl Field for Value {
+    fn written(self) -> Option<Value> {
+        Some(exact(self))
+    }
+}
+
+macro_rules! integer_fields {
+    ($($int:ty),*) => {$(
+        impl Field for $int {
+            fn written(self) -> Option<Value> {
+                Some(integer(i64::try_from(self).ok(), || self.to_string()))
+            }
+        }
+    )*};
+}
+
+integer_fields!(i32, i64, u16, u32, u64, usize, u128);
+
+/// A JSON number when `value` is one JSON carries exactly, else `digits`.
+fn integer(value: Option<i64>, digits: impl FnOnce() -> String) -> Value {
+    match value {
+        Some(n) if (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&n) => Value::from(n),
+        _ => Value::String(digits()),
+    }
+}
+
+/// `value` with every number JSON cannot carry exactly written as a string.
+fn exact(value: Value) -> Value {
+    match value {
+        Value::Number(n) => integer(n.as_i64(), || n.to_string()),
+        Value::Array(items) => Value::Array(items.into_iter().map(exact).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, exact(v))).collect()),
+        other => other,
+    }
+}
+
+/// Declares the catalogue: for each event a struct of its fields and its
+/// conversion into an [`Event`] (and, for the tests, `EVENTS`). An event
+/// written with another's fields (`name => Struct(Other)`) wraps them.
+macro_rules! catalogue {
+    ($(
+        $(#[doc = $doc:literal])*
+        $name:ident => $Struct:ident $( ( $Same:ident ) )? $( {
+            $( $(#[doc = $fdoc:literal])* $field:ident : $ty:ty ),* $(,)?
+        } )?
+    )*) => {
+        $(
+            catalogue!(@struct $(#[doc = $doc])* $Struct $( ($Same) )? $( { $( $(#[doc = $fdoc])* $field : $ty ),* } )?);
+
+            impl From<$Struct> for Event {
+                fn from(event: $Struct) -> Event {
+                    let fields = catalogue!(@fields event $( ($Same) )? $( { $($field),* } )?);
+                    Event::from_catalogue(stringify!($name), fields)
+                }
+            }
+        )*
+
+        /// Every event in the catalogue: its name and its fields' names.
+        #[cfg(test)]
+        pub(crate) const EVENTS: &[(&str, &[&str])] = &[$( (stringify!($name), $Struct::FIELDS), )*];
+    };
+    (@struct $(#[doc = $doc:literal])* $Struct:ident ($Same:ident)) => {
+        $(#[doc = $doc])*
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct $Struct(pub $Same);
+
+        #[cfg(test)]
+        impl $Struct {
+            const FIELDS: &[&str] = $Same::FIELDS;
+        }
+    };
+    (@struct $(#[doc = $doc:literal])* $Struct:ident { $( $(#[doc = $fdoc:literal])* $field:ident : $ty:ty ),* }) => {
+        $(#[doc = $doc])*
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct $Struct {
+            $( $(#[doc = $fdoc])* pub $field: $ty, )*
+        }
+
+        #[cfg(test)]
+        impl $Struct {
+            const FIELDS: &[&str] = &[$(stringify!($field)),*];
+        }
+    };
+    (@fields $event:ident ($Same:ident)) => {
+        Event::from($event.0).into_fields()
+    };
+    (@fields $event:ident { $($field:ident),* }) => {{
+        let mut fields = Map::new();
+        $(
+            if let Some(value) = Field::written($event.$field) {
+                fields.insert(stringify!($field).to_owned(), value);
+            }
+        )*
+        fields
+    }};
+}
+
+catalogue! {
+    /// Before the proxy or the sandbox starts: what runs, where, and under
+    /// which policy.
+    run_started => RunStarted {
+        /// The agent's command line.
+        command: Vec<String>,
+        /// The work directory, as the Agentfile resolves it.
+        workdir: String,
+        /// `none`, `restricted` or `open`.
+        egress: String,
+        /// The hosts the proxy lets through.
+        allowed_hosts: Vec<String>,
+        /// The version of Constle that ran.
+        constle_version: String,
+        /// `sha256:` of the Agentfile's exact text.
+        policy_digest: String,
+    }
+
+    /// Always; last, but for the entries of the run's last checkpoint.
+    run_finished => RunFinished {
+        /// The `seq` of the run's own `run_started`.
+        run_started_seq: u64,
+        /// The exit status constle gives.
+        exit_status: i32,
+        /// How long the run took.
+        duration_ms: u128,
+        /// Where the time went, when the run ended without an error.
+        phases_us: OrOmitted<Value>,
+        /// The error that ended the run.
+        error: OrOmitted<String>,
+    }
+
+    /// Constle got SIGINT, SIGTERM or SIGHUP.
+    run_interrupted => RunInterrupted {
+        /// The signal's name.
+        signal: String,
+    }
+
+    /// The agent's proxy died during the run, or a stdio MCP server's did.
+    egress_failed => EgressFailed {
+        /// What happened to the proxy.
+        reason: String,
+        /// The stdio MCP server whose proxy it was.
+        server: OrOmitted<String>,
+    }
+
+    /// The proxy let a request through.
+    network_allowed => NetworkAllowed {
+        /// The host asked for.
+        host: String,
+        /// The port asked for.
+        port: u16,
+        /// Squid's result, e.g. `TCP_TUNNEL/200`.
+        squid: String,
+        /// The address connected to.
+        address: Option<String>,
+        /// Why the request was refused.
+        reason: Option<String>,
+        /// When the request arrived.
+        requested_at: String,
+        /// The stdio MCP server whose proxy it was.
+        server: OrOmitted<String>,
+    }
+
+    /// The proxy refused a request (the fields of `network_allowed`).
+    network_blocked => NetworkBlocked(NetworkAllowed)
+
+    /// An MCP gate refused a request itself.
+    mcp_refused => McpRefused {
+        /// The server's id.
+        server: String,
+        /// The request's HTTP method.
+        http_method: String,
+        /// The JSON-RPC method.
+        method: Option<String>,
+        /// The tool called.
+        tool: Option<String>,
+        /// Why it was refused.
+        reason: String,
+        /// The JSON-RPC id as the agent sent it.
+        rpc_id: Option<Value>,
+        /// The host-side error, never shown to the agent.
+        detail: OrOmitted<String>,
+    }
+
+    /// An MCP gate showed the agent a tool list it had not shown in this run.
+    mcp_tools_offered => McpToolsOffered {
+        /// The server's id.
+        server: String,
+        /// The tools' names, in the order the agent got them.
+        tools: Vec<String>,
+        /// The digest of the list the agent got.
+        digest: String,
+    }
+
+    /// A priced MCP call was charged.
+    spend_charged => SpendCharged {
+        /// The server's id.
+        server: String,
+        /// Each priced call: `tool` and `amount_usd`.
+        calls: Value,
+        /// The calls' price.
+        amount_usd: String,
+        /// The run's total.
+        run_usd: String,
+        /// The day's total, when the ledger gave it.
+        day_usd: Option<String>,
+        /// The month's total, when the ledger gave it.
+        month_usd: Option<String>,
+    }
+
+    /// A priced MCP call was refused.
+    spend_refused => SpendRefused {
+        /// The server's id.
+        server: String,
+        /// Each priced call: `tool` and `amount_usd`.
+        calls: Value,
+        /// The calls' price.
+        amount_usd: String,
+        /// The run's total.
+        run_usd: String,
+        /// The day's total, when the ledger gave it.
+        day_usd: Option<String>,
+        /// The month's total, when the ledger gave it.
+        month_usd: Option<String>,
+        /// `cap`, or why the ledger could not charge.
+        reason: String,
+        /// The cap that would be passed.
+        cap: OrOmitted<String>,
+        /// That cap's limit.
+        cap_usd: OrOmitted<String>,
+        /// The ledger's error.
+        error: OrOmitted<String>,
+    }
+
+    /// The A2A listener accepted an envelope.
+    a2a_accepted => A2aAccepted {
+        /// The HTTP status answered.
+        status: u16,
+        /// The message id.
+        msg_id: Option<String>,
+        /// The sender.
+        from: Option<String>,
+        /// When the sender says it issued the envelope.
+        issued_at: Option<String>,
+        /// The TCP peer.
+        remote: OrOmitted<String>,
+    }
+
+    /// The A2A listener refused an envelope.
+    a2a_refused => A2aRefused {
+        /// The HTTP status answered.
+        status: u16,
+        /// The message id.
+        msg_id: Option<String>,
+        /// The sender.
+        from: Option<String>,
+        /// When the sender says it issued the envelope.
+        issued_at: Option<String>,
+        /// The refusal's reason code.
+        reason: String,
+        /// What the replay store said, when it could not be used.
+        detail: OrOmitted<String>,
+        /// The TCP peer.
+        remote: OrOmitted<String>,
+    }
+
+    /// An envelope was sent for the agent (or by `constle a2a send`).
+    a2a_sent => A2aSent {
+        /// The recipient.
+        to: String,
+        /// The message id.
+        msg_id: String,
+        /// Whether the recipient accepted it.
+        delivered: bool,
+        /// The HTTP status the recipient answered.
+        status: Option<u16>,
+        /// Why it was not delivered.
+        reason: Option<String>,
+    }
+
+    /// The agent's processes, or a stdio MCP server's, reached a
+    /// `sandbox.limits` limit.
+    limit_reached => LimitReached {
+        /// `memory` or `pids`.
+        limit: String,
+        /// Processes the kernel killed, or forks refused.
+        count: u64,
+        /// The limit, e.g. `512 MiB`.
+        detail: String,
+        /// The stdio MCP server whose limit it was.
+        server: OrOmitted<String>,
+    }
+
+    /// Before the sandbox starts, when the work directory needed something.
+    workdir_prepared => WorkdirPrepared {
+        /// The owner's read-only entries given to the keeper id.
+        kept_read_only: usize,
+        /// Entries a killed run had left with it, given back.
+        recovered: usize,
+        /// The stdio MCP server whose work directory it is.
+        server: OrOmitted<String>,
+    }
+
+    /// After the sandbox is gone, executable configuration left in the work
+    /// directory was set aside.
+    workdir_quarantined => WorkdirQuarantined {
+        /// How many entries were set aside.
+        count: usize,
+        /// The first 20 of them.
+        items: Value,
+        /// The directory they went to.
+        quarantine: Option<String>,
+        /// The stdio MCP server whose work directory it is.
+        server: OrOmitted<String>,
+    }
+
+    /// After the sandbox is gone, something in the work directory was
+    /// changed back.
+    workdir_restored => WorkdirRestored {
+        /// How many entries lost write access for group or others.
+        write_removed: usize,
+        /// The first 20 of them.
+        paths: Vec<String>,
+        /// The work directory's mode and owner as the agent left them.
+        root_was: Option<String>,
+        /// The owner's read-only entries given back.
+        read_only_returned: usize,
+        /// The stdio MCP server whose work directory it is.
+        server: OrOmitted<String>,
+    }
+
+    /// After the sandbox is gone, set-user-ID or set-group-ID bits were
+    /// cleared in the work directory.
+    setid_cleared => SetidCleared {
+        /// How many files had them.
+        count: usize,
+        /// The first 20 of them.
+        paths: Vec<String>,
+        /// The stdio MCP server whose work directory it is.
+        server: OrOmitted<String>,
+    }
+
+    /// A stdio MCP server's process started.
+    mcp_server_started => McpServerStarted {
+        /// The server's id.
+        server: String,
+        /// Its host pid.
+        pid: Option<u32>,
+        /// The file its standard error goes to.
+        stderr: String,
+    }
+
+    /// A stdio MCP server's process could not be started.
+    mcp_server_not_started => McpServerNotStarted {
+        /// The server's id.
+        server: String,
+        /// The launcher's error.
+        error: String,
+    }
+
+    /// A stdio MCP server's process is gone.
+    mcp_server_exited => McpServerExited {
+        /// The server's id.
+        server: String,
+        /// Why it ended.
+        reason: String,
+        /// Its exit code.
+        exit_code: Option<i32>,
+        /// The signal that ended it.
+        signal: Option<i32>,
+    }
+
+    /// A signed log's checkpoint was made.
+    checkpoint => Checkpoint {
+        /// The log's size.
+        size: u64,
+        /// The tree's root.
+        root: String,
+        /// What made the checkpoint.
+        trigger: String,
+        /// The signed checkpoint note.
+        note: String,
+    }
+
+    /// A witness cosigned a checkpoint.
+    checkpoint_cosigned => CheckpointCosigned {
+        /// The checkpoint's size.
+        size: u64,
+        /// The checkpoint's root.
+        root: String,
+        /// The witness's name.
+        witness: String,
+        /// The witness's cosignature line.
+        cosignature: String,
+        /// How long the witness took.
+        round_trip_ms: u128,
+    }
+
+    /// A witness did not cosign a checkpoint.
+    checkpoint_witness_failed => CheckpointWitnessFailed {
+        /// The checkpoint's size.
+        size: u64,
+        /// The witness's name.
+        witness: String,
+        /// The witness's URL, as shown.
+        url: String,
+        /// Why it did not cosign.
+        reason: String,
+        /// The HTTP status it answered.
+        status: OrOmitted<u16>,
+    }
+
+    /// A checkpoint was short of its required quorum.
+    checkpoint_quorum_missed => CheckpointQuorumMissed {
+        /// The checkpoint's size.
+        size: u64,
+        /// How many witnesses cosigned.
+        cosigned: usize,
+        /// How many were required.
+        quorum: usize,
+    }
+
+    /// A log file's end that was never acknowledged was cut off.
+    audit_tail_discarded => AuditTailDiscarded {
+        /// The day file's name.
+        file: Option<String>,
+        /// How many bytes were cut.
+        bytes: usize,
+        /// Their SHA-256.
+        sha256: String,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::entry::ENVELOPE_KEYS;
+
+    /// Events written today but not yet declared here: the human gates'.
+    const NOT_YET_TYPED: [&str; 6] = [
+        "gate_triggered",
+        "gate_approved",
+        "gate_denied",
+        "gate_timeout",
+        "gate_vote",
+        "approver_set_in_force",
+    ];
+
+    fn snake_case(word: &str) -> bool {
+        word.as_bytes().first().is_some_and(u8::is_ascii_lowercase)
+            && word
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    }
+
+    #[test]
+    fn names_and_fields_are_valid_and_unique() {
+        let mut names = BTreeSet::new();
+        for (name, fields) in EVENTS {
+            assert!(Event::new(name).is_ok(), "{name}");
+            assert!(names.insert(*name), "{name} is declared twice");
+            let mut seen = BTreeSet::new();
+            for field in *fields {
+                assert!(snake_case(field), "{name}.{field}");
+                assert!(!ENVELOPE_KEYS.contains(field), "{name}.{field}");
+                assert!(seen.insert(*field), "{name}.{field} twice");
+            }
+        }
+        for name in NOT_YET_TYPED {
+            assert!(!names.contains(name), "{name} is typed now");
+        }
+    }
+
+    /// The event names in the first column of docs/run.md's table of events.
+    fn documented() -> BTreeSet<String> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/run.md");
+        let text = std::fs::read_to_string(path).unwrap();
+        let table = text.split("\n| event | when | fields |\n").nth(1).unwrap();
+        table
+            .lines()
+            .skip(1)
+            .take_while(|line| line.starts_with('|'))
+            .flat_map(|line| {
+                let first = line.split('|').nth(1).unwrap();
+                first
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_catalogue_is_the_table_in_docs_run_md() {
+        // audit_tail_discarded is the log's own, told of in audit-log.md.
+        let own = "audit_tail_discarded";
+        let audit_log = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/audit-log.md");
+        assert!(std::fs::read_to_string(audit_log).unwrap().contains(own));
+        let declared: BTreeSet<String> = EVENTS
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| *name != own)
+            .chain(NOT_YET_TYPED)
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(declared, documented());
+    }
+
+    fn network() -> NetworkAllowed {
+        NetworkAllowed {
+            host: "example.com".into(),
+            port: 443,
+            squid: "TCP_DENIED/403".into(),
+            address: None,
+            reason: Some("not_allowed".into()),
+            requested_at: "2026-08-08T10:00:00.000000Z".into(),
+            server: None.into(),
+        }
+    }
+
+    #[test]
+    fn none_is_null_or_left_out_as_declared() {
+        let typed = Event::from(NetworkBlocked(network()));
+        let built = Event::new("network_blocked")
+            .and_then(|e| e.with("host", "example.com"))
+            .and_then(|e| e.with("port", 443))
+            .and_then(|e| e.with("squid", "TCP_DENIED/403"))
+            .and_then(|e| e.with("address", Value::Null))
+            .and_then(|e| e.with("reason", "not_allowed"))
+            .and_then(|e| e.with("requested_at", "2026-08-08T10:00:00.000000Z"))
+            .unwrap();
+        assert_eq!(typed, built);
+        let of_server = NetworkAllowed {
+            server: Some("files".to_owned()).into(),
+            ..network()
+        };
+        let fields = Event::from(of_server).into_fields();
+        assert_eq!(fields["server"], "files");
+        assert_eq!(fields["address"], Value::Null);
+    }
+
+    #[test]
+    fn integers_json_cannot_carry_exactly_are_written_as_their_digits() {
+        let exact = MAX_SAFE_INTEGER.unsigned_abs();
+        let checkpoint = |size| CheckpointQuorumMissed {
+            size,
+            cosigned: 1,
+            quorum: 2,
+        };
+        let fields = Event::from(checkpoint(exact)).into_fields();
+        assert_eq!(fields["size"], Value::from(exact));
+        let fields = Event::from(checkpoint(exact + 1)).into_fields();
+        assert_eq!(fields["size"], "9007199254740992");
+        let fields = Event::from(checkpoint(u64::MAX)).into_fields();
+        assert_eq!(fields["size"], "18446744073709551615");
+        assert_eq!(i64::MIN.written(), Some("-9223372036854775808".into()));
+        assert_eq!(u128::MAX.written(), Some(u128::MAX.to_string().into()));
+        // Inside a JSON value too, and a number that is no integer.
+        let nested = serde_json::json!({"a": [u64::MAX, 7], "b": 1.5});
+        assert_eq!(
+            nested.written(),
+            Some(serde_json::json!({"a": ["18446744073709551615", 7], "b": "1.5"}))
+        );
+        // What is written passes the run-time checks the catalogue skips.
+        let fields = Event::from(checkpoint(u64::MAX)).into_fields();
+        let rebuilt = fields.into_iter().try_fold(
+            Event::new("checkpoint_quorum_missed").unwrap(),
+            |e, (k, v)| e.with(&k, v),
+        );
+        assert!(rebuilt.is_ok());
+    }
+}
