@@ -31,9 +31,10 @@ mod timings;
 mod workdir;
 
 pub use a2a::{listener as a2a_listener, listener_event as a2a_event};
+pub use constle_spend::usd;
 pub use error::RunError;
 pub use options::{RunEnd, RunOptions, RunReport};
 pub use plan::{Item, plan};
 pub use run::run;
-pub use spend::{caps, ledger_config, ledger_key, spend_plan, usd};
+pub use spend::{caps, ledger_config, ledger_key, spend_plan};
 pub use workdir::{WorkdirChecked, make_default_workdir};

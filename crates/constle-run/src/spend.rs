@@ -12,21 +12,11 @@ use constle_audit::AuditLog;
 use constle_audit::catalogue::{SpendCharged, SpendRefused};
 use constle_manifest::{Manifest, McpServer};
 use constle_mcp_gate::{Meter, MeterFuture, Metered, ToolCall};
-use constle_spend::{Cap, Caps, Ledger, LedgerConfig, LedgerKey, RunMeter, SpendError, Totals};
+use constle_spend::{Cap, Caps, Ledger, LedgerConfig, LedgerKey, Refusal, RunMeter, Totals, usd};
 use rust_decimal::Decimal;
 use serde_json::{Value, json};
 
 use crate::plan::Item;
-
-/// An amount as people read money: at least two decimal places, and every
-/// digit the amount has beyond them (`0.2` → `0.20`, `0.125` stays).
-pub fn usd(amount: Decimal) -> String {
-    let mut shown = amount.normalize();
-    if shown.scale() < 2 {
-        shown.rescale(2);
-    }
-    shown.to_string()
-}
 
 /// The ledger this agent's totals live in.
 pub fn ledger_config(manifest: &Manifest, home: &Path) -> LedgerConfig {
@@ -205,41 +195,27 @@ impl Inner {
                 .reserve(amount, jiff::Timestamp::now())
                 .await
                 .map_err(Refusal::from),
-            Err(error) => Err(Refusal::Failed {
-                why: Failure::LedgerUnavailable,
-                error: error.clone(),
-                stored: None,
-            }),
+            Err(error) => Err(Refusal::ledger_unavailable(error.clone())),
         };
         let (entry, verdict) = match outcome {
             Ok(totals) => (subject.charged(&totals).into(), Metered::Charged),
-            Err(Refusal::Cap {
-                cap,
-                limit,
-                amount,
-                totals,
-            }) => {
-                let spent = cap.total(&totals);
-                let message = format!(
-                    "spend cap {} ({} USD) would be passed: {} spent + {} for this call; the Constle gate did not forward it",
-                    cap.field(),
-                    usd(limit),
-                    usd(spent),
-                    usd(amount)
-                );
-                let entry = SpendRefused {
-                    cap: Some(cap.field().to_owned()).into(),
-                    cap_usd: Some(usd(limit)).into(),
-                    ..subject.refused(totals.run, Some(&totals), "cap")
-                };
-                (entry.into(), Metered::Refused { message })
-            }
-            Err(Refusal::Failed { why, error, stored }) => {
-                let message = format!("{}; the Constle gate did not forward it", why.explain());
-                let run = stored.map_or_else(|| self.run_total(), |totals| totals.run);
-                let entry = SpendRefused {
-                    error: Some(error).into(),
-                    ..subject.refused(run, stored.as_ref(), why.as_str())
+            Err(refusal) => {
+                let message = refusal.message();
+                let entry = match refusal {
+                    Refusal::Cap {
+                        cap, limit, totals, ..
+                    } => SpendRefused {
+                        cap: Some(cap.field().to_owned()).into(),
+                        cap_usd: Some(usd(limit)).into(),
+                        ..subject.refused(totals.run, Some(&totals), "cap")
+                    },
+                    Refusal::Failed { why, error, stored } => {
+                        let run = stored.map_or_else(|| self.run_total(), |totals| totals.run);
+                        SpendRefused {
+                            error: Some(error).into(),
+                            ..subject.refused(run, stored.as_ref(), why.as_str())
+                        }
+                    }
                 };
                 (entry.into(), Metered::Refused { message })
             }
@@ -252,80 +228,6 @@ impl Inner {
                 message: "the charge could not be recorded in the audit log; the Constle gate did not forward the call".into(),
             },
             verdict => verdict,
-        }
-    }
-}
-
-/// Why a charge was refused.
-enum Refusal {
-    Cap {
-        cap: Cap,
-        limit: Decimal,
-        amount: Decimal,
-        totals: Totals,
-    },
-    Failed {
-        why: Failure,
-        error: String,
-        /// The totals before the call, when the ledger gave them.
-        stored: Option<Totals>,
-    },
-}
-
-/// A charge that could not be made, for a reason other than a cap.
-#[derive(Clone, Copy)]
-enum Failure {
-    /// The ledger cannot be read or written: fail closed.
-    LedgerUnavailable,
-    /// An amount or total the ledger cannot hold.
-    ChargeInvalid,
-}
-
-impl Failure {
-    fn as_str(self) -> &'static str {
-        match self {
-            Failure::LedgerUnavailable => "ledger_unavailable",
-            Failure::ChargeInvalid => "charge_invalid",
-        }
-    }
-
-    /// What the agent is told. Not the error: it names the ledger's path
-    /// or Redis URL, and goes to the audit log (`spend_refused`) instead.
-    fn explain(self) -> &'static str {
-        match self {
-            Failure::LedgerUnavailable => {
-                "the spend ledger cannot be read or written, so priced calls are refused"
-            }
-            Failure::ChargeInvalid => "this call cannot be charged",
-        }
-    }
-}
-
-impl From<SpendError> for Refusal {
-    fn from(err: SpendError) -> Refusal {
-        let (why, stored) = match err {
-            SpendError::Refused {
-                cap,
-                limit,
-                amount,
-                totals,
-            } => {
-                return Refusal::Cap {
-                    cap,
-                    limit,
-                    amount,
-                    totals,
-                };
-            }
-            SpendError::TotalTooLarge { totals, .. } => (Failure::ChargeInvalid, Some(totals)),
-            SpendError::Ledger(_) => (Failure::LedgerUnavailable, None),
-            // An amount refused before the ledger was asked.
-            _ => (Failure::ChargeInvalid, None),
-        };
-        Refusal::Failed {
-            why,
-            error: err.to_string(),
-            stored,
         }
     }
 }

@@ -81,6 +81,7 @@ mod ledger;
 mod period;
 mod record;
 mod redis_store;
+mod refusal;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -92,6 +93,7 @@ pub use amount::AmountError;
 pub use key::LedgerKey;
 pub use ledger::{Ledger, LedgerConfig, RunMeter};
 pub use record::{RunRecord, Stored};
+pub use refusal::{Failure, Refusal, usd};
 
 /// An agent's spend caps, in USD. `None` is no cap.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
