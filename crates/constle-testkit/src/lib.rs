@@ -38,6 +38,9 @@
 //! - [`RedisServer`]: a private `redis-server` on a Unix socket in a temporary
 //!   directory (no TCP port), for the spend ledger's Redis store; it can be
 //!   frozen or killed to show that the ledger fails closed.
+//! - [`SpecVectors`]: a specification's test vectors, read from the one
+//!   `text` block of its `Test vectors` section, for the unit tests that
+//!   recompute them.
 //!
 //! ```no_run
 //! use constle_testkit::{HostsFile, TestHost, require_e2e};
@@ -70,6 +73,7 @@ mod netns;
 pub mod npm;
 mod redis;
 mod require;
+mod spec;
 
 pub use approver::{Answer, SimulatedApprover};
 pub use dns::DnsServer;
@@ -81,3 +85,4 @@ pub use redis::RedisServer;
 pub use require::{
     E2E_ENV, find_tool, require_e2e, require_nothing_missing, require_root, require_tools,
 };
+pub use spec::SpecVectors;
