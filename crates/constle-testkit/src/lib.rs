@@ -38,6 +38,8 @@
 //! - [`RedisServer`]: a private `redis-server` on a Unix socket in a temporary
 //!   directory (no TCP port), for the spend ledger's Redis store; it can be
 //!   frozen or killed to show that the ledger fails closed.
+//! - [`bench`]: the one percentile (nearest-rank) and the one CPU clock
+//!   (the scheduler's run time) of every benchmark.
 //! - [`SpecVectors`]: a specification's test vectors, read from the one
 //!   `text` block of its `Test vectors` section, for the unit tests that
 //!   recompute them.
@@ -64,6 +66,7 @@
 #![forbid(unsafe_code)]
 
 mod approver;
+pub mod bench;
 mod child;
 mod dns;
 mod hosts;
