@@ -38,6 +38,7 @@
 //! - [`RedisServer`]: a private `redis-server` on a Unix socket in a temporary
 //!   directory (no TCP port), for the spend ledger's Redis store; it can be
 //!   frozen or killed to show that the ledger fails closed.
+//! - [`Agentfile`]: an Agentfile for a test, built in code.
 //! - [`bench`]: the one percentile (nearest-rank) and the one CPU clock
 //!   (the scheduler's run time) of every benchmark.
 //! - [`SpecVectors`]: a specification's test vectors, read from the one
@@ -65,6 +66,7 @@
 
 #![forbid(unsafe_code)]
 
+mod agentfile;
 mod approver;
 pub mod bench;
 mod child;
@@ -78,6 +80,7 @@ mod redis;
 mod require;
 mod spec;
 
+pub use agentfile::Agentfile;
 pub use approver::{Answer, SimulatedApprover};
 pub use dns::DnsServer;
 pub use hosts::HostsFile;
