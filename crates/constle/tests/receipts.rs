@@ -257,7 +257,7 @@ fn unwitnessed() {
     let agent = Agent::new();
     let agentfile = agent.case.write_agentfile(
         &Agentfile::new("test-agent")
-            .did(&agent.log.did().to_string())
+            .did(agent.log.did().as_str())
             .egress("none")
             .section("audit:\n  deployment: ci.example.com\n"),
     );

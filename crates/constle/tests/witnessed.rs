@@ -131,7 +131,7 @@ impl Writer {
 /// needed.
 fn agentfile(case: &Case, name: &str, witnesses: &[&WitnessSigner], quorum: usize) -> PathBuf {
     let mut body = Agentfile::new("test-agent")
-        .did(&agent_key().did().to_string())
+        .did(agent_key().did().as_str())
         .section("audit:\n  deployment: ci.example.com\n")
         .to_yaml();
     if !witnesses.is_empty() {
