@@ -8,6 +8,18 @@ ends it with a message saying what failed and exit status 1.
 Every figure is a median (or a percentile) of repeated runs, printed beside
 a baseline measured in the same run, interleaved with it where it can be:
 the machine is small and shared, so absolute numbers mean little.
+
+The definitions are those of every benchmark (constle_testkit::bench for
+the Rust ones, README.md, Benchmarks):
+- percentiles are nearest-rank: the p-th percentile of n values is the
+  ceil(p/100 * n)-th smallest (the smallest for p = 0); the median is the
+  50th percentile (for an even n the lower middle value); with fewer than
+  100 values the 99th percentile is the maximum;
+- CPU time is the kernel scheduler's run time, user + system, read one way
+  per scope: a run's whole process tree from a cgroup v2 group made for it
+  (cpu.stat usage_usec; without cgroup v2, getrusage RUSAGE_CHILDREN), each
+  process of a tree and the simulated host from /proc/<pid>/stat
+  (utime + stime, in clock ticks).
 """
 
 import argparse
@@ -18,7 +30,6 @@ import pathlib
 import resource
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -55,9 +66,14 @@ def progress(message):
 
 
 def percentile(values, p):
-    """Nearest-rank percentile."""
+    """The nearest-rank p-th percentile (see the top of this file)."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def median(values):
+    """The 50th percentile."""
+    return percentile(values, 50)
 
 
 def tail(text, lines=15):
@@ -461,11 +477,11 @@ def print_workdir_table(args, walls, cpus, checks):
     p("   (the walk before the sandbox starts and the one after it is gone, in constle's own clock);")
     p("   share = checks / the run's wall time; CPU as in 1.")
     p(f"   {'':28} {'wall':>10} {'CPU':>10} {'checks':>10} {'share':>7}   wall vs empty")
-    base = statistics.median(walls[0])
-    base_cpu = statistics.median(cpus[0])
+    base = median(walls[0])
+    base_cpu = median(cpus[0])
     for files in sorted(walls):
-        wall, cpu = statistics.median(walls[files]), statistics.median(cpus[files])
-        check = statistics.median(checks[files])
+        wall, cpu = median(walls[files]), median(cpus[files])
+        check = median(checks[files])
         aim = ""
         if files == 10_000:
             aim = f"   aim < 5 %: {'met' if check / wall < 0.05 else 'NOT MET'}"
@@ -484,7 +500,7 @@ def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, direct_
     p("   CPU = user + system seconds of the whole process tree (constle, launcher, bwrap, the")
     p(f"   sandbox, Squid), from {'a cgroup v2 group per run' if CGROUP2 else 'getrusage'}; "
       "the clock and the CPU are medians of the same runs.")
-    base = statistics.median(walls["bwrap"])
+    base = median(walls["bwrap"])
     p(f"   {'':44} {'median':>10} {'p90':>10} {'CPU':>10}   vs bare bwrap (median)")
     rows = [("bare bwrap, same namespaces (baseline)", "bwrap"),
             ("constle run, egress none", "none"),
@@ -493,15 +509,15 @@ def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, direct_
         rows.append((f"baseline constle ({pathlib.Path(args.baseline_constle).name}), egress none",
                      "baseline"))
     for label, key in rows:
-        med, p90 = statistics.median(walls[key]), percentile(walls[key], 90)
+        med, p90 = median(walls[key]), percentile(walls[key], 90)
         extra = ""
         if key != "bwrap":
             extra = f"   {med / base:5.1f}x, +{(med - base) * 1000:.1f} ms"
             extra += f"   aim < 100 ms: {'met' if med < 0.1 else 'NOT MET'}"
-        p(f"   {label:<44} {ms(med)} {ms(p90)} {ms(statistics.median(cpus[key]))}{extra}")
+        p(f"   {label:<44} {ms(med)} {ms(p90)} {ms(median(cpus[key]))}{extra}")
     if "baseline" in walls:
-        old, new = statistics.median(walls["baseline"]), statistics.median(walls["none"])
-        old_cpu, new_cpu = statistics.median(cpus["baseline"]), statistics.median(cpus["none"])
+        old, new = median(walls["baseline"]), median(walls["none"])
+        old_cpu, new_cpu = median(cpus["baseline"]), median(cpus["none"])
         p(f"   this build against the baseline, egress none: {new / old:4.2f}x by the clock "
           f"({(new - old) * 1000:+.1f} ms), {new_cpu / old_cpu:4.2f}x by CPU ({(new_cpu - old_cpu) * 1000:+.1f} ms)")
     p()
@@ -513,10 +529,10 @@ def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, direct_
     phase_names = ("proxy_start", "workdir", "sandbox", "teardown")
     for label, key in rows[1:3]:
         events = phases[key]
-        med = {ph: statistics.median(e["phases_us"][ph] for e in events) / 1e6 for ph in phase_names}
-        in_run = statistics.median(
+        med = {ph: median(e["phases_us"][ph] for e in events) / 1e6 for ph in phase_names}
+        in_run = median(
             e["duration_ms"] / 1e3 - sum(e["phases_us"][ph] for ph in phase_names) / 1e6 for e in events)
-        process = statistics.median(w - e["duration_ms"] / 1e3 for w, e in zip(walls[key], events))
+        process = median(w - e["duration_ms"] / 1e3 for w, e in zip(walls[key], events))
         p(f"   {label:<44} {ms(med['proxy_start']):>11} {ms(med['workdir'])} {ms(med['sandbox'])} "
           f"{ms(med['teardown'])} {ms(in_run)} {ms(process)}")
     p()
@@ -524,7 +540,7 @@ def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, direct_
       f"median of {args.rounds} rounds (alternating).")
     p("   MiB/s = MiB of payload / seconds from the first byte sent to the last echoed byte read;")
     p("   each payload byte crosses the path twice (up and back), so the path carries 2x that.")
-    d, x = statistics.median(rates["direct"]), statistics.median(rates["proxy"])
+    d, x = median(rates["direct"]), median(rates["proxy"])
     fmt = lambda vs: ", ".join(f"{v:.0f}" for v in vs)
     p(f"   {'direct: host -> namespace listener (baseline)':<52} {d:7.0f} MiB/s   rounds: {fmt(rates['direct'])}")
     p(f"   {'proxied: sandbox -> relay -> bridge -> Squid -> host':<52} {x:7.0f} MiB/s   rounds: {fmt(rates['proxy'])}")

@@ -14,6 +14,7 @@
 //!
 //! Envelopes are signed before timing starts. Redis is a private
 //! `redis-server` from `constle_testkit` (skipped when not installed).
+//! Percentiles as `constle_testkit::bench` defines them (nearest rank).
 //! `--quick` runs fewer iterations.
 
 #![allow(
@@ -31,6 +32,7 @@ use constle_a2a::{
     sign_envelope,
 };
 use constle_identity::SigningIdentity;
+use constle_testkit::bench::Samples;
 use constle_testkit::{RedisServer, find_tool};
 use jiff::Timestamp;
 use serde_json::json;
@@ -51,17 +53,16 @@ fn row(
     group: &'static str,
     baseline: bool,
     total: Duration,
-    mut latencies: Vec<Duration>,
+    latencies: Vec<Duration>,
 ) -> Row {
-    latencies.sort_unstable();
-    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    let latencies = Samples::new(latencies);
     Row {
         label,
         group,
         baseline,
         per_second: latencies.len() as f64 / total.as_secs_f64(),
-        p50: at(0.50),
-        p99: at(0.99),
+        p50: latencies.median().unwrap(),
+        p99: latencies.percentile(99.0).unwrap(),
     }
 }
 

@@ -4,6 +4,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use constle_identity::SigningIdentity;
+use constle_testkit::SpecVectors;
 use jiff::Timestamp;
 
 use crate::envelope::sign_with_id;
@@ -13,17 +14,9 @@ const SPEC: &str = include_str!("../../../docs/spec/a2a-envelope.md");
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-/// The value of `name: value` inside the spec's `text` vector block.
+/// The value of `name: value` in the spec's vector block.
 fn vector(name: &str) -> Result<&'static str, String> {
-    let block = SPEC
-        .split("```text\n")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .ok_or("the spec has no ```text vector block")?;
-    block
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(": "))
-        .ok_or_else(|| format!("the spec's vectors lack `{name}`"))
+    SpecVectors::read("docs/spec/a2a-envelope.md", SPEC)?.value(name)
 }
 
 fn key(name: &str) -> Result<SigningIdentity, Box<dyn std::error::Error>> {

@@ -4,6 +4,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use constle_identity::SigningIdentity;
+use constle_testkit::SpecVectors;
 
 use crate::request::{PendingRequest, RequestId};
 use crate::{DenialReason, Verdict, canonical_subject, signed_message, verify_decision};
@@ -12,22 +13,9 @@ const SPEC: &str = include_str!("../../../docs/spec/human-gates-webhook.md");
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-/// The value of `name: value` inside the spec's `text` vector block.
+/// The value of `name: value` in the spec's vector block.
 fn vector(name: &str) -> Result<&'static str, String> {
-    value_in(SPEC, name)
-}
-
-/// The value of `name: value` inside the first `text` block of `spec`.
-pub(crate) fn value_in(spec: &'static str, name: &str) -> Result<&'static str, String> {
-    let block = spec
-        .split("```text\n")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .ok_or("the spec has no ```text vector block")?;
-    block
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(": "))
-        .ok_or_else(|| format!("the spec's vectors lack `{name}`"))
+    SpecVectors::read("docs/spec/human-gates-webhook.md", SPEC)?.value(name)
 }
 
 fn request() -> Result<PendingRequest, Box<dyn std::error::Error>> {
@@ -92,11 +80,11 @@ fn messages_and_signatures_match() -> TestResult {
 
 #[test]
 fn the_json_decision_in_the_spec_approves() -> TestResult {
-    let decision = SPEC
-        .split("```json\n")
-        .last()
-        .and_then(|rest| rest.split("\n```").next())
-        .ok_or("the spec has no decision example")?;
+    let vectors = SpecVectors::read("docs/spec/human-gates-webhook.md", SPEC)?;
+    let [decision] = vectors.json_blocks() else {
+        return Err("the spec's vectors section needs one decision example".into());
+    };
+    let decision = decision.trim_end_matches('\n');
     let approver = approver()?;
     match verify_decision(request()?, approver.did(), decision.as_bytes()) {
         Ok(Verdict::Approved(approval)) => {

@@ -5,6 +5,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use constle_identity::{DidKey, SigningIdentity};
+use constle_testkit::SpecVectors;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
@@ -15,7 +16,6 @@ use crate::quorum::{
     salted_digest, verify_vote,
 };
 use crate::request::RequestId;
-use crate::vectors::value_in;
 
 const SPEC: &str = include_str!("../../../docs/spec/human-gates-webhook-v2.md");
 
@@ -25,8 +25,9 @@ type Fallible<T> = Result<T, Box<dyn std::error::Error>>;
 /// The three approvers of the vectors, in order.
 const KEYS: [u8; 3] = [1, 2, 3];
 
+/// The value of `name: value` in the spec's vector block.
 fn vector(name: &str) -> Result<&'static str, String> {
-    value_in(SPEC, name)
+    SpecVectors::read("docs/spec/human-gates-webhook-v2.md", SPEC)?.value(name)
 }
 
 fn key(secret_name: &str) -> Fallible<SigningIdentity> {

@@ -4,6 +4,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use constle_identity::SigningIdentity;
+use constle_testkit::SpecVectors;
 
 use crate::{
     Approver, Label, SetBody, SetPin, SignatureOutcome, VersionFile, parse_expiry, verify_chain,
@@ -15,25 +16,16 @@ const NAMES: [&str; 4] = ["alice", "bob", "carol", "dave"];
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-/// The value of `name: value` inside the spec's `text` vector block.
+/// The value of `name: value` in the spec's vector block.
 fn vector(name: &str) -> Result<&'static str, String> {
-    let block = SPEC
-        .split("```text\n")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .ok_or("the spec has no ```text vector block")?;
-    block
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(": "))
-        .ok_or_else(|| format!("the spec's vectors lack `{name}`"))
+    SpecVectors::read("docs/spec/approver-set.md", SPEC)?.value(name)
 }
 
-/// The spec's `json` blocks: the two version files.
-fn files() -> Vec<&'static str> {
-    SPEC.split("```json\n")
-        .skip(1)
-        .filter_map(|rest| rest.split("```").next())
-        .collect()
+/// The `json` blocks of the spec's vectors section: the two version files.
+fn files() -> Result<Vec<&'static str>, String> {
+    Ok(SpecVectors::read("docs/spec/approver-set.md", SPEC)?
+        .json_blocks()
+        .to_vec())
 }
 
 fn key(name: &str) -> Result<SigningIdentity, Box<dyn std::error::Error>> {
@@ -105,7 +97,7 @@ fn canonical_forms_digests_and_signatures_match() -> TestResult {
 
 #[test]
 fn the_files_in_the_spec_verify_as_a_chain() -> TestResult {
-    let files = files();
+    let files = files()?;
     assert_eq!(files.len(), 2, "the spec shows two version files");
     let pin = SetPin::parse(vector("pin")?)?;
     let chain = verify_chain(&pin, &files)?;

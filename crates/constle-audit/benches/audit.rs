@@ -22,10 +22,10 @@
 )]
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use constle_audit::{Appender, AuditLog, DayFile, Event, TrustAnchors, Verdict, verify_contents};
 use constle_identity::{Name, SigningIdentity};
+use constle_testkit::bench::process_cpu_of;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use ed25519_dalek::{Signature, VerifyingKey};
 
@@ -75,7 +75,7 @@ fn raw(c: &mut Criterion) {
     });
     group.bench_function("verify_batch_all_cores_cpu", |b| {
         b.iter_custom(|iters| {
-            cpu_time(iters, || {
+            process_cpu_of(iters, || {
                 verify_batch_all_cores(black_box(&refs), &signatures, &keys);
             })
         })
@@ -104,21 +104,6 @@ fn verify_batch_all_cores(refs: &[&[u8]], signatures: &[Signature], keys: &[Veri
             .into_iter()
             .all(|h| h.join().is_ok_and(|r| r.is_ok()))
     })
-}
-
-/// The CPU time of all the process's threads over `iters` runs of `work`.
-/// Wall time on a shared machine also counts whatever else runs; CPU time
-/// shows the cost of the work itself.
-fn cpu_time(iters: u64, mut work: impl FnMut()) -> Duration {
-    let now = || {
-        let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-        Duration::new(t.tv_sec.unsigned_abs(), t.tv_nsec.unsigned_abs() as u32)
-    };
-    let start = now();
-    for _ in 0..iters {
-        work();
-    }
-    now() - start
 }
 
 fn append(c: &mut Criterion) {
@@ -198,7 +183,7 @@ fn verify(c: &mut Criterion) {
     };
     group.bench_function("day_file", |b| b.iter(verify_once));
     group.bench_function("day_file_cpu", |b| {
-        b.iter_custom(|iters| cpu_time(iters, verify_once))
+        b.iter_custom(|iters| process_cpu_of(iters, verify_once))
     });
     group.finish();
 }

@@ -6,7 +6,8 @@
 //! round without witnesses. Each round follows 10 new entries, as a run's
 //! would; measured at two log sizes (the first round reads the whole log,
 //! each later one only what was appended since). CPU time is the whole process's (witnesses
-//! included), per round. Each round's entries are appended as a run's are.
+//! included), per round; percentiles and CPU time as `constle_testkit::bench`
+//! defines them. Each round's entries are appended as a run's are.
 //!
 //! Then, on the 100 000-entry log with what its rounds recorded, `audit
 //! verify`'s work with the witnesses' cosignatures checked (every day file
@@ -29,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use constle_audit::{TrustAnchors, Verdict, verify_file};
 use constle_checkpoints::{Trigger, Witness};
+use constle_testkit::bench::{Samples, process_cpu};
 use constle_tlog::{CoverageVerdict, LogTree, WitnessKey, check_coverage, day_files};
 
 #[path = "../tests/support/mod.rs"]
@@ -69,11 +71,11 @@ fn main() {
         for (n, row) in [(0, &base), (2, &with)] {
             println!(
                 "| {entries} | {n} | {rounds} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x |",
-                row.p(0.5),
-                row.p(0.99),
-                row.p(1.0),
+                row.p(50.0),
+                row.p(99.0),
+                row.p(100.0),
                 row.cpu_ms,
-                row.p(0.5) / base.p(0.5)
+                row.p(50.0) / base.p(50.0)
             );
         }
     }
@@ -134,24 +136,25 @@ fn median_of_5(work: impl Fn()) -> (f64, f64) {
     let mut clock = Vec::new();
     let mut cpu = Vec::new();
     for _ in 0..5 {
-        let (cpu0, t0) = (cpu_time(), Instant::now());
+        let (cpu0, t0) = (process_cpu(), Instant::now());
         work();
         clock.push(t0.elapsed().as_secs_f64() * 1e3);
-        cpu.push((cpu_time() - cpu0).as_secs_f64() * 1e3);
+        cpu.push((process_cpu() - cpu0).as_secs_f64() * 1e3);
     }
-    clock.sort_by(f64::total_cmp);
-    cpu.sort_by(f64::total_cmp);
-    (clock[2], cpu[2])
+    (
+        Samples::new(clock).median().unwrap(),
+        Samples::new(cpu).median().unwrap(),
+    )
 }
 
 struct Row {
-    ms: Vec<f64>,
+    ms: Samples<f64>,
     cpu_ms: f64,
 }
 
 impl Row {
     fn p(&self, p: f64) -> f64 {
-        self.ms[((self.ms.len() as f64 - 1.0) * p).round() as usize]
+        self.ms.percentile(p).unwrap()
     }
 }
 
@@ -162,23 +165,15 @@ async fn measure(logs: &Path, witnesses: Vec<Witness>, rounds: usize) -> Row {
     let mut cpu = Duration::ZERO;
     for _ in 0..rounds {
         append(logs, 10);
-        let (cpu0, t0) = (cpu_time(), Instant::now());
+        let (cpu0, t0) = (process_cpu(), Instant::now());
         let round = c.round(Trigger::Interval).await.unwrap();
         ms.push(t0.elapsed().as_secs_f64() * 1e3);
-        cpu += cpu_time() - cpu0;
+        cpu += process_cpu() - cpu0;
         assert_eq!(round.cosigned, n, "{:?}", round.warnings);
         record(logs, round.events);
     }
-    ms.sort_by(f64::total_cmp);
     Row {
-        ms,
+        ms: Samples::new(ms),
         cpu_ms: cpu.as_secs_f64() * 1e3 / rounds as f64,
     }
-}
-
-fn cpu_time() -> Duration {
-    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).unwrap();
-    let d =
-        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
-    d(usage.user_time()) + d(usage.system_time())
 }

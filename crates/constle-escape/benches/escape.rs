@@ -18,9 +18,9 @@
 )]
 
 use std::hint::black_box;
-use std::time::Duration;
 
 use constle_escape::{CHUNK_BYTES, StreamEscaper, forward};
+use constle_testkit::bench::process_cpu_of;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const INPUT_BYTES: usize = 4 << 20;
@@ -63,19 +63,6 @@ fn copy(pieces: &[&str], out: &mut String) {
     }
 }
 
-/// The process's CPU time over `iters` runs of `work`.
-fn cpu_time(iters: u64, mut work: impl FnMut()) -> Duration {
-    let now = || {
-        let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-        Duration::new(t.tv_sec.unsigned_abs(), t.tv_nsec.unsigned_abs() as u32)
-    };
-    let start = now();
-    for _ in 0..iters {
-        work();
-    }
-    now() - start
-}
-
 fn stream(c: &mut Criterion) {
     let mut out = String::with_capacity(6 * CHUNK_BYTES);
     let ascii_text = ascii();
@@ -87,7 +74,7 @@ fn stream(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(INPUT_BYTES as u64));
     group.bench_function("ascii", |b| b.iter(|| copy(&pieces, &mut out)));
     group.bench_function("ascii_cpu", |b| {
-        b.iter_custom(|iters| cpu_time(iters, || copy(&pieces, &mut out)))
+        b.iter_custom(|iters| process_cpu_of(iters, || copy(&pieces, &mut out)))
     });
     group.finish();
 
@@ -96,7 +83,7 @@ fn stream(c: &mut Criterion) {
     for (name, input) in [("ascii", ascii()), ("utf8", utf8()), ("escapes", escapes())] {
         group.bench_function(name, |b| b.iter(|| escape_stream(&input, &mut out)));
         group.bench_function(format!("{name}_cpu"), |b| {
-            b.iter_custom(|iters| cpu_time(iters, || escape_stream(&input, &mut out)))
+            b.iter_custom(|iters| process_cpu_of(iters, || escape_stream(&input, &mut out)))
         });
     }
     group.finish();

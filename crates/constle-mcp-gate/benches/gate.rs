@@ -65,7 +65,8 @@
 //! gives the CPU time per request of each thread group (client, gate or
 //! relay, server; from `/proc/self/task/*/schedstat`; the sandbox relay is
 //! a group of its own) and the CPU cores
-//! busy in all, which say where the time goes. The aims (from the issue): at most
+//! busy in all, which say where the time goes (percentiles and CPU time
+//! as `constle_testkit::bench` defines them). The aims (from the issue): at most
 //! 0.2 ms added at p50 and 1 ms at p99, and 80% of direct throughput or
 //! better. A JSON line with the same numbers ends the output.
 //!
@@ -87,6 +88,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use constle_mcp_gate::{Gate, ServerPolicy};
+use constle_testkit::bench::{Process, Samples, thread_cpu};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{ACCEPT, CONNECTION, CONTENT_TYPE, HOST, HeaderValue};
@@ -758,21 +760,8 @@ struct Cpu {
 impl Cpu {
     fn now() -> Cpu {
         let mut cpu = Cpu::default();
-        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-            return cpu;
-        };
-        for task in tasks.flatten() {
-            let dir = task.path();
-            let Ok(name) = std::fs::read_to_string(dir.join("comm")) else {
-                continue;
-            };
-            let Some(ns) = std::fs::read_to_string(dir.join("schedstat"))
-                .ok()
-                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-            else {
-                continue;
-            };
-            let name = name.trim();
+        for (name, time) in thread_cpu(Process::Current) {
+            let ns = u64::try_from(time.as_nanos()).unwrap_or(u64::MAX);
             if name.starts_with("bench-client") {
                 cpu.client += ns;
             } else if name.starts_with("bench-relay") {
@@ -839,15 +828,15 @@ async fn round(target: &Target, mode: Mode, concurrency: usize, length: Duration
     }
     let wall = start.elapsed().as_secs_f64();
     let cpu = Cpu::now().since(cpu_before);
-    latencies.sort_unstable();
+    let latencies = Samples::new(latencies);
     let requests = latencies.len() as u64;
     let per_request = |ns: u64| ns as f64 / 1e3 / requests.max(1) as f64;
     Measured {
         requests,
         errors,
         rps: requests as f64 / wall,
-        p50_ms: percentile(&latencies, 0.50),
-        p99_ms: percentile(&latencies, 0.99),
+        p50_ms: ms(latencies.median()),
+        p99_ms: ms(latencies.percentile(99.0)),
         cpu_us: [
             per_request(cpu.client),
             per_request(cpu.relay),
@@ -859,23 +848,13 @@ async fn round(target: &Target, mode: Mode, concurrency: usize, length: Duration
     }
 }
 
-/// The `q` quantile (nearest rank) of sorted nanoseconds, in ms.
-fn percentile(sorted: &[u64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1] as f64 / 1e6
+/// Nanoseconds in ms; NaN for no value.
+fn ms(ns: Option<u64>) -> f64 {
+    ns.map_or(f64::NAN, |ns| ns as f64 / 1e6)
 }
 
 fn median(values: impl IntoIterator<Item = f64>) -> f64 {
-    let mut values: Vec<f64> = values.into_iter().collect();
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
+    Samples::new(values).median().unwrap_or(f64::NAN)
 }
 
 fn range(values: impl IntoIterator<Item = f64>) -> (f64, f64) {

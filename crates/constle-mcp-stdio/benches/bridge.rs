@@ -17,7 +17,8 @@
 //! alternating which goes first. Per path: calls/s, p50 and p99 (medians
 //! over rounds); the gate's added p50 and p99 (median over rounds of the
 //! difference to the direct round of the same round); and this process's
-//! CPU time per call (client, gate and bridge; `getrusage`), whose
+//! CPU time per call (client, gate and bridge; `constle_testkit::bench`
+//! defines it and the percentiles), whose
 //! difference is the gate's and the bridge's. Aim (the issue): at most
 //! 0.2 ms added at p50. `bench/gate.sh --stdio` runs this in release.
 
@@ -39,6 +40,7 @@ use constle_manifest::{
 };
 use constle_mcp_gate::{Gate, ServerPolicy};
 use constle_mcp_stdio::{Launch, LaunchFuture, Process, StdioBridge};
+use constle_testkit::bench::{Samples, process_cpu};
 use http_body_util::{BodyExt as _, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
@@ -206,10 +208,10 @@ impl Path for Through {
     }
 }
 
-/// Calls for `seconds`: latencies in µs, sorted, and this process's CPU
-/// time per call in µs.
-async fn round(path: &mut impl Path, seconds: f64, next_id: &mut u64) -> (Vec<f64>, f64) {
-    let cpu = cpu_us();
+/// Calls for `seconds`: latencies in µs, and this process's CPU time per
+/// call in µs.
+async fn round(path: &mut impl Path, seconds: f64, next_id: &mut u64) -> (Samples<f64>, f64) {
+    let cpu = process_cpu();
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     let mut latencies = Vec::new();
     while Instant::now() < end {
@@ -218,24 +220,12 @@ async fn round(path: &mut impl Path, seconds: f64, next_id: &mut u64) -> (Vec<f6
         *next_id += 1;
         latencies.push(start.elapsed().as_secs_f64() * 1e6);
     }
-    let per_call = (cpu_us() - cpu) / latencies.len() as f64;
-    latencies.sort_by(f64::total_cmp);
-    (latencies, per_call)
+    let per_call = (process_cpu() - cpu).as_secs_f64() * 1e6 / latencies.len() as f64;
+    (Samples::new(latencies), per_call)
 }
 
-fn cpu_us() -> f64 {
-    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).unwrap();
-    let us = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1e6 + t.tv_usec() as f64;
-    us(usage.user_time()) + us(usage.system_time())
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+fn median(values: Vec<f64>) -> f64 {
+    Samples::new(values).median().unwrap()
 }
 
 fn declared() -> McpServer {
@@ -336,8 +326,8 @@ fn bench(options: &Options) {
                 let rate = latencies.len() as f64 / options.seconds;
                 row.push((
                     rate,
-                    percentile(&latencies, 0.5),
-                    percentile(&latencies, 0.99),
+                    latencies.median().unwrap(),
+                    latencies.percentile(99.0).unwrap(),
                     cpu,
                 ));
             }

@@ -38,6 +38,12 @@
 //! - [`RedisServer`]: a private `redis-server` on a Unix socket in a temporary
 //!   directory (no TCP port), for the spend ledger's Redis store; it can be
 //!   frozen or killed to show that the ledger fails closed.
+//! - [`Agentfile`]: an Agentfile for a test, built in code.
+//! - [`bench`]: the one percentile (nearest-rank) and the one CPU clock
+//!   (the scheduler's run time) of every benchmark.
+//! - [`SpecVectors`]: a specification's test vectors, read from the one
+//!   `text` block of its `Test vectors` section, for the unit tests that
+//!   recompute them.
 //!
 //! ```no_run
 //! use constle_testkit::{HostsFile, TestHost, require_e2e};
@@ -60,7 +66,9 @@
 
 #![forbid(unsafe_code)]
 
+mod agentfile;
 mod approver;
+pub mod bench;
 mod child;
 mod dns;
 mod hosts;
@@ -70,7 +78,9 @@ mod netns;
 pub mod npm;
 mod redis;
 mod require;
+mod spec;
 
+pub use agentfile::Agentfile;
 pub use approver::{Answer, SimulatedApprover};
 pub use dns::DnsServer;
 pub use hosts::HostsFile;
@@ -81,3 +91,4 @@ pub use redis::RedisServer;
 pub use require::{
     E2E_ENV, find_tool, require_e2e, require_nothing_missing, require_root, require_tools,
 };
+pub use spec::SpecVectors;

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use constle_identity::{Name, SigningIdentity};
+use constle_testkit::SpecVectors;
 
 use crate::*;
 
@@ -12,18 +13,9 @@ const SPEC: &str = include_str!("../../../docs/spec/log-checkpoints.md");
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-/// The value of `name: value` inside the spec's first `text` block that
-/// starts with `vectors`.
+/// The value of `name: value` in the spec's vector block.
 fn vector(name: &str) -> Result<&'static str, String> {
-    let block = SPEC
-        .split("```text\n")
-        .find(|b| b.starts_with("# vectors"))
-        .and_then(|rest| rest.split("```").next())
-        .ok_or("the spec has no ```text block of vectors")?;
-    block
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(": "))
-        .ok_or_else(|| format!("the spec's vectors lack `{name}`"))
+    SpecVectors::read("docs/spec/log-checkpoints.md", SPEC)?.value(name)
 }
 
 fn secret(name: &str) -> Result<SigningIdentity, Box<dyn std::error::Error>> {

@@ -31,7 +31,8 @@
 //! golden-ratio sequence of waits before the click), as people do, so the
 //! v1 numbers spread over the interval instead of sitting at one phase.
 //!
-//! Per path: p50, p99 and max over `-n` approvals (below 51 approvals the
+//! Per path: p50, p99 and max over `-n` approvals (percentiles nearest
+//! rank, as `constle_testkit::bench` defines them: below 100 approvals the
 //! p99 is the max), the p50 from before the POST was sent, and the CPU
 //! time per approval of the gate (thread `bench-gate`; not measured for
 //! `--run`) and of the endpoints (all `approver serve` threads, from
@@ -59,6 +60,7 @@ use constle_approval::quorum::{
 use constle_approval::{PendingRequest, Verdict};
 use constle_human_gate::{WebhookClient, WebhookOutcome, WebhookUrl};
 use constle_identity::DidKey;
+use constle_testkit::bench::{Process, Samples, threads_cpu};
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use serde_json::json;
@@ -184,7 +186,7 @@ impl Desk {
 
     /// CPU time of all of the serve's threads, in ns.
     fn cpu_ns(&self) -> u64 {
-        threads_cpu_ns(&format!("/proc/{}/task", self.approver.pid()), |_| true)
+        nanos(threads_cpu(Process::Pid(self.approver.pid()), |_| true))
     }
 
     fn listed(&self, label: &str) -> Listed {
@@ -195,25 +197,14 @@ impl Desk {
     }
 }
 
-/// The CPU time, in ns, of the threads under `tasks` whose name `pick`s.
-fn threads_cpu_ns(tasks: &str, pick: impl Fn(&str) -> bool) -> u64 {
-    let Ok(entries) = std::fs::read_dir(tasks) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .filter(|e| {
-            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|name| pick(name.trim()))
-        })
-        .filter_map(|e| {
-            let stat = std::fs::read_to_string(e.path().join("schedstat")).ok()?;
-            stat.split_whitespace().next()?.parse::<u64>().ok()
-        })
-        .sum()
+fn nanos(cpu: Duration) -> u64 {
+    u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn gate_cpu_ns() -> u64 {
-    threads_cpu_ns("/proc/self/task", |name| name.starts_with("bench-gate"))
+    nanos(threads_cpu(Process::Current, |name| {
+        name.starts_with("bench-gate")
+    }))
 }
 
 /// The wait before the `i`th click: spread evenly over the poll interval.
@@ -545,14 +536,8 @@ fn constle_run(desks: &[Desk; 2], approvals: usize) -> [Row; 2] {
     [rows.remove(0), rows.remove(0)]
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn sorted(values: &[f64]) -> Vec<f64> {
-    let mut values = values.to_vec();
-    values.sort_by(f64::total_cmp);
-    values
+fn sorted(values: &[f64]) -> Samples<f64> {
+    Samples::new(values.iter().copied())
 }
 
 fn report(rows: &[Row], approvals: usize) {
@@ -566,32 +551,33 @@ fn report(rows: &[Row], approvals: usize) {
     let mut json = serde_json::Map::new();
     for row in rows {
         let (answered, sent) = (sorted(&row.answered), sorted(&row.sent));
-        let (p50, p99) = (percentile(&answered, 0.5), percentile(&answered, 0.99));
+        let (p50, p99) = (
+            answered.median().unwrap(),
+            answered.percentile(99.0).unwrap(),
+        );
+        let (max, sent_p50) = (answered.max().unwrap(), sent.median().unwrap());
         let gate = row
             .gate_cpu_ms
             .map_or_else(|| "-".to_owned(), |c| format!("{c:.2}"));
         println!(
             "{:<44} {p50:>8.1} {p99:>8.1} {:>8.1} {:>14.1} {gate:>13} {:>17.2}",
-            row.name,
-            answered[answered.len() - 1],
-            percentile(&sent, 0.5),
-            row.endpoints_cpu_ms,
+            row.name, max, sent_p50, row.endpoints_cpu_ms,
         );
         json.insert(
             row.name.into(),
-            json!({"p50_ms": p50, "p99_ms": p99, "max_ms": answered[answered.len() - 1],
-                "p50_from_sent_ms": percentile(&sent, 0.5), "gate_cpu_ms": row.gate_cpu_ms,
+            json!({"p50_ms": p50, "p99_ms": p99, "max_ms": max,
+                "p50_from_sent_ms": sent_p50, "gate_cpu_ms": row.gate_cpu_ms,
                 "endpoints_cpu_ms": row.endpoints_cpu_ms}),
         );
     }
     for pair in rows.chunks(2) {
         let [v2, v1] = pair else { continue };
         let (a, b) = (sorted(&v2.answered), sorted(&v1.answered));
-        let (p50, p99) = (percentile(&a, 0.5), percentile(&a, 0.99));
+        let (p50, p99) = (a.median().unwrap(), a.percentile(99.0).unwrap());
         println!(
             "{}: p50 {p50:.1} ms against v1's {:.1} ms; p99 {p99:.1} ms (aim < {AIM_MS} ms: {})",
             v2.name,
-            percentile(&b, 0.5),
+            b.median().unwrap(),
             if p99 < AIM_MS { "met" } else { "NOT met" },
         );
     }

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use constle_testkit::require_root;
+use constle_testkit::{Agentfile, require_root};
 
 mod common;
 use common::{Case, text};
@@ -71,21 +71,17 @@ impl Agent {
                 )
             })
             .collect();
-        let body = format!(
-            "identity:\n  did: {}\nsandbox:\n  command: {}\n  workdir: ./work\n  network:\n    egress: none\na2a:\n  listen: 127.0.0.1:{}\n  peers:\n{peers}",
-            self.did,
-            serde_json::to_string(command).unwrap(),
-            self.port
-        );
-        let path = self.case.agentfile(&body);
-        // `Case::agentfile` names every agent test-agent; give this one its own.
-        let named = std::fs::read_to_string(&path).unwrap().replacen(
-            "name: test-agent",
-            &format!("name: {}", self.name),
-            1,
-        );
-        std::fs::write(&path, named).unwrap();
-        path
+        self.case.write_agentfile(
+            &Agentfile::new(self.name)
+                .did(&self.did)
+                .command(command)
+                .workdir("./work")
+                .egress("none")
+                .section(&format!(
+                    "a2a:\n  listen: 127.0.0.1:{}\n  peers:\n{peers}",
+                    self.port
+                )),
+        )
     }
 
     fn spawn(&self, args: &[&str]) -> Child {

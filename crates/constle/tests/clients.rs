@@ -23,7 +23,7 @@ use std::fs;
 use std::process::{Command, Stdio};
 
 use constle_sandbox::DEFAULT_PATH;
-use constle_testkit::{HttpsSite, require_e2e, require_nothing_missing, require_root};
+use constle_testkit::{Agentfile, HttpsSite, require_e2e, require_nothing_missing, require_root};
 
 use common::{Case, text};
 
@@ -205,13 +205,13 @@ fn through_the_proxy(client: &Client) {
         "set -e; {}; echo home: $(ls -A \"$HOME\")",
         client.script.replace("{host}", client.host)
     );
-    let file = case.agentfile(&format!(
-        "sandbox:\n  command: [\"sh\", \"-c\", {}]\n  workdir: ./work\n  env:\n    {}: {}\n  network:\n    allowed_hosts: [{}]\n",
-        json(&script),
-        client.ca_variable,
-        json(ca.to_str().unwrap()),
-        client.host,
-    ));
+    let file = case.write_agentfile(
+        &Agentfile::new("test-agent")
+            .sh(&script)
+            .workdir("./work")
+            .env(client.ca_variable, ca.to_str().unwrap())
+            .allowed_hosts([client.host]),
+    );
     let out = case.run(&[
         "run",
         "--hosts-file",
@@ -305,8 +305,4 @@ fn check_proxy(client: &Client, case: &Case, site: &HttpsSite, context: &str) {
     }
     let blocked = case.events("network_blocked");
     assert!(blocked.is_empty(), "{blocked:?}\n{context}");
-}
-
-fn json(s: &str) -> String {
-    serde_json::to_string(s).unwrap()
 }

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use constle_identity::SigningIdentity;
+use constle_testkit::Agentfile;
 use constle_testkit::mcp::{McpServerOptions, TestMcpServer};
 use libtest_mimic::Arguments;
 use serde_json::Value;
@@ -254,10 +255,12 @@ fn started_over() {
 
 fn unwitnessed() {
     let agent = Agent::new();
-    let agentfile = agent.case.agentfile(&format!(
-        "identity:\n  did: {}\nsandbox:\n  command: [\"true\"]\n  network:\n    egress: none\naudit:\n  deployment: ci.example.com\n",
-        agent.log.did()
-    ));
+    let agentfile = agent.case.write_agentfile(
+        &Agentfile::new("test-agent")
+            .did(agent.log.did().as_str())
+            .egress("none")
+            .section("audit:\n  deployment: ci.example.com\n"),
+    );
     let out = agent.run(&agentfile);
     assert_eq!(out.status.code(), Some(0), "{}", report(&out));
     let pin = format!("--agentfile={}", agentfile.display());

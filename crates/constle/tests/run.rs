@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use constle_testkit::{HostsFile, TestHost, require_e2e, require_root};
+use constle_testkit::{Agentfile, HostsFile, TestHost, require_e2e, require_root};
 
 const EXAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -137,10 +137,15 @@ fn the_sandbox_sees_no_host_secrets() {
         "env; test -e {home} && echo HOME_VISIBLE; ls /proc | grep -c '^[0-9]' ; id -u",
         home = case.home().display()
     );
-    let file = case.agentfile(&format!(
-        "identity:\n  did: {did}\nsandbox:\n  command: [\"sh\", \"-c\", {probe}]\n  workdir: ./work\n  env:\n    DECLARED: \"yes\"\n  network:\n    egress: none\nhuman_gates:\n  enabled: true\n  require_approval_for: [x]\n  approver_pubkey: {approver}\n  notify:\n    - channel: webhook\n      url_secret_ref: TEST_WEBHOOK_SECRET\n",
-        probe = serde_json::to_string(&probe).unwrap()
-    ));
+    let file = case.write_agentfile(
+        &Agentfile::new("test-agent")
+            .did(&did)
+            .sh(&probe)
+            .workdir("./work")
+            .env("DECLARED", "yes")
+            .egress("none")
+            .section(&format!("human_gates:\n  enabled: true\n  require_approval_for: [x]\n  approver_pubkey: {approver}\n  notify:\n    - channel: webhook\n      url_secret_ref: TEST_WEBHOOK_SECRET\n")),
+    );
     let out = case
         .command(&["run", file.to_str().unwrap()])
         .env(
@@ -184,10 +189,13 @@ fn the_example_agent_reaches_only_its_allowed_host() {
         .with(std::net::Ipv4Addr::LOCALHOST, "localtest.me")
         .write(&hosts)
         .unwrap();
-    let file = case.agentfile(&format!(
-        "sandbox:\n  command: [\"python3\", \"agent.py\"]\n  workdir: ./work\n  env:\n    ALLOWED_ADDRESS: \"{}\"\n  network:\n    allowed_hosts: [api.groq.com, localtest.me]\n",
-        host.ipv4()
-    ));
+    let file = case.write_agentfile(
+        &Agentfile::new("test-agent")
+            .command(["python3", "agent.py"])
+            .workdir("./work")
+            .env("ALLOWED_ADDRESS", &host.ipv4().to_string())
+            .allowed_hosts(["api.groq.com", "localtest.me"]),
+    );
     let out = case.run(&[
         "run",
         "--hosts-file",
@@ -283,9 +291,12 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 fn stop_a_run_with(signal: &str) -> (Case, std::process::ExitStatus) {
     let case = Case::new();
     let marker = format!("constle-test-marker-{}-{signal}", std::process::id());
-    let file = case.agentfile(&format!(
-        "sandbox:\n  command: [\"sh\", \"-c\", \"touch started; sleep 1000\", \"{marker}\"]\n  workdir: ./work\n  network:\n    allowed_hosts: [api.groq.com]\n"
-    ));
+    let file = case.write_agentfile(
+        &Agentfile::new("test-agent")
+            .command(["sh", "-c", "touch started; sleep 1000", &marker])
+            .workdir("./work")
+            .allowed_hosts(["api.groq.com"]),
+    );
     let mut child = start(&case, &file, Stdio::null);
     wait_for("the agent to start", || case.path("work/started").exists());
     let squid = format!("constle{}x", child.id());
@@ -340,8 +351,11 @@ fn when_the_proxy_dies_the_run_fails_closed() {
         return;
     }
     let case = Case::new();
-    let file = case.agentfile(
-        "sandbox:\n  command: [\"sh\", \"-c\", \"touch started; exec sleep 1000\"]\n  workdir: ./work\n  network:\n    allowed_hosts: [api.groq.com]\n",
+    let file = case.write_agentfile(
+        &Agentfile::new("test-agent")
+            .sh("touch started; exec sleep 1000")
+            .workdir("./work")
+            .allowed_hosts(["api.groq.com"]),
     );
     let child = start(&case, &file, Stdio::piped);
     wait_for("the agent to start", || case.path("work/started").exists());
@@ -456,15 +470,13 @@ fn every_network_rule_holds_from_inside_the_sandbox() {
     )
     .collect();
     // Given targets, the example agent asks the proxy for each.
-    let targets: Vec<String> = expectations
-        .iter()
-        .map(|(t, _)| serde_json::to_string(t).unwrap())
-        .collect();
-    let file = case.agentfile(&format!(
-        "sandbox:\n  command: [\"python3\", \"agent.py\", {}]\n  workdir: ./work\n  network:\n    allowed_hosts: [{}]\n",
-        targets.join(", "),
-        allowed.join(", ")
-    ));
+    let targets = expectations.iter().map(|(t, _)| t.as_str());
+    let file = case.write_agentfile(
+        &Agentfile::new("test-agent")
+            .command(["python3", "agent.py"].into_iter().chain(targets))
+            .workdir("./work")
+            .allowed_hosts(&allowed),
+    );
     let out = case.run(&[
         "run",
         "--hosts-file",
@@ -565,7 +577,12 @@ fn a_signal_during_start_up_leaves_nothing_behind() {
         return;
     }
     let case = Case::new();
-    let file = case.agentfile("sandbox:\n  command: [\"sleep\", \"1000\"]\n  workdir: ./work\n  network:\n    allowed_hosts: [api.groq.com]\n");
+    let file = case.write_agentfile(
+        &Agentfile::new("test-agent")
+            .command(["sleep", "1000"])
+            .workdir("./work")
+            .allowed_hosts(["api.groq.com"]),
+    );
     for delay_ms in [0, 5, 10, 15, 20, 25, 30, 40] {
         let mut child = start(&case, &file, Stdio::null);
         let squid = format!("constle{}x", child.id());

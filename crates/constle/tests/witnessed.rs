@@ -23,6 +23,8 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 mod common;
+use constle_testkit::Agentfile;
+
 use common::log::{read_entries, reseal};
 use common::{Case, text};
 
@@ -128,10 +130,10 @@ impl Writer {
 /// An Agentfile for the agent declaring `witnesses`, `quorum` of them
 /// needed.
 fn agentfile(case: &Case, name: &str, witnesses: &[&WitnessSigner], quorum: usize) -> PathBuf {
-    let mut body = format!(
-        "name: test-agent\nidentity:\n  did: {}\nsandbox:\n  command: [\"true\"]\naudit:\n  deployment: ci.example.com\n",
-        agent_key().did()
-    );
+    let mut body = Agentfile::new("test-agent")
+        .did(agent_key().did().as_str())
+        .section("audit:\n  deployment: ci.example.com\n")
+        .to_yaml();
     if !witnesses.is_empty() {
         body.push_str("  witnesses:\n");
         for w in witnesses {

@@ -12,6 +12,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use constle_testkit::Agentfile;
+
 pub struct Case {
     pub dir: tempfile::TempDir,
 }
@@ -34,6 +36,13 @@ impl Case {
     pub fn agentfile(&self, body: &str) -> PathBuf {
         let path = self.path("agent.yaml");
         fs::write(&path, format!("name: test-agent\n{body}")).unwrap();
+        path
+    }
+
+    /// Writes `agentfile` as `agent.yaml`.
+    pub fn write_agentfile(&self, agentfile: &Agentfile) -> PathBuf {
+        let path = self.path("agent.yaml");
+        fs::write(&path, agentfile.to_yaml()).unwrap();
         path
     }
 
