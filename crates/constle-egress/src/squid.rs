@@ -498,62 +498,95 @@ async fn spawn_and_wait(
     };
     let wait_err = |e| EgressError::io("wait for", &squid, e);
 
-    // 1. Something accepts connections on the port.
-    let probe_port = loop {
-        if let Some(status) = child.try_wait().map_err(wait_err)? {
-            return exited(status, &service);
-        }
-        if let Ok(probe) = tokio::net::TcpStream::connect(listen).await {
-            break probe.local_addr().map_or(0, |a| a.port());
-        }
-        if Instant::now() > deadline {
-            return give_up(child, &service).await;
-        }
-        tokio::time::sleep(PROBE_INTERVAL).await;
-    };
+    // Until it is handed over (or has exited or been given up on, which
+    // clean up after themselves), a start that is abandoned (its future
+    // dropped: the run no longer needs the proxy) leaves nothing behind.
+    let unstarted = Unstarted(Some((pgid, service.clone())));
+    let started: Result<Started, EgressError> = async {
+        // 1. Something accepts connections on the port.
+        let probe_port = loop {
+            if let Some(status) = child.try_wait().map_err(wait_err)? {
+                return exited(status, &service);
+            }
+            if let Ok(probe) = tokio::net::TcpStream::connect(listen).await {
+                break probe.local_addr().map_or(0, |a| a.port());
+            }
+            if Instant::now() > deadline {
+                return give_up(child, &service).await;
+            }
+            tokio::time::sleep(PROBE_INTERVAL).await;
+        };
 
-    // 2. That something is this Squid: the probe (connected, then closed
-    // without a request) is logged as `-` from its port.
-    let mut log = LogReader::new(log);
-    let mut early = Vec::new();
-    loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        tokio::select! {
-            status = child.wait() => {
-                return exited(status.map_err(wait_err)?, &service);
-            }
-            line = tokio::time::timeout(remaining, log.next()) => match line {
-                Err(_) => return give_up(child, &service).await,
-                Ok(Err(e)) => {
-                    let _ = give_up(child, &service).await;
-                    return Err(EgressError::io("read", run_dir.join(ACCESS_LOG_FILE), e));
+        // 2. That something is this Squid: the probe (connected, then closed
+        // without a request) is logged as `-` from its port.
+        let mut log = LogReader::new(log);
+        let mut early = Vec::new();
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            tokio::select! {
+                status = child.wait() => {
+                    return exited(status.map_err(wait_err)?, &service);
                 }
-                Ok(Ok(LogLine::End)) => {
-                    // Squid closed its log: it is exiting.
-                    match tokio::time::timeout(Duration::from_secs(2), child.wait()).await {
-                        Ok(status) => return exited(status.map_err(wait_err)?, &service),
-                        Err(_) => return give_up(child, &service).await,
+                line = tokio::time::timeout(remaining, log.next()) => match line {
+                    Err(_) => return give_up(child, &service).await,
+                    Ok(Err(e)) => {
+                        let _ = give_up(child, &service).await;
+                        return Err(EgressError::io("read", run_dir.join(ACCESS_LOG_FILE), e));
                     }
-                }
-                Ok(Ok(LogLine::Line(line))) => {
-                    let event = decode_line(&line);
-                    let is_probe = event.method == "-"
-                        && event
-                            .client
-                            .is_some_and(|c| c.ip().is_loopback() && c.port() == probe_port);
-                    if is_probe {
-                        return Ok(Started::Ready {
-                            child,
-                            service,
-                            log,
-                            early,
-                            latency: spawned_at.elapsed(),
-                        });
+                    Ok(Ok(LogLine::End)) => {
+                        // Squid closed its log: it is exiting.
+                        match tokio::time::timeout(Duration::from_secs(2), child.wait()).await {
+                            Ok(status) => return exited(status.map_err(wait_err)?, &service),
+                            Err(_) => return give_up(child, &service).await,
+                        }
                     }
-                    early.push(event);
+                    Ok(Ok(LogLine::Line(line))) => {
+                        let event = decode_line(&line);
+                        let is_probe = event.method == "-"
+                            && event
+                                .client
+                                .is_some_and(|c| c.ip().is_loopback() && c.port() == probe_port);
+                        if is_probe {
+                            return Ok(Started::Ready {
+                                child,
+                                service,
+                                log,
+                                early,
+                                latency: spawned_at.elapsed(),
+                            });
+                        }
+                        early.push(event);
+                    }
                 }
             }
         }
+    }
+    .await;
+    unstarted.defuse();
+    started
+}
+
+/// A Squid spawned and not yet handed over (its group and its service).
+/// Dropped before [`Unstarted::defuse`], it does what dropping a [`Squid`]
+/// does: kills the group and removes its shared memory.
+struct Unstarted(Option<(Option<Pid>, String)>);
+
+impl Unstarted {
+    /// The start ended: what it made is handed over or cleaned up.
+    fn defuse(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unstarted {
+    fn drop(&mut self) {
+        let Some((pgid, service)) = self.0.take() else {
+            return;
+        };
+        if let Some(pgid) = pgid {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+        remove_shm(&service);
     }
 }
 
@@ -802,6 +835,68 @@ mod tests {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The service (`-n`) of the Squid whose configuration is `conf`, while
+    /// its process lives.
+    fn service_of(conf: &Path) -> Option<String> {
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .find_map(|entry| {
+                let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                let conf = conf.as_os_str().as_encoded_bytes();
+                if !args.contains(&conf) || !args[0].ends_with(b"squid") {
+                    return None;
+                }
+                let n = args.iter().position(|a| *a == b"-n")?;
+                String::from_utf8(args.get(n + 1)?.to_vec()).ok()
+            })
+    }
+
+    /// A start abandoned after Squid made its shared memory, before it was
+    /// ready, leaves neither the process nor the segments.
+    #[tokio::test]
+    async fn an_abandoned_start_leaves_nothing() {
+        if !constle_testkit::require_e2e("abandoned start") {
+            return;
+        }
+        for _attempt in 0..5 {
+            let run_dir = tempfile::tempdir().expect("run dir");
+            let hosts_dir = tempfile::tempdir().expect("dir");
+            let (dir, hosts) = (run_dir.path().to_path_buf(), hosts(hosts_dir.path()));
+            let start =
+                tokio::spawn(async move { Squid::start(&dir, &policy(), Some(&hosts)).await });
+            let conf = run_dir.path().canonicalize().expect("real").join(CONF_FILE);
+            let mut service = None;
+            for _ in 0..2000 {
+                service = service.or_else(|| service_of(&conf));
+                if service.as_ref().is_some_and(|s| !shm_files(s).is_empty()) || start.is_finished()
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            if start.is_finished() {
+                continue; // ready before it could be abandoned: try again
+            }
+            let service = service.expect("Squid was seen starting");
+            start.abort();
+            let _ = start.await;
+            for _ in 0..200 {
+                if service_of(&conf).is_none() && shm_files(&service).is_empty() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!(
+                "left behind: process {:?}, segments {:?}",
+                service_of(&conf),
+                shm_files(&service)
+            );
+        }
+        panic!("Squid was ready every time before the start could be abandoned");
     }
 
     #[tokio::test]

@@ -183,15 +183,18 @@ impl Proxy {
         self.bridge.abort();
     }
 
-    /// Stops Squid and waits until every decision it logged is recorded. A
-    /// start still under way (the agent can be done before Squid is ready)
-    /// is seen through first, so that Squid is stopped as it always is, and
-    /// a Squid that could not start fails the run, as it did when it
-    /// started before the sandbox.
-    pub(crate) async fn stop(mut self) -> Result<(), RunError> {
+    /// Stops Squid and waits until every decision it logged is recorded.
+    /// A start still under way (the agent can be done before Squid is
+    /// ready, and then nothing went through it) is abandoned: Squid's
+    /// start leaves nothing behind when dropped.
+    pub(crate) async fn stop(self) -> Result<(), RunError> {
         self.bridge.abort();
-        let started = self.ready().await;
-        let recorded = match self.squid {
+        match self.squid {
+            Starting::Pending { start, .. } => {
+                start.abort();
+                let _ = start.await;
+                Ok(())
+            }
             Starting::Ready { squid, recorder } => {
                 squid.stop().await;
                 match recorder {
@@ -199,9 +202,8 @@ impl Proxy {
                     None => Ok(()),
                 }
             }
-            Starting::Pending { .. } | Starting::Failed => Ok(()),
-        };
-        started.and(recorded)
+            Starting::Failed => Ok(()),
+        }
     }
 }
 

@@ -433,10 +433,9 @@ impl Started {
         drop(self.gates);
         drop(self.a2a);
         let recorded = match self.proxy {
-            Some(mut proxy) => {
-                let started = proxy.ready().await;
+            Some(proxy) => {
                 self.timings.proxy_start = proxy.ready_after();
-                started.and(proxy.stop().await)
+                proxy.stop().await
             }
             None => Ok(()),
         };

@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 /// The phases' durations; the proxy's start overlaps the others.
 #[derive(Default)]
 pub(crate) struct Timings {
-    /// Squid started until it accepted connections (zero without egress);
-    /// the sandbox starts meanwhile.
+    /// Squid started until it accepted connections; the sandbox starts
+    /// meanwhile. Zero without egress, and when the agent was done first
+    /// (Squid's start is then abandoned).
     pub proxy_start: Duration,
     /// The agent's work directory checked before the sandbox starts and
     /// put right after it is gone.
