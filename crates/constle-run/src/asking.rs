@@ -8,17 +8,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use constle_approval::DenialReason;
 use constle_approval::RequestError;
 use constle_approval::rules::{
     Action, Approved, Approvers, Denied, Input, OnTimeout, Rule, Settled, TerminalAnswer,
 };
-use constle_audit::{AuditError, AuditLog, Event, EventError};
+use constle_approval::{DecisionRecord, DenialReason};
+use constle_audit::catalogue::{
+    GateApprovedQuorum, GateApprovedTerminal, GateApprovedWebhook, GateDeniedTerminal,
+    GateDeniedUnverified, GateDeniedVote, GateDeniedWebhook, GateSubject, GateTimeout,
+    GateTimeoutV2, OrOmitted, SignedDecision,
+};
+use constle_audit::{AuditError, AuditLog, Event};
 use constle_human_gate::{
     HostTty, NO_TERMINAL_MESSAGE, PromptRequest, TerminalOutcome, ask_terminal,
 };
 use constle_mcp_gate::{Approval, Shutoff, ToolCall};
-use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -55,8 +59,6 @@ pub(crate) enum GateFailure {
     Request(#[from] RequestError),
     #[error("the decision could not be recorded: {0}")]
     Audit(#[from] AuditError),
-    #[error("the decision could not be recorded: {0}")]
-    Event(#[from] EventError),
     #[error("the approver set cannot be used: {0}")]
     ApproverSet(String),
 }
@@ -69,9 +71,7 @@ impl GateFailure {
     pub(crate) fn for_agent(&self) -> String {
         match self {
             GateFailure::Request(_) => self.to_string(),
-            GateFailure::Audit(_) | GateFailure::Event(_) => {
-                "the decision could not be recorded".into()
-            }
+            GateFailure::Audit(_) => "the decision could not be recorded".into(),
             GateFailure::ApproverSet(_) => "the approver set cannot be used".into(),
         }
     }
@@ -84,7 +84,7 @@ pub(crate) type Heard<'a> =
 /// Where a call's wait ended, and what the outcome entry adds for its
 /// protocol version.
 pub(crate) struct Concluded {
-    pub(crate) subject: Map<String, Value>,
+    pub(crate) subject: GateSubject,
     pub(crate) settled: Settled,
     /// `None` for version 1; the threshold for version 2.
     pub(crate) threshold: Option<usize>,
@@ -179,80 +179,109 @@ impl Inner {
     /// The audit entry that says how the call was settled. Version 2's
     /// (with a `threshold`) carry `version: 2`, and an approval or a
     /// timeout also the threshold and its tally.
-    pub(crate) fn concluded(&self, concluded: &Concluded) -> Result<Event, EventError> {
+    pub(crate) fn concluded(&self, concluded: &Concluded) -> Event {
         let Concluded {
             subject,
             settled,
             threshold,
         } = concluded;
-        let first = match threshold {
-            None => event(outcome_name(settled), subject)?,
-            Some(_) => event(outcome_name(settled), subject)?.with("version", 2)?,
-        };
-        let tally = |entry: Event| match threshold {
-            None => Ok(entry),
-            Some(threshold) => entry.with("threshold", *threshold),
-        };
+        let subject = subject.clone();
+        let version = OrOmitted(threshold.map(|_| VERSION_2));
+        let denied = || DenialReason::Denied.audit_reason().to_owned();
         match settled {
-            Settled::Approved(Approved::Terminal) => first.with("decided_by", "terminal"),
-            Settled::Approved(Approved::Webhook(approval)) => event(
-                outcome_name(settled),
-                &merged(subject, approval.record().audit_fields()),
-            ),
-            Settled::Approved(Approved::Quorum(quorum)) => {
-                let approvers: Vec<&str> = quorum
+            Settled::Approved(Approved::Terminal) => GateApprovedTerminal {
+                subject,
+                version,
+                decided_by: "terminal".into(),
+            }
+            .into(),
+            Settled::Approved(Approved::Webhook(approval)) => GateApprovedWebhook {
+                subject,
+                decided_by: "webhook".into(),
+                signed: signed(approval.record()),
+            }
+            .into(),
+            Settled::Approved(Approved::Quorum(quorum)) => GateApprovedQuorum {
+                subject,
+                version,
+                decided_by: "quorum".into(),
+                approvers: quorum
                     .votes()
                     .iter()
-                    .map(|v| v.approver().as_str())
-                    .collect();
-                tally(
-                    first
-                        .with("decided_by", "quorum")?
-                        .with("approvers", approvers)?
-                        .with("terminal", quorum.terminal())?,
-                )
+                    .map(|v| v.approver().as_str().to_owned())
+                    .collect(),
+                terminal: quorum.terminal(),
+                threshold: OrOmitted(*threshold),
             }
-            Settled::Denied(Denied::Terminal) => first
-                .with("decided_by", "terminal")?
-                .with("reason", DenialReason::Denied.audit_reason()),
+            .into(),
+            Settled::Denied(Denied::Terminal) => GateDeniedTerminal {
+                subject,
+                version,
+                decided_by: "terminal".into(),
+                reason: denied(),
+            }
+            .into(),
             Settled::Denied(Denied::Webhook(denial)) => {
+                let reason = denial.reason().audit_reason().to_owned();
                 // Only a decision whose every check passed carries the
                 // signed fields; any other is recorded by its reason alone.
-                let fields = match denial.record() {
-                    Some(record) => merged(subject, record.audit_fields()),
-                    None => merged(subject, channel_webhook()),
-                };
-                event(outcome_name(settled), &fields)?
-                    .with("reason", denial.reason().audit_reason())
+                match denial.record() {
+                    Some(record) => GateDeniedWebhook {
+                        subject,
+                        decided_by: "webhook".into(),
+                        signed: signed(record),
+                        reason,
+                    }
+                    .into(),
+                    None => GateDeniedUnverified {
+                        subject,
+                        channel: CHANNEL_WEBHOOK.to_owned(),
+                        reason,
+                    }
+                    .into(),
+                }
             }
-            Settled::Denied(Denied::Vote(vote)) => first
-                .with("decided_by", "webhook")?
-                .with("approver", vote.approver().as_str())?
-                .with("reason", DenialReason::Denied.audit_reason()),
+            Settled::Denied(Denied::Vote(vote)) => GateDeniedVote {
+                subject,
+                version,
+                decided_by: "webhook".into(),
+                approver: vote.approver().as_str().to_owned(),
+                reason: denied(),
+            }
+            .into(),
             Settled::TimedOut(timeout) => {
-                let entry = first
-                    .with("on_timeout", timeout.on_timeout.word())?
-                    .with("timeout_seconds", self.timeout.as_secs() as i64)?;
-                match (threshold, timeout.no_decision.first()) {
-                    (None, None) => Ok(entry),
-                    (None, Some(webhook)) => entry.with("webhook", webhook.as_str()),
-                    (Some(_), _) => tally(
-                        entry
-                            .with("approvals", timeout.approvals)?
-                            .with("webhooks", timeout.no_decision.as_slice())?,
-                    ),
+                let on_timeout = timeout.on_timeout.word().to_owned();
+                let timeout_seconds = self.timeout.as_secs();
+                match threshold {
+                    None => GateTimeout {
+                        subject,
+                        on_timeout,
+                        timeout_seconds,
+                        webhook: OrOmitted(timeout.no_decision.first().cloned()),
+                    }
+                    .into(),
+                    Some(threshold) => GateTimeoutV2 {
+                        subject,
+                        version: VERSION_2,
+                        on_timeout,
+                        timeout_seconds,
+                        approvals: timeout.approvals,
+                        webhooks: timeout.no_decision.clone(),
+                        threshold: *threshold,
+                    }
+                    .into(),
                 }
             }
         }
     }
 }
 
-/// The audit event that records `settled`.
-fn outcome_name(settled: &Settled) -> &'static str {
-    match settled {
-        Settled::Approved(_) => "gate_approved",
-        Settled::Denied(_) => "gate_denied",
-        Settled::TimedOut(_) => "gate_timeout",
+/// A version 1 decision's signed members, as the log records them.
+fn signed(record: &DecisionRecord) -> SignedDecision {
+    SignedDecision {
+        approver: record.approver().as_str().to_owned(),
+        decision: record.decision().to_owned(),
+        signature: record.signature().to_owned(),
     }
 }
 
@@ -266,37 +295,20 @@ fn refused(call: &ToolCall, why: &str) -> Approval {
     }
 }
 
+/// `version` in a version 2 entry.
+pub(crate) const VERSION_2: u64 = 2;
+
+/// `channel` in an entry of a webhook decision that failed a check.
+pub(crate) const CHANNEL_WEBHOOK: &str = "webhook";
+
 /// The members every gate entry of one call shares.
-pub(crate) fn subject_fields(
-    request_id: &str,
-    call: &ToolCall,
-    digest: &str,
-) -> Map<String, Value> {
-    let mut fields = Map::new();
-    let mut put = |key: &str, value: &str| fields.insert(key.to_owned(), Value::from(value));
-    put("request_id", request_id);
-    put("server", &call.server);
-    put("tool", &call.tool);
-    put("subject_digest", digest);
-    fields
-}
-
-pub(crate) fn merged(subject: &Map<String, Value>, more: Map<String, Value>) -> Map<String, Value> {
-    let mut fields = subject.clone();
-    fields.extend(more);
-    fields
-}
-
-pub(crate) fn channel_webhook() -> Map<String, Value> {
-    Map::from_iter([("channel".to_owned(), Value::from("webhook"))])
-}
-
-pub(crate) fn event(name: &str, fields: &Map<String, Value>) -> Result<Event, EventError> {
-    fields
-        .iter()
-        .try_fold(Event::new(name)?, |event, (key, value)| {
-            event.with(key, value.clone())
-        })
+pub(crate) fn subject_fields(request_id: &str, call: &ToolCall, digest: &str) -> GateSubject {
+    GateSubject {
+        request_id: request_id.to_owned(),
+        server: call.server.clone(),
+        tool: call.tool.clone(),
+        subject_digest: digest.to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -309,8 +321,7 @@ mod tests {
         match failure {
             GateFailure::Request(_) => 0,
             GateFailure::Audit(_) => 1,
-            GateFailure::Event(_) => 2,
-            GateFailure::ApproverSet(_) => 3,
+            GateFailure::ApproverSet(_) => 2,
         }
     }
 
@@ -323,14 +334,13 @@ mod tests {
                 path: format!("{home}/logs/agent-2026-01-01.jsonl").into(),
                 message: "No space left on device".into(),
             }),
-            GateFailure::Event(EventError::ReservedField(format!("{home}/x"))),
             GateFailure::ApproverSet(format!(
                 "approver set /srv/approvers: cannot read {home}/approvers/sha256-1: gone"
             )),
         ];
         let mut seen: Vec<usize> = failures.iter().map(variant).collect();
         seen.dedup();
-        assert_eq!(seen, [0, 1, 2, 3], "every variant has an example");
+        assert_eq!(seen, [0, 1, 2], "every variant has an example");
         for failure in &failures {
             let told = failure.for_agent();
             for host in ["/root", ".constle", "/srv", "gone", "No space"] {

@@ -18,6 +18,7 @@ use std::sync::atomic::AtomicBool;
 use constle_approval::PendingRequest;
 use constle_approval::rules::{Approvers, Input, OnTimeout, Settled, Settlement};
 use constle_audit::AuditLog;
+use constle_audit::catalogue::GateTriggered;
 use constle_human_gate::{HostTty, PromptRequest, WebhookClient, WebhookOutcome, WebhookUrl};
 use constle_identity::DidKey;
 use constle_manifest::Manifest;
@@ -28,7 +29,7 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::asking::{Concluded, GateFailure, Heard, Inner, POLL_INTERVAL, event, subject_fields};
+use crate::asking::{Concluded, GateFailure, Heard, Inner, POLL_INTERVAL, subject_fields};
 use crate::error::RunError;
 use crate::output::OutputHold;
 use crate::quorum::QuorumGate;
@@ -135,10 +136,12 @@ impl Gate {
                     "terminal": self.inner.terminal.is_some(),
                     "webhook": webhook.is_some(),
                 });
-                let triggered = event("gate_triggered", &subject)?
-                    .with("expires_at", constle_audit::format_timestamp(expires_at))?
-                    .with("channels", channels)?;
-                self.inner.record(triggered).await?;
+                let triggered = GateTriggered {
+                    subject: subject.clone(),
+                    expires_at: constle_audit::format_timestamp(expires_at),
+                    channels,
+                };
+                self.inner.record(triggered.into()).await?;
                 let settled = self
                     .race(pending, approver, webhook.as_ref(), deadline)
                     .await;
@@ -155,7 +158,7 @@ impl Gate {
             }
         };
         // On disk before the gate acts on it.
-        self.inner.record(self.inner.concluded(&concluded)?).await?;
+        self.inner.record(self.inner.concluded(&concluded)).await?;
         Ok(self.inner.act(call, concluded.settled.action()))
     }
 

@@ -9,6 +9,10 @@
 use constle_approval::quorum::{Approver, BallotRequest, Binding, RejectedVote, VerifiedVote};
 use constle_approval::rules::{Approvers, Input, Record, Settled, Settlement, TerminalVote};
 use constle_audit::Event;
+use constle_audit::catalogue::{
+    ApproverSetInForce, GateSubject, GateTriggeredV2, GateVoteCounted, GateVoteRejected,
+    GateVoteTerminal, OrOmitted, SignedVote,
+};
 use constle_human_gate::{PromptRequest, WebhookClient, WebhookUrl};
 use constle_identity::DidKey;
 use std::path::{Path, PathBuf};
@@ -18,12 +22,11 @@ use constle_manifest::{ApproverSetRef, Manifest, Quorum, QuorumSource};
 use constle_mcp_gate::ToolCall;
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::asking::{
-    Concluded, GateFailure, Heard, Inner, POLL_INTERVAL, channel_webhook, event, merged,
-    subject_fields,
+    CHANNEL_WEBHOOK, Concluded, GateFailure, Heard, Inner, POLL_INTERVAL, VERSION_2, subject_fields,
 };
 use crate::error::RunError;
 
@@ -152,18 +155,13 @@ impl QuorumGate {
             .map_err(|e| GateFailure::ApproverSet(e.to_string()))?;
         let mut recorded = recorded.lock().await;
         if *recorded != Some(set.version()) {
-            let in_force = Event::new("approver_set_in_force")?
-                .with("version", set.version())?
-                .with("digest", set.digest().to_string())?
-                .with("threshold", set.threshold())?
-                .with(
-                    "approvers",
-                    set.approvers()
-                        .iter()
-                        .map(|a| a.did.to_string())
-                        .collect::<Vec<_>>(),
-                )?;
-            gate.record(in_force).await?;
+            let in_force = ApproverSetInForce {
+                version: set.version(),
+                digest: set.digest().to_string(),
+                threshold: set.threshold(),
+                approvers: set.approvers().iter().map(|a| a.did.to_string()).collect(),
+            };
+            gate.record(in_force.into()).await?;
             *recorded = Some(set.version());
         }
         Ok(std::borrow::Cow::Owned(InForceNow::of_set(&set)))
@@ -197,18 +195,17 @@ impl QuorumGate {
             "terminal": gate.terminal.is_some(),
             "webhooks": self.webhooks.len(),
         });
-        let triggered = event("gate_triggered", &subject)?
-            .with("expires_at", request.expires_at())?
-            .with("channels", channels)?
-            .with("version", 2)?
-            .with("threshold", now.threshold)?
-            .with("approvers", labelled(&now.approvers))?
-            .with("policy_digest", self.policy_digest.as_str())?
-            .with(
-                "approver_set_version",
-                now.version.as_ref().map(|(v, _)| *v),
-            )?;
-        gate.record(triggered).await?;
+        let triggered = GateTriggeredV2 {
+            subject: subject.clone(),
+            expires_at: request.expires_at().to_owned(),
+            channels,
+            version: VERSION_2,
+            threshold: now.threshold,
+            approvers: labelled(&now.approvers),
+            policy_digest: self.policy_digest.clone(),
+            approver_set_version: now.version.as_ref().map(|(v, _)| *v),
+        };
+        gate.record(triggered.into()).await?;
         let settled = self.count(gate, &now, &request, &subject, deadline).await?;
         Ok(Concluded {
             subject,
@@ -224,7 +221,7 @@ impl QuorumGate {
         gate: &Inner,
         now: &InForceNow,
         request: &BallotRequest,
-        subject: &Map<String, Value>,
+        subject: &GateSubject,
         deadline: Instant,
     ) -> Result<Settled, GateFailure> {
         let prompt = PromptRequest::for_ballot(request, gate.timeout, gate.on_timeout);
@@ -285,17 +282,17 @@ impl QuorumGate {
     async fn write(
         &self,
         gate: &Inner,
-        subject: &Map<String, Value>,
+        subject: &GateSubject,
         record: &Record,
     ) -> Result<(), GateFailure> {
         let entry = match record {
-            Record::Vote(vote) => counted_vote(subject, vote)?,
-            Record::Rejected(rejected) => rejected_vote(subject, rejected)?,
-            Record::Terminal(TerminalVote::Approved) => terminal_vote(subject, "approved")?,
+            Record::Vote(vote) => counted_vote(subject, vote),
+            Record::Rejected(rejected) => rejected_vote(subject, rejected),
+            Record::Terminal(TerminalVote::Approved) => terminal_vote(subject, "approved", None),
             Record::Terminal(TerminalVote::ApprovedNotCounted) => {
-                terminal_vote(subject, "approved")?.with("counted", false)?
+                terminal_vote(subject, "approved", Some(false))
             }
-            Record::Terminal(TerminalVote::Denied) => terminal_vote(subject, "denied")?,
+            Record::Terminal(TerminalVote::Denied) => terminal_vote(subject, "denied", None),
         };
         gate.record(entry).await?;
         if let Record::Terminal(TerminalVote::ApprovedNotCounted) = record {
@@ -308,34 +305,39 @@ impl QuorumGate {
 
 /// `gate_vote` for a decision whose every check passed: the signed members,
 /// re-verifiable by `constle audit verify`.
-fn counted_vote(
-    subject: &Map<String, Value>,
-    vote: &VerifiedVote,
-) -> Result<Event, constle_audit::EventError> {
-    event("gate_vote", &merged(subject, vote.audit_fields()))?
-        .with("decided_by", "webhook")?
-        .with("verified", true)
+fn counted_vote(subject: &GateSubject, vote: &VerifiedVote) -> Event {
+    GateVoteCounted {
+        subject: subject.clone(),
+        signed: SignedVote(vote.audit_fields()),
+        decided_by: "webhook".into(),
+        verified: true,
+    }
+    .into()
 }
 
 /// `gate_vote` for a decision that failed a check: who it named (not
 /// believed) and why; it counts for nothing.
-fn rejected_vote(
-    subject: &Map<String, Value>,
-    rejected: &RejectedVote,
-) -> Result<Event, constle_audit::EventError> {
-    event("gate_vote", &merged(subject, channel_webhook()))?
-        .with("verified", false)?
-        .with("approver", rejected.approver.clone())?
-        .with("reason", rejected.reason.audit_reason())
+fn rejected_vote(subject: &GateSubject, rejected: &RejectedVote) -> Event {
+    GateVoteRejected {
+        subject: subject.clone(),
+        channel: CHANNEL_WEBHOOK.to_owned(),
+        verified: false,
+        approver: rejected.approver.clone(),
+        reason: rejected.reason.audit_reason().to_owned(),
+    }
+    .into()
 }
 
-fn terminal_vote(
-    subject: &Map<String, Value>,
-    decision: &str,
-) -> Result<Event, constle_audit::EventError> {
-    event("gate_vote", subject)?
-        .with("decided_by", "terminal")?
-        .with("decision", decision)
+/// `gate_vote` for the terminal's answer; `counted: Some(false)` for an
+/// approval that does not count.
+fn terminal_vote(subject: &GateSubject, decision: &str, counted: Option<bool>) -> Event {
+    GateVoteTerminal {
+        subject: subject.clone(),
+        decided_by: "terminal".into(),
+        decision: decision.to_owned(),
+        counted: OrOmitted(counted),
+    }
+    .into()
 }
 
 /// `[{did, label}]`, as `gate_triggered` records them.
