@@ -272,6 +272,9 @@ impl Started {
         let proxy = EgressPolicy::from_network(&manifest.sandbox.network)
             .map(|policy| Proxy::start(&policy, options, sockets.path(), log, None))
             .transpose()?;
+        // Squid's start is the slowest of all: it begins at its task's first
+        // turn, which is now, not whenever the rest first waits.
+        tokio::task::yield_now().await;
         // The host terminal is opened only when someone may have to answer
         // on it.
         let terminal = manifest
