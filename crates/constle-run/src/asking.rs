@@ -27,6 +27,7 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::events;
 use crate::output::OutputHold;
 use crate::stop::{GateStop, GateStops};
 
@@ -126,7 +127,7 @@ impl Inner {
     }
 
     pub(crate) async fn record(&self, event: Event) -> Result<(), AuditError> {
-        self.log.submit(event).written().await.map(|_| ())
+        events::record(&self.log, event).await
     }
 
     /// Resolves only on a decision; a terminal that cannot decide leaves

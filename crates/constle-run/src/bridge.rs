@@ -39,10 +39,9 @@ pub fn forward(
 }
 
 async fn splice(client: UnixStream, mut target: watch::Receiver<Option<SocketAddr>>) {
-    let Ok(target) = target.wait_for(Option::is_some).await.map(|t| *t) else {
+    let Ok(Some(target)) = target.wait_for(Option::is_some).await.map(|t| *t) else {
         return;
     };
-    let Some(target) = target else { return };
     // A refused or broken connection is the proxy's answer to give; the
     // agent sees its connection close, and Squid logs what it decided.
     if let Ok(upstream) = TcpStream::connect(target).await {

@@ -10,7 +10,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use constle_audit::catalogue::{NetworkAllowed, NetworkBlocked};
 use constle_audit::{AuditError, AuditLog, Event};
@@ -35,9 +35,6 @@ pub(crate) struct Proxy {
     squid: Starting,
     log: Arc<AuditLog>,
     server: Option<String>,
-    since: Instant,
-    /// How long Squid took to be ready, once it is.
-    ready_after: Option<Duration>,
     _dir: tempfile::TempDir,
 }
 
@@ -99,8 +96,6 @@ impl Proxy {
             squid: Starting::Pending { start, target },
             log: Arc::clone(log),
             server: server.map(str::to_owned),
-            since: Instant::now(),
-            ready_after: None,
             _dir: dir,
         })
     }
@@ -138,7 +133,6 @@ impl Proxy {
             Ok(())
         });
         let _ = target.send(Some(squid.addr()));
-        self.ready_after = Some(self.since.elapsed());
         self.squid = Starting::Ready {
             squid: Box::new(squid),
             recorder: Some(recorder),
@@ -146,9 +140,13 @@ impl Proxy {
         Ok(())
     }
 
-    /// How long Squid took to be ready, from [`Proxy::start`].
+    /// How long Squid took from its spawn to accepting connections, once
+    /// it has (zero before).
     pub(crate) fn ready_after(&self) -> Duration {
-        self.ready_after.unwrap_or_default()
+        match &self.squid {
+            Starting::Ready { squid, .. } => squid.start_latency(),
+            Starting::Pending { .. } | Starting::Failed => Duration::ZERO,
+        }
     }
 
     /// Resolves when the proxy stops working: Squid did not start, exited,
