@@ -25,7 +25,10 @@ use crate::raw::{
     RawSandbox, RawServer, RawSpending, RawTmpfs, Strings,
 };
 use crate::secret::SecretHeaderError;
+pub use context::RESERVED_ENV;
+use context::{V, holds, is_reserved};
 mod audit;
+mod context;
 mod quorum;
 mod stdio;
 
@@ -38,14 +41,6 @@ use crate::values::{
 /// directory: never the Agentfile's own directory, which holds the policy.
 pub const DEFAULT_WORKDIR: &str = "work";
 
-/// The proxy variables, refused in `sandbox.env` in any case; so is every
-/// name starting `CONSTLE_`. Constle points `HTTPS_PROXY` and `HTTP_PROXY`
-/// (both cases) at its egress proxy, the agent's only way out, and
-/// `NO_PROXY` (both cases) at loopback, where the MCP gates are. It leaves
-/// `ALL_PROXY` unset: the proxy tunnels HTTPS only, which `HTTPS_PROXY`
-/// already sends to it, and any other proxy is out of the agent's reach.
-pub const RESERVED_ENV: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY"];
-
 /// Everything validation needs besides the raw document.
 pub(crate) struct Input<'a> {
     pub root: Pos,
@@ -55,15 +50,6 @@ pub(crate) struct Input<'a> {
     /// The digest of the text being validated.
     pub policy_digest: PolicyDigest,
     pub env: &'a dyn Fn(&str) -> Option<String>,
-}
-
-struct V<'a, 's> {
-    sink: &'s mut Sink,
-    env: &'a dyn Fn(&str) -> Option<String>,
-    base_dir: PathBuf,
-    agentfile: PathBuf,
-    /// `sandbox.workdir` once checked, which no stdio server's may overlap.
-    agent_workdir: Option<PathBuf>,
 }
 
 /// Validates `raw`. Returns `None` if any error was recorded (here or earlier).
@@ -478,13 +464,12 @@ impl V<'_, '_> {
         };
         let mut ok = true;
         for (key, value) in &env.value.0 {
-            let upper = key.value.to_ascii_uppercase();
             let name = self.check(key, "invalid_env_name", EnvVarName::new);
             let Some(name) = name else {
                 ok = false;
                 continue;
             };
-            if RESERVED_ENV.contains(&upper.as_str()) || upper.starts_with("CONSTLE_") {
+            if is_reserved(name.as_str()) {
                 self.sink.error(
                     "reserved_env_name",
                     key.pos,
@@ -1296,15 +1281,6 @@ impl V<'_, '_> {
             );
         }
         Some(Some(url))
-    }
-}
-
-/// Whether directory `dir` holds `file`: on real paths where both exist,
-/// else on the paths as written.
-fn holds(dir: &Path, file: &Path) -> bool {
-    match (dir.canonicalize(), file.canonicalize()) {
-        (Ok(dir), Ok(file)) => file.starts_with(dir),
-        _ => file.starts_with(dir),
     }
 }
 

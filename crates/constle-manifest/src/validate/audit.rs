@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use constle_vkey::{Deployment, WitnessKey};
 
-use super::V;
+use super::context::V;
 use crate::de::{Field, Located};
 use crate::model::{
     Audit, DEFAULT_CHECKPOINT_ENTRIES, DEFAULT_CHECKPOINT_SECONDS, DEFAULT_DEPLOYMENT,

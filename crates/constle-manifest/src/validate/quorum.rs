@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::V;
+use super::context::V;
 use crate::de::Located;
 use crate::diagnostic::Pos;
 use crate::model::{ApproverSetRef, MAX_APPROVERS, NamedApprover, Quorum, QuorumSource};

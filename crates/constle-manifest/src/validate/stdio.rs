@@ -4,18 +4,12 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::{RESERVED_ENV, V, holds};
+use super::context::{V, holds, is_reserved};
 use crate::de::{Field, Located, Pairs};
 use crate::diagnostic::Pos;
 use crate::model::{McpTransport, StdioServer};
 use crate::raw::{RawServer, RawServerNetwork, Strings};
 use crate::values::{EnvVarName, Hostname};
-
-/// Whether `sandbox.env` refuses `name` (a proxy variable, `CONSTLE_*`).
-fn is_reserved(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    RESERVED_ENV.contains(&upper.as_str()) || upper.starts_with("CONSTLE_")
-}
 
 impl V<'_, '_> {
     /// `url` or `command`, exactly one, and the fields that go with it.
