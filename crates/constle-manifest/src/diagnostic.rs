@@ -126,6 +126,8 @@ pub const CODES: &[(&str, Severity)] = &[
     ("invalid_path", Severity::Error),
     ("workdir_holds_agentfile", Severity::Error),
     ("rootfs_holds_agentfile", Severity::Error),
+    ("home_holds_agentfile", Severity::Error),
+    ("home_overlaps", Severity::Error),
     ("invalid_env_name", Severity::Error),
     ("reserved_env_name", Severity::Error),
     ("invalid_string", Severity::Error),

@@ -76,10 +76,10 @@ pub use model::{
     A2a, A2aPeer, ApproverSetRef, Audit, DEFAULT_APPROVAL_TIMEOUT_SECONDS,
     DEFAULT_CHECKPOINT_ENTRIES, DEFAULT_CHECKPOINT_SECONDS, DEFAULT_DEPLOYMENT, Egress, GateMatch,
     GatedTool, HumanGates, Identity, Limits, MAX_APPROVAL_TIMEOUT_SECONDS, MAX_APPROVERS, MAX_PIDS,
-    MAX_WITNESSES, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MCP_BASE_SERVER_REQUESTS, MIN_PIDS,
-    Manifest, Mcp, McpServer, McpTransport, NamedApprover, Network, Notify, NotifyChannel,
-    OnTimeout, PolicyDigest, Pricing, Quorum, QuorumSource, Sandbox, SecretHeader, Spending,
-    StdioServer, Tmpfs, WitnessRef,
+    MAX_WALL_CLOCK_SECONDS, MAX_WITNESSES, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS,
+    MCP_BASE_SERVER_REQUESTS, MIN_PIDS, Manifest, Mcp, McpServer, McpTransport, NamedApprover,
+    Network, Notify, NotifyChannel, OnTimeout, PolicyDigest, Pricing, Quorum, QuorumSource,
+    Sandbox, SecretHeader, Spending, StdioServer, Tmpfs, WitnessRef,
 };
 pub use secret::SecretHeaderError;
 pub use validate::RESERVED_ENV;

@@ -102,6 +102,10 @@ pub struct Sandbox {
     pub limits: Limits,
     /// Sizes of the sandbox's file systems in memory.
     pub tmpfs: Tmpfs,
+    /// `home`: a host directory mounted as the agent's home, kept across
+    /// runs, resolved against [`Manifest::base_dir`]. Never holds the
+    /// Agentfile; never holds, equals or lies inside `workdir` or `rootfs`.
+    pub home: Option<PathBuf>,
 }
 
 /// `sandbox.tmpfs`: the most `/tmp`, the agent's home and `/dev/shm` may
@@ -118,8 +122,9 @@ pub struct Tmpfs {
 }
 
 /// `sandbox.limits`: memory, processes and CPU for everything the sandbox
-/// runs, enforced through cgroups (`docs/sandbox.md`). Each is `None` when
-/// not declared, and then not limited. Named and spelled like
+/// runs, enforced through cgroups (`docs/sandbox.md`), and the run's
+/// wall-clock time, which needs none. Each is `None` when not declared, and
+/// then not limited. The cgroup limits are named and spelled like
 /// `docker run --memory --pids-limit --cpus`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Limits {
@@ -131,7 +136,21 @@ pub struct Limits {
     /// `cpus`, in thousandths of a CPU (`1.5` is 1500):
     /// [`MIN_CPU_MILLIS`](crate::MIN_CPU_MILLIS) to [`MAX_CPU_MILLIS`](crate::MAX_CPU_MILLIS).
     pub cpu_millis: Option<u32>,
+    /// `wall_clock_seconds`: how long the run may last, 1 to
+    /// [`MAX_WALL_CLOCK_SECONDS`]. Not a cgroup limit.
+    pub wall_clock_seconds: Option<u32>,
 }
+
+impl Limits {
+    /// Whether a limit is declared that cgroups enforce (memory, pids,
+    /// CPU): the wall-clock limit alone needs none.
+    pub fn needs_cgroup(&self) -> bool {
+        self.memory_bytes.is_some() || self.pids.is_some() || self.cpu_millis.is_some()
+    }
+}
+
+/// Largest `sandbox.limits.wall_clock_seconds`: a week.
+pub const MAX_WALL_CLOCK_SECONDS: u32 = 604_800;
 
 /// Smallest `sandbox.limits.pids`: room for constle's own processes and
 /// threads in the sandbox (bubblewrap, the init and its relays) besides the

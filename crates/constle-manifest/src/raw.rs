@@ -42,6 +42,7 @@ pub(crate) struct RawSandbox {
     pub network: Field<RawNetwork>,
     pub limits: Field<RawLimits>,
     pub tmpfs: Field<RawTmpfs>,
+    pub home: Field<String>,
 }
 
 /// Sizes are text, as `memory` is.
@@ -61,6 +62,7 @@ pub(crate) struct RawLimits {
     pub memory: Field<String>,
     pub pids: Field<u64>,
     pub cpus: Field<String>,
+    pub wall_clock_seconds: Field<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

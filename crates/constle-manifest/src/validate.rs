@@ -16,9 +16,9 @@ use crate::de::{Field, Located};
 use crate::diagnostic::{Pos, Sink, did_you_mean, show, show_url, suggest};
 use crate::model::{
     A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, HumanGates, Identity, Limits,
-    MAX_APPROVAL_TIMEOUT_SECONDS, MAX_PIDS, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MIN_PIDS,
-    Manifest, Mcp, McpServer, Network, Notify, NotifyChannel, OnTimeout, PolicyDigest, Pricing,
-    Sandbox, SecretHeader, Spending, Tmpfs,
+    MAX_APPROVAL_TIMEOUT_SECONDS, MAX_PIDS, MAX_WALL_CLOCK_SECONDS, MCP_BASE_NOTIFICATIONS,
+    MCP_BASE_REQUESTS, MIN_PIDS, Manifest, Mcp, McpServer, Network, Notify, NotifyChannel,
+    OnTimeout, PolicyDigest, Pricing, Sandbox, SecretHeader, Spending, Tmpfs,
 };
 use crate::raw::{
     RawA2a, RawHeader, RawHumanGates, RawLimits, RawManifest, RawMcp, RawNetwork, RawPricing,
@@ -29,6 +29,7 @@ pub use context::RESERVED_ENV;
 use context::{V, holds, is_reserved};
 mod audit;
 mod context;
+mod home;
 mod quorum;
 mod stdio;
 
@@ -60,6 +61,7 @@ pub(crate) fn validate(raw: RawManifest, input: Input<'_>, sink: &mut Sink) -> O
         base_dir: input.base_dir,
         agentfile: input.agentfile,
         agent_workdir: None,
+        agent_home: None,
     };
     let root = input.root;
     let input_digest = input.policy_digest;
@@ -93,6 +95,7 @@ pub(crate) fn validate(raw: RawManifest, input: Input<'_>, sink: &mut Sink) -> O
         )
         .and_then(|s| v.sandbox(s));
     v.agent_workdir = sandbox.as_ref().map(|s| s.workdir.clone());
+    v.agent_home = sandbox.as_ref().and_then(|s| s.home.clone());
     let mcp = match &raw.mcp.0 {
         Some(m) => v.mcp(m),
         None => Some(Mcp::default()),
@@ -278,7 +281,7 @@ impl V<'_, '_> {
     }
 
     /// A directory a sandbox mounts (`field`: `sandbox.workdir`,
-    /// `sandbox.rootfs`, `mcp.servers[].workdir`): a valid path that does
+    /// `sandbox.rootfs`, `sandbox.home`, `mcp.servers[].workdir`): a valid path that does
     /// not hold this Agentfile, which the sandbox could otherwise read, and
     /// through a work directory rewrite for the next run.
     fn sandbox_dir(&mut self, value: &Located<String>, field: &str) -> Option<PathBuf> {
@@ -286,16 +289,16 @@ impl V<'_, '_> {
         if !holds(&dir, &self.agentfile) {
             return Some(dir);
         }
-        let workdir = field.ends_with("workdir");
-        let (code, could, example) = match workdir {
-            true => (
+        let leaf = field.rsplit('.').next().unwrap_or(field);
+        let (code, could, example) = match leaf {
+            "workdir" => (
                 "workdir_holds_agentfile",
                 "see and rewrite",
                 DEFAULT_WORKDIR,
             ),
-            false => ("rootfs_holds_agentfile", "see", "rootfs"),
+            "home" => ("home_holds_agentfile", "see and rewrite", "agent-home"),
+            _ => ("rootfs_holds_agentfile", "see", "rootfs"),
         };
-        let leaf = field.rsplit('.').next().unwrap_or(field);
         self.sink.error(
             code,
             value.pos,
@@ -358,6 +361,13 @@ impl V<'_, '_> {
             Some(t) => self.tmpfs(&t.value),
             None => Some(Tmpfs::default()),
         };
+        let home = match &s.home.0 {
+            Some(h) => {
+                let rootfs = rootfs.as_ref().and_then(Option::as_deref);
+                self.home(h, workdir.as_deref(), rootfs).map(Some)
+            }
+            None => Some(None),
+        };
         Some(Sandbox {
             command: command?,
             workdir: workdir?,
@@ -367,6 +377,7 @@ impl V<'_, '_> {
             network: network?,
             limits: limits?,
             tmpfs: tmpfs?,
+            home: home?,
         })
     }
 
@@ -388,31 +399,62 @@ impl V<'_, '_> {
             None => Some(None),
             Some(p) => self.pids(p).map(Some),
         };
+        let wall_clock = match &l.wall_clock_seconds.0 {
+            None => Some(None),
+            Some(w) => self
+                .bounded(
+                    w,
+                    "wall_clock_seconds",
+                    (1, MAX_WALL_CLOCK_SECONDS),
+                    "invalid_limit",
+                    format!(
+                        "write how many seconds the run may last, from 1 to {MAX_WALL_CLOCK_SECONDS} (a week), e.g. wall_clock_seconds: 3600"
+                    ),
+                )
+                .map(Some),
+        };
         Some(Limits {
             memory_bytes: memory?,
             pids: pids?,
             cpu_millis: cpus?,
+            wall_clock_seconds: wall_clock?,
         })
     }
 
     fn pids(&mut self, pids: &Located<u64>) -> Option<u32> {
+        self.bounded(
+            pids,
+            "pids",
+            (MIN_PIDS, MAX_PIDS),
+            "invalid_limit",
+            format!(
+                "write at least {MIN_PIDS}: the count includes every thread and constle's own processes in the sandbox, e.g. pids: 256"
+            ),
+        )
+    }
+
+    /// An integer field `name` from `min` to `max`; outside, an error
+    /// `code` with `help`.
+    pub(super) fn bounded(
+        &mut self,
+        value: &Located<u64>,
+        name: &str,
+        (min, max): (u32, u32),
+        code: &'static str,
+        help: String,
+    ) -> Option<u32> {
         // Placeholder 0 after a spelling error was reported already.
-        if self.sink.is_poisoned(pids.pos) {
+        if self.sink.is_poisoned(value.pos) {
             return None;
         }
-        match u32::try_from(pids.value) {
-            Ok(n) if (MIN_PIDS..=MAX_PIDS).contains(&n) => Some(n),
+        match u32::try_from(value.value) {
+            Ok(n) if (min..=max).contains(&n) => Some(n),
             _ => {
                 self.sink.error(
-                    "invalid_limit",
-                    pids.pos,
-                    format!(
-                        "pids is {}; it must be from {MIN_PIDS} to {MAX_PIDS}",
-                        pids.value
-                    ),
-                    Some(format!(
-                        "write at least {MIN_PIDS}: the count includes every thread and constle's own processes in the sandbox, e.g. pids: 256"
-                    )),
+                    code,
+                    value.pos,
+                    format!("{name} is {}; it must be from {min} to {max}", value.value),
+                    Some(help),
                 );
                 None
             }
@@ -958,23 +1000,15 @@ impl V<'_, '_> {
         }
         let timeout = match &h.approval_timeout_seconds.0 {
             None => Some(DEFAULT_APPROVAL_TIMEOUT_SECONDS),
-            Some(t) => match u32::try_from(t.value) {
-                Ok(n) if (1..=MAX_APPROVAL_TIMEOUT_SECONDS).contains(&n) => Some(n),
-                _ => {
-                    self.sink.error(
-                        "out_of_range",
-                        t.pos,
-                        format!(
-                            "approval_timeout_seconds is {}; it must be from 1 to {MAX_APPROVAL_TIMEOUT_SECONDS}",
-                            t.value
-                        ),
-                        Some(format!(
-                            "write a number of seconds from 1 to {MAX_APPROVAL_TIMEOUT_SECONDS} (one day), e.g. 300"
-                        )),
-                    );
-                    None
-                }
-            },
+            Some(t) => self.bounded(
+                t,
+                "approval_timeout_seconds",
+                (1, MAX_APPROVAL_TIMEOUT_SECONDS),
+                "out_of_range",
+                format!(
+                    "write a number of seconds from 1 to {MAX_APPROVAL_TIMEOUT_SECONDS} (one day), e.g. 300"
+                ),
+            ),
         };
         let on_timeout = match &h.on_timeout.0 {
             None => Some(OnTimeout::Abort),

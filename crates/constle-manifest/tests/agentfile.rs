@@ -126,7 +126,12 @@ fn docs_full_example_parses_cleanly() {
             memory_bytes: Some(2 << 30),
             pids: Some(256),
             cpu_millis: Some(1500),
+            wall_clock_seconds: Some(3600),
         }
+    );
+    assert_eq!(
+        m.sandbox.home.as_deref(),
+        Some(Path::new("/srv/agents/./agent-home"))
     );
     assert_eq!(m.mcp.servers.len(), 3);
     assert!(m.mcp.server("git").unwrap().url().is_none());
@@ -1355,6 +1360,7 @@ fn limits_default_to_none() {
             memory_bytes: Some(512 << 20),
             pids: Some(64),
             cpu_millis: Some(1500),
+            wall_clock_seconds: None,
         }
     );
 }
@@ -1503,6 +1509,118 @@ fn every_limit_error_in_one_pass() {
             ("invalid_limit", 6, 11),
             ("invalid_limit", 7, 11)
         ]
+    );
+}
+
+#[test]
+fn the_wall_clock_limit_needs_no_cgroup() {
+    for n in [1, 3600, 604_800] {
+        let l = limits(&format!("wall_clock_seconds: {n}"));
+        assert_eq!(l.wall_clock_seconds, Some(n));
+        assert!(!l.needs_cgroup(), "{l:?}");
+    }
+    assert!(!Limits::default().needs_cgroup());
+    for body in ["memory: 6m", "pids: 8", "cpus: 1"] {
+        let l = limits(&format!("{body}\nwall_clock_seconds: 60"));
+        assert!(l.needs_cgroup(), "{body}");
+        assert_eq!(l.wall_clock_seconds, Some(60));
+    }
+    for bad in ["0", "604801", "99999999999"] {
+        let (code, help) = limit_error(&format!("wall_clock_seconds: {bad}"));
+        assert_eq!(code, "invalid_limit", "{bad}");
+        assert!(help.contains("wall_clock_seconds: 3600"), "{help}");
+    }
+    assert_eq!(
+        limit_error("wall_clock_seconds: 1:30").1,
+        "write a number of seconds, not minutes:seconds; 1:30 would be 90"
+    );
+}
+
+/// `sandbox:` holding `lines` (each indented by two) for an Agentfile in
+/// a new directory; the errors' (code, line, column), or none.
+fn home_errors(dir: &Path, lines: &str) -> Vec<(&'static str, usize, usize)> {
+    let file = dir.join("agent.yaml");
+    let lines: String = lines.lines().map(|l| format!("  {l}\n")).collect();
+    std::fs::write(&file, format!("name: a\nsandbox:\n  command: [x]\n{lines}")).unwrap();
+    match load_file(&file, &|_| None) {
+        Ok(_) => Vec::new(),
+        Err(r) => at(&r.errors),
+    }
+}
+
+#[test]
+fn the_home_is_a_directory_of_its_own() {
+    let v = parse_str(
+        "name: a\nsandbox:\n  command: [x]\n  home: ./agent-home\n",
+        Path::new("/srv/a/agent.yaml"),
+        &no_env,
+    )
+    .unwrap();
+    assert_eq!(
+        v.manifest.sandbox.home.as_deref(),
+        Some(Path::new("/srv/a/agent-home"))
+    );
+    assert_eq!(ok(MIN).manifest.sandbox.home, None);
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert_eq!(home_errors(d, "home: ./agent-home"), []);
+    assert_eq!(home_errors(d, "home: ."), [("home_holds_agentfile", 4, 9)]);
+    assert_eq!(home_errors(d, "home: .."), [("home_holds_agentfile", 4, 9)]);
+    assert_eq!(home_errors(d, "home: \"\""), [("invalid_path", 4, 9)]);
+    // Never the work directory, inside it or around it; nor the rootfs.
+    for home in ["./work", "./work/home", "./work/.."] {
+        let found = home_errors(d, &format!("home: {home}"));
+        assert!(
+            found.contains(&("home_overlaps", 4, 9)),
+            "{home}: {found:?}"
+        );
+    }
+    assert_eq!(
+        home_errors(d, "workdir: ./w\nhome: ./w/h"),
+        [("home_overlaps", 5, 9)]
+    );
+    assert_eq!(
+        home_errors(d, "workdir: ./h/w\nhome: ./h"),
+        [("home_overlaps", 5, 9)]
+    );
+    assert_eq!(
+        home_errors(d, "rootfs: ./r\nhome: ./r/home/agent"),
+        [("home_overlaps", 5, 9)]
+    );
+    assert_eq!(home_errors(d, "rootfs: ./r\nworkdir: ./w\nhome: ./h"), []);
+    let file = d.join("agent.yaml");
+    std::fs::write(
+        &file,
+        "name: a\nsandbox:\n  command: [x]\n  home: ./work/h\n",
+    )
+    .unwrap();
+    let err = load_file(&file, &|_| None).unwrap_err();
+    assert!(
+        err.errors[0].message.contains("the work directory"),
+        "{err}"
+    );
+    assert!(
+        err.errors[0]
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("home: ./agent-home"),
+        "{err}"
+    );
+    // A stdio server's work directory stays out of the agent's home too.
+    let server = "mcp:\n  servers:\n    - id: s\n      command: [s]\n      tools: [t]\n      workdir: ./h/s\n";
+    let src = format!("name: a\nsandbox:\n  command: [x]\n  home: ./h\n{server}");
+    std::fs::write(&file, &src).unwrap();
+    let err = load_file(&file, &|_| None).unwrap_err();
+    assert_eq!(at(&err.errors), [("workdir_shared", 10, 16)]);
+    assert!(err.errors[0].message.contains("the agent's home"), "{err}");
+    assert!(
+        err.errors[0]
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("outside sandbox.home")
     );
 }
 

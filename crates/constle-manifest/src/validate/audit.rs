@@ -15,9 +15,9 @@ use crate::raw::{RawAudit, RawWitness};
 use crate::values::{HttpUrl, InvalidValue};
 
 /// Most entries between two checkpoints.
-const MAX_CHECKPOINT_ENTRIES: u64 = 1_000_000;
+const MAX_CHECKPOINT_ENTRIES: u32 = 1_000_000;
 /// Most seconds between two checkpoints (a day).
-const MAX_CHECKPOINT_SECONDS: u64 = 86_400;
+const MAX_CHECKPOINT_SECONDS: u32 = 86_400;
 
 impl V<'_, '_> {
     /// The `audit` section; `identity` tells whether the log is signed.
@@ -27,8 +27,19 @@ impl V<'_, '_> {
             None => Some(DEFAULT_DEPLOYMENT.to_owned()),
             Some(d) => self.check(d, "invalid_deployment", check_deployment),
         };
-        let every = |v: &mut Self, field: &Field<u64>, name: &str, default: u64, max: u64| {
-            v.bounded(field, &format!("audit.{name}"), default, max)
+        let every = |v: &mut Self, field: &Field<u64>, name: &str, default: u64, max: u32| {
+            let Some(value) = &field.0 else {
+                return Some(default);
+            };
+            let help = format!("the default is {default}");
+            v.bounded(
+                value,
+                &format!("audit.{name}"),
+                (1, max),
+                "out_of_range",
+                help,
+            )
+            .map(u64::from)
         };
         let entries = every(
             self,
@@ -60,24 +71,6 @@ impl V<'_, '_> {
             witness_quorum: quorum,
             witness_quorum_required: required,
         })
-    }
-
-    /// An optional count from 1 to `max`, `default` when absent.
-    fn bounded(&mut self, field: &Field<u64>, name: &str, default: u64, max: u64) -> Option<u64> {
-        let Some(value) = &field.0 else {
-            return Some(default);
-        };
-        if (1..=max).contains(&value.value) {
-            return Some(value.value);
-        }
-        let message = format!("{name} is {}; it must be from 1 to {max}", value.value);
-        self.sink.error(
-            "out_of_range",
-            value.pos,
-            message,
-            Some(format!("the default is {default}")),
-        );
-        None
     }
 
     fn witnesses(&mut self, list: &Located<Vec<Located<RawWitness>>>) -> Option<Vec<WitnessRef>> {

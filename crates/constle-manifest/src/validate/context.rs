@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::de::Located;
 use crate::diagnostic::Sink;
 
 /// The proxy variables, refused in `sandbox.env` in any case; so is every
@@ -27,6 +28,50 @@ pub(super) struct V<'a, 's> {
     pub agentfile: PathBuf,
     /// `sandbox.workdir` once checked, which no stdio server's may overlap.
     pub agent_workdir: Option<PathBuf>,
+    /// `sandbox.home` once checked, when declared, which no stdio server's
+    /// work directory may overlap either.
+    pub agent_home: Option<PathBuf>,
+}
+
+/// A directory another must stay apart from: what messages call it, where
+/// it is, and what to write instead of an overlap.
+pub(super) struct Apart<'d> {
+    pub what: &'static str,
+    pub dir: &'d Path,
+    pub help: &'static str,
+}
+
+impl V<'_, '_> {
+    /// Whether `dir`, written at `value` for `field`, neither holds nor lies
+    /// inside any of `others`; each overlap is an error `code` saying
+    /// `consequence`.
+    pub(super) fn apart(
+        &mut self,
+        value: &Located<String>,
+        (field, dir): (&str, &Path),
+        others: &[Apart<'_>],
+        code: &'static str,
+        consequence: &str,
+    ) -> bool {
+        let mut ok = true;
+        for other in others {
+            if holds(dir, other.dir) || holds(other.dir, dir) {
+                self.sink.error(
+                    code,
+                    value.pos,
+                    format!(
+                        "{field} {} overlaps {} {}: {consequence}",
+                        dir.display(),
+                        other.what,
+                        other.dir.display()
+                    ),
+                    Some(other.help.to_string()),
+                );
+                ok = false;
+            }
+        }
+        ok
+    }
 }
 
 /// Whether directory `dir` holds `file`: on real paths where both exist,

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::context::{V, holds, is_reserved};
+use super::context::{Apart, V, is_reserved};
 use crate::de::{Field, Located, Pairs};
 use crate::diagnostic::Pos;
 use crate::model::{McpTransport, StdioServer};
@@ -110,25 +110,31 @@ impl V<'_, '_> {
     }
 
     /// A server's work directory: the rules of `sandbox.workdir`, and apart
-    /// from the agent's, which could otherwise plant what the server runs
-    /// or read what it keeps.
+    /// from the agent's work directory and home, through which the agent
+    /// could otherwise plant what the server runs or read what it keeps.
     fn server_workdir(&mut self, value: &Located<String>) -> Option<PathBuf> {
-        let dir = self.sandbox_dir(value, "mcp.servers[].workdir")?;
-        let agent = self.agent_workdir.as_ref()?;
-        if !holds(&dir, agent) && !holds(agent, &dir) {
-            return Some(dir);
-        }
-        self.sink.error(
+        let field = "mcp.servers[].workdir";
+        let dir = self.sandbox_dir(value, field)?;
+        let workdir = self.agent_workdir.clone()?;
+        let home = self.agent_home.clone();
+        let mut others = vec![Apart {
+            what: "the agent's work directory",
+            dir: &workdir,
+            help: "give the server a directory of its own, outside sandbox.workdir, or leave workdir out for an empty one",
+        }];
+        others.extend(home.as_deref().map(|dir| Apart {
+            what: "the agent's home",
+            dir,
+            help: "give the server a directory of its own, outside sandbox.home, or leave workdir out for an empty one",
+        }));
+        let apart = self.apart(
+            value,
+            (field, &dir),
+            &others,
             "workdir_shared",
-            value.pos,
-            format!(
-                "mcp.servers[].workdir {} overlaps the agent's work directory {}: the agent could change what the server runs and reads",
-                dir.display(),
-                agent.display()
-            ),
-            Some("give the server a directory of its own, outside sandbox.workdir, or leave workdir out for an empty one".to_string()),
+            "the agent could change what the server runs and reads",
         );
-        None
+        apart.then_some(dir)
     }
 
     /// `NAME: HOST_VARIABLE` pairs; a host variable unset here is warned
