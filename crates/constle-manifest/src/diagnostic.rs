@@ -168,6 +168,13 @@ pub const CODES: &[(&str, Severity)] = &[
     ("quorum_without_witnesses", Severity::Error),
     ("witnesses_require_identity", Severity::Error),
     ("witnesses_require_deployment", Severity::Error),
+    ("invalid_provider_id", Severity::Error),
+    ("duplicate_provider_id", Severity::Error),
+    ("provider_id_collision", Severity::Error),
+    ("duplicate_provider_api", Severity::Error),
+    ("empty_models", Severity::Error),
+    ("invalid_model_name", Severity::Error),
+    ("duplicate_model", Severity::Error),
     ("invalid_value", Severity::Error),
     ("internal_error", Severity::Error),
     ("too_many_errors", Severity::Error),
@@ -187,6 +194,7 @@ pub const CODES: &[(&str, Severity)] = &[
     ("header_secret_invalid", Severity::Warning),
     ("env_secret_ref_unset", Severity::Warning),
     ("headers_on_stdio_server", Severity::Error),
+    ("llm_host_allowed", Severity::Warning),
 ];
 
 /// A 1-based position inside the file being parsed; turned into a

@@ -74,21 +74,23 @@ pub use bounds::{MAX_CPU_MILLIS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, MIN_TMPFS_BYT
 pub use diagnostic::{CODES, Diagnostic, Location, Severity};
 pub use model::{
     A2a, A2aPeer, ApproverSetRef, Audit, DEFAULT_APPROVAL_TIMEOUT_SECONDS,
-    DEFAULT_CHECKPOINT_ENTRIES, DEFAULT_CHECKPOINT_SECONDS, DEFAULT_DEPLOYMENT, Egress, GateMatch,
-    GatedTool, HumanGates, Identity, Limits, MAX_APPROVAL_TIMEOUT_SECONDS, MAX_APPROVERS, MAX_PIDS,
-    MAX_WALL_CLOCK_SECONDS, MAX_WITNESSES, MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS,
-    MCP_BASE_SERVER_REQUESTS, MIN_PIDS, Manifest, Mcp, McpServer, McpTransport, NamedApprover,
-    Network, Notify, NotifyChannel, OnTimeout, PolicyDigest, Pricing, Quorum, QuorumSource,
-    Sandbox, SecretHeader, Spending, StdioServer, Tmpfs, WitnessRef,
+    DEFAULT_CHECKPOINT_ENTRIES, DEFAULT_CHECKPOINT_SECONDS, DEFAULT_DEPLOYMENT,
+    DEFAULT_MAX_OUTPUT_TOKENS, Egress, GateMatch, GatedTool, HumanGates, Identity, Limits, Llm,
+    LlmApi, LlmModel, LlmProvider, LlmSpending, MAX_APPROVAL_TIMEOUT_SECONDS, MAX_APPROVERS,
+    MAX_MODEL_NAME_LEN, MAX_OUTPUT_TOKENS, MAX_PIDS, MAX_WALL_CLOCK_SECONDS, MAX_WITNESSES,
+    MCP_BASE_NOTIFICATIONS, MCP_BASE_REQUESTS, MCP_BASE_SERVER_REQUESTS, MIN_PIDS, Manifest, Mcp,
+    McpServer, McpTransport, ModelPrices, NamedApprover, Network, Notify, NotifyChannel, OnTimeout,
+    PolicyDigest, Pricing, Quorum, QuorumSource, Sandbox, SecretHeader, Spending, StdioServer,
+    Tmpfs, WitnessRef,
 };
 pub use secret::SecretHeaderError;
 pub use validate::RESERVED_ENV;
 pub use values::{
     AuthScheme, EnvVarName, HeaderName, Hostname, HttpUrl, InvalidValue, MAX_AMOUNT_INTEGER_DIGITS,
     MAX_AMOUNT_SCALE, MAX_AUTH_SCHEME_LEN, MAX_ENV_NAME_LEN, MAX_HEADER_NAME_LEN,
-    MAX_METHOD_NAME_LEN, MAX_TOOL_NAME_LEN, MethodName, REDIS_SCHEMES, RESERVED_HEADER_PREFIXES,
-    RESERVED_HEADERS, RedisUrl, Scheme, ServerId, ToolName, UrlHost, is_loopback_host,
-    is_reserved_header, parse_amount,
+    MAX_METHOD_NAME_LEN, MAX_TOOL_NAME_LEN, MethodName, ProviderId, REDIS_SCHEMES,
+    RESERVED_HEADER_PREFIXES, RESERVED_HEADERS, RedisUrl, Scheme, ServerId, ToolName, UrlHost,
+    is_loopback_host, is_reserved_header, parse_amount,
 };
 pub use yaml::{MAX_DEPTH, MAX_NODES};
 

@@ -18,6 +18,13 @@ use crate::values::{
     AuthScheme, EnvVarName, HeaderName, Hostname, HttpUrl, MethodName, RedisUrl, ServerId, ToolName,
 };
 
+mod llm;
+
+pub use llm::{
+    DEFAULT_MAX_OUTPUT_TOKENS, Llm, LlmApi, LlmModel, LlmProvider, LlmSpending, MAX_MODEL_NAME_LEN,
+    MAX_OUTPUT_TOKENS, ModelPrices,
+};
+
 /// A validated Agentfile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Manifest {
@@ -29,6 +36,8 @@ pub struct Manifest {
     pub sandbox: Sandbox,
     /// The MCP servers the agent may call through the gate.
     pub mcp: Mcp,
+    /// The model providers the agent may call through the LLM gate.
+    pub llm: Llm,
     /// Which tool calls wait for a person.
     pub human_gates: HumanGates,
     /// Spend caps.

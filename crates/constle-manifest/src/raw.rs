@@ -20,6 +20,7 @@ pub(crate) struct RawManifest {
     pub identity: Field<RawIdentity>,
     pub sandbox: Field<RawSandbox>,
     pub mcp: Field<RawMcp>,
+    pub llm: Field<RawLlm>,
     pub human_gates: Field<RawHumanGates>,
     pub spending: Field<RawSpending>,
     pub a2a: Field<RawA2a>,
@@ -114,6 +115,43 @@ pub(crate) struct RawServerNetwork {
 pub(crate) struct RawPricing {
     pub default_usd: Field<String>,
     pub tools: Field<Pairs<Located<String>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawLlm {
+    pub providers: Field<Vec<Located<RawProvider>>>,
+    pub spending: Field<RawLlmSpending>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawProvider {
+    pub id: Field<String>,
+    pub api: Field<String>,
+    pub url: Field<String>,
+    pub key_secret_ref: Field<String>,
+    pub max_output_tokens: Field<u64>,
+    pub models: Field<Vec<Located<RawModel>>>,
+}
+
+/// Prices are text, as amounts are.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawModel {
+    pub name: Field<String>,
+    pub input_usd_per_mtok: Field<String>,
+    pub output_usd_per_mtok: Field<String>,
+    pub cached_input_usd_per_mtok: Field<String>,
+    pub cache_write_usd_per_mtok: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RawLlmSpending {
+    pub max_per_run_usd: Field<String>,
+    pub max_per_day_usd: Field<String>,
+    pub max_per_month_usd: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

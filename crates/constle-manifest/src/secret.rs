@@ -1,11 +1,11 @@
-//! A [`SecretHeader`]'s value, read from the host variable it names: the one
-//! rule for what `constle validate` warns about and what `constle run`
-//! refuses to start with.
+//! A [`SecretHeader`]'s value and an [`LlmProvider`]'s key, read from the
+//! host variable each names: the one rule for what `constle validate` warns
+//! about and what `constle run` refuses to start with.
 //!
 //! The value is a secret. [`SecretHeaderError`] names the variable and what
 //! is wrong with its value, never the value, nor any part or length of it.
 
-use crate::model::SecretHeader;
+use crate::model::{LlmProvider, SecretHeader};
 use crate::values::EnvVarName;
 
 /// Why a [`SecretHeader`] has no value to send.
@@ -47,19 +47,35 @@ impl SecretHeader {
     /// the header and start another), anything outside ASCII, and
     /// whitespace at either end, which HTTP does not keep.
     pub fn value(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<String, SecretHeaderError> {
-        let var = &self.value_secret_ref;
-        let secret = env(var.as_str()).ok_or_else(|| SecretHeaderError::Unset(var.clone()))?;
-        if secret.is_empty() {
-            return Err(SecretHeaderError::Empty(var.clone()));
-        }
-        if !is_header_text(&secret) {
-            return Err(SecretHeaderError::NotHeaderText(var.clone()));
-        }
+        let secret = read(&self.value_secret_ref, env)?;
         Ok(match &self.scheme {
             Some(scheme) => format!("{scheme} {secret}"),
             None => secret,
         })
     }
+}
+
+impl LlmProvider {
+    /// The provider's key, which the gate sends in a header: the value of
+    /// `key_secret_ref`, under the rules of [`SecretHeader::value`].
+    pub fn key(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<String, SecretHeaderError> {
+        read(&self.key_secret_ref, env)
+    }
+}
+
+/// The value of `var`, when it can be sent in a header as it is.
+fn read(
+    var: &EnvVarName,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, SecretHeaderError> {
+    let secret = env(var.as_str()).ok_or_else(|| SecretHeaderError::Unset(var.clone()))?;
+    if secret.is_empty() {
+        return Err(SecretHeaderError::Empty(var.clone()));
+    }
+    if !is_header_text(&secret) {
+        return Err(SecretHeaderError::NotHeaderText(var.clone()));
+    }
+    Ok(secret)
 }
 
 /// Visible ASCII, with spaces and tabs only between visible characters:

@@ -15,7 +15,7 @@ use rust_decimal::Decimal;
 use crate::de::{Field, Located};
 use crate::diagnostic::{Pos, Sink, did_you_mean, show, show_url, suggest};
 use crate::model::{
-    A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, HumanGates, Identity, Limits,
+    A2a, A2aPeer, DEFAULT_APPROVAL_TIMEOUT_SECONDS, Egress, HumanGates, Identity, Limits, Llm,
     MAX_APPROVAL_TIMEOUT_SECONDS, MAX_PIDS, MAX_WALL_CLOCK_SECONDS, MCP_BASE_NOTIFICATIONS,
     MCP_BASE_REQUESTS, MIN_PIDS, Manifest, Mcp, McpServer, Network, Notify, NotifyChannel,
     OnTimeout, PolicyDigest, Pricing, Sandbox, SecretHeader, Spending, Tmpfs,
@@ -30,6 +30,7 @@ use context::{V, holds, is_reserved};
 mod audit;
 mod context;
 mod home;
+mod llm;
 mod quorum;
 mod stdio;
 
@@ -100,12 +101,21 @@ pub(crate) fn validate(raw: RawManifest, input: Input<'_>, sink: &mut Sink) -> O
         Some(m) => v.mcp(m),
         None => Some(Mcp::default()),
     };
+    let llm = match &raw.llm.0 {
+        Some(l) => v.llm(l, sandbox.as_ref().map(|s| &s.network)),
+        None => Some(Llm::default()),
+    };
+    if let (Some(llm), Some(sandbox)) = (&llm, &raw.sandbox.0)
+        && let Some(env) = &sandbox.value.env.0
+    {
+        v.llm_env(&env.value, llm);
+    }
     let human_gates = match &raw.human_gates.0 {
         Some(h) => v.human_gates(h, mcp.as_ref()),
         None => Some(HumanGates::default()),
     };
     let spending = match &raw.spending.0 {
-        Some(s) => v.spending(s, mcp.as_ref()),
+        Some(s) => v.spending(s, mcp.as_ref(), llm.as_ref()),
         None => Some(Spending::default()),
     };
     let a2a = match &raw.a2a.0 {
@@ -135,6 +145,7 @@ pub(crate) fn validate(raw: RawManifest, input: Input<'_>, sink: &mut Sink) -> O
         identity: identity?,
         sandbox: sandbox?,
         mcp: mcp?,
+        llm: llm?,
         human_gates: human_gates?,
         spending: spending?,
         a2a: a2a?,
@@ -598,42 +609,15 @@ impl V<'_, '_> {
         let Some(servers) = &raw.value.servers.0 else {
             return Some(Mcp::default());
         };
+        let ids = servers.value.iter().filter_map(|s| s.value.id.0.as_ref());
+        let mut ok = self.unique_ids(
+            ids,
+            "MCP server",
+            ("duplicate_server_id", "server_id_collision"),
+            |id| ServerId::new(id).ok().map(|id| id.env_var()),
+        );
         let mut out = Vec::new();
-        let mut ok = true;
-        let mut ids: HashMap<String, Pos> = HashMap::new();
-        let mut vars: HashMap<String, (String, Pos)> = HashMap::new();
         for server in &servers.value {
-            if let Some(id) = &server.value.id.0 {
-                if let Some(first) = ids.get(&id.value) {
-                    self.sink.error(
-                        "duplicate_server_id",
-                        id.pos,
-                        format!("MCP server id {} is used twice", show(&id.value)),
-                        Some(format!("rename one; the first is at line {}", first.line)),
-                    );
-                    ok = false;
-                } else if let Ok(sid) = ServerId::new(&id.value) {
-                    let var = sid.env_var();
-                    if let Some((other, first)) = vars.get(&var) {
-                        self.sink.error(
-                            "server_id_collision",
-                            id.pos,
-                            format!(
-                                "MCP server ids {} and {} both become {var} for the agent",
-                                show(other),
-                                show(&id.value)
-                            ),
-                            Some(format!(
-                                "rename one of them (the other is at line {}); `-` and `_` are the same in variable names",
-                                first.line
-                            )),
-                        );
-                        ok = false;
-                    }
-                    vars.insert(var, (id.value.clone(), id.pos));
-                }
-                ids.insert(id.value.clone(), id.pos);
-            }
             match self.server(server) {
                 Some(s) => out.push(s),
                 None => ok = false,
@@ -754,9 +738,23 @@ impl V<'_, '_> {
     /// Whether the run could send the header from this environment; the
     /// value is a secret, so what is wrong is said without it.
     fn header_warnings(&mut self, at: &Located<String>, header: &SecretHeader) {
-        let Err(err) = header.value(self.env) else {
-            return;
-        };
+        if let Err(err) = header.value(self.env) {
+            let sent = format!("the gate sends it as header {}", show(header.name.as_str()));
+            let note = "; a scheme such as Bearer goes in the Agentfile's scheme";
+            self.secret_warning(at, &err, &sent, note);
+        }
+    }
+
+    /// Why a secret written at `at` cannot be sent from this environment,
+    /// said without its value: `sent` tells where it goes, `note` ends the
+    /// help for a value that is not header text.
+    pub(super) fn secret_warning(
+        &mut self,
+        at: &Located<String>,
+        err: &SecretHeaderError,
+        sent: &str,
+        note: &str,
+    ) {
         let var = err.variable();
         let (code, help) = match err {
             SecretHeaderError::Unset(_) | SecretHeaderError::Empty(_) => (
@@ -765,20 +763,62 @@ impl V<'_, '_> {
             ),
             SecretHeaderError::NotHeaderText(_) => (
                 "header_secret_invalid",
-                format!(
-                    "set {var} to the credential alone, without a line break; a scheme such as Bearer goes in the Agentfile's scheme"
-                ),
+                format!("set {var} to the credential alone, without a line break{note}"),
             ),
         };
         self.sink.warning(
             code,
             at.pos,
-            format!(
-                "{err}, so `constle run` will refuse to start: the gate sends it as header {}",
-                show(header.name.as_str())
-            ),
+            format!("{err}, so `constle run` will refuse to start: {sent}"),
             Some(help),
         );
+    }
+
+    /// Ids of `what` (an MCP server, an LLM provider): each used once
+    /// (else `duplicate`), and no two giving the agent the same variable
+    /// through `env_var` (else `collision`), which is `None` for an invalid
+    /// id (reported where the id is checked). Whether all are.
+    pub(super) fn unique_ids<'r>(
+        &mut self,
+        ids: impl Iterator<Item = &'r Located<String>>,
+        what: &str,
+        (duplicate, collision): (&'static str, &'static str),
+        env_var: fn(&str) -> Option<String>,
+    ) -> bool {
+        let mut ok = true;
+        let mut seen: HashMap<&str, Pos> = HashMap::new();
+        let mut vars: HashMap<String, (&str, Pos)> = HashMap::new();
+        for id in ids {
+            if let Some(first) = seen.get(id.value.as_str()) {
+                self.sink.error(
+                    duplicate,
+                    id.pos,
+                    format!("{what} id {} is used twice", show(&id.value)),
+                    Some(format!("rename one; the first is at line {}", first.line)),
+                );
+                ok = false;
+            } else if let Some(var) = env_var(&id.value) {
+                if let Some((other, first)) = vars.get(&var) {
+                    self.sink.error(
+                        collision,
+                        id.pos,
+                        format!(
+                            "{what} ids {} and {} both become {var} for the agent",
+                            show(other),
+                            show(&id.value)
+                        ),
+                        Some(format!(
+                            "rename one of them (the other is at line {}); `-` and `_` are the same in variable names",
+                            first.line
+                        )),
+                    );
+                    ok = false;
+                }
+                vars.insert(var, (&id.value, id.pos));
+            }
+            seen.insert(&id.value, id.pos);
+        }
+        ok
     }
 
     /// A list of values, each checked by `parse` (its failures reported as
@@ -1196,7 +1236,14 @@ impl V<'_, '_> {
         }
     }
 
-    fn spending(&mut self, raw: &Located<RawSpending>, mcp: Option<&Mcp>) -> Option<Spending> {
+    /// `spending`; its caps count priced MCP calls (`mcp`) and model calls
+    /// (`llm`'s providers).
+    fn spending(
+        &mut self,
+        raw: &Located<RawSpending>,
+        mcp: Option<&Mcp>,
+        llm: Option<&Llm>,
+    ) -> Option<Spending> {
         let s = &raw.value;
         let run = self.amount(&s.max_per_run_usd);
         let day = self.amount(&s.max_per_day_usd);
@@ -1205,7 +1252,9 @@ impl V<'_, '_> {
         let has_caps = s.max_per_run_usd.0.is_some()
             || s.max_per_day_usd.0.is_some()
             || s.max_per_month_usd.0.is_some();
-        if has_caps && mcp.is_some_and(|m| !m.is_priced()) {
+        let unmetered =
+            mcp.is_some_and(|m| !m.is_priced()) && llm.is_some_and(|l| l.providers.is_empty());
+        if has_caps && unmetered {
             self.sink.warning(
                 "spend_caps_unmetered",
                 raw.key_pos(),

@@ -1,5 +1,5 @@
 //! Checked value types of an Agentfile, each created only by a parser that
-//! enforces its rules: [`Hostname`], [`HttpUrl`], [`ServerId`], [`ToolName`],
+//! enforces its rules: [`Hostname`], [`HttpUrl`], [`ServerId`], [`ProviderId`], [`ToolName`],
 //! [`MethodName`], [`EnvVarName`], [`HeaderName`], [`AuthScheme`], USD
 //! amounts ([`parse_amount`]), and the Docker-style sizes and CPU counts of
 //! `sandbox.limits`.
@@ -99,6 +99,12 @@ string_newtype! {
 string_newtype! {
     /// The id of an MCP server: 1 to 32 of `a-z`, `0-9`, `_` and `-`.
     ServerId
+}
+
+string_newtype! {
+    /// The id of an LLM provider (`llm.providers[].id`): the rules of a
+    /// [`ServerId`].
+    ProviderId
 }
 
 string_newtype! {
@@ -389,35 +395,56 @@ fn looks_numeric(s: &str) -> bool {
 impl ServerId {
     /// Checks an MCP server id.
     pub fn new(s: &str) -> Result<ServerId, InvalidValue> {
-        let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-';
-        if s.is_empty() || s.len() > 32 || !s.chars().all(ok) {
-            let lower = s.to_ascii_lowercase();
-            let help = if !lower.is_empty() && lower.len() <= 32 && lower.chars().all(ok) {
-                format!("write it in lower case: {}", show(&lower))
-            } else {
-                "use 1 to 32 of a-z, 0-9, `_` and `-`, e.g. accounting".to_string()
-            };
-            return Err(invalid(format!("invalid MCP server id {}", show(s)), help));
-        }
-        Ok(ServerId(s.to_string()))
+        check_id(s, "MCP server", "accounting").map(ServerId)
     }
 
     /// The variable through which the agent reaches this server:
     /// `CONSTLE_MCP_<ID>_URL`, the id upper-cased with `-` written as `_`.
     pub fn env_var(&self) -> String {
-        let id: String = self
-            .0
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_uppercase()
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        format!("CONSTLE_MCP_{id}_URL")
+        format!("CONSTLE_MCP_{}_URL", env_id(&self.0))
     }
+}
+
+impl ProviderId {
+    /// Checks an LLM provider id.
+    pub fn new(s: &str) -> Result<ProviderId, InvalidValue> {
+        check_id(s, "LLM provider", "anthropic").map(ProviderId)
+    }
+
+    /// The variable through which the agent reaches this provider:
+    /// `CONSTLE_LLM_<ID>_URL`, the id upper-cased with `-` written as `_`.
+    pub fn env_var(&self) -> String {
+        format!("CONSTLE_LLM_{}_URL", env_id(&self.0))
+    }
+}
+
+/// An id of `what` (an MCP server, an LLM provider): 1 to 32 of `a-z`,
+/// `0-9`, `_` and `-`.
+fn check_id(s: &str, what: &str, example: &str) -> Result<String, InvalidValue> {
+    let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-';
+    if s.is_empty() || s.len() > 32 || !s.chars().all(ok) {
+        let lower = s.to_ascii_lowercase();
+        let help = if !lower.is_empty() && lower.len() <= 32 && lower.chars().all(ok) {
+            format!("write it in lower case: {}", show(&lower))
+        } else {
+            format!("use 1 to 32 of a-z, 0-9, `_` and `-`, e.g. {example}")
+        };
+        return Err(invalid(format!("invalid {what} id {}", show(s)), help));
+    }
+    Ok(s.to_string())
+}
+
+/// An id as it appears in a variable name: upper case, `-` as `_`.
+fn env_id(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 impl ToolName {

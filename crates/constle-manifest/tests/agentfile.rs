@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use constle_manifest::{
-    Egress, GateMatch, Limits, OnTimeout, QuorumSource, Rejected, Severity, Validated, load_file,
-    parse_str,
+    Egress, GateMatch, Limits, LlmApi, ModelPrices, OnTimeout, QuorumSource, Rejected, Severity,
+    Validated, load_file, parse_str,
 };
 use rust_decimal::Decimal;
 
@@ -97,6 +97,7 @@ fn docs_full_example_parses_cleanly() {
         "HUMAN_GATE_WEBHOOK_URL" => Some("https://approvals.example.com/gates".to_string()),
         "ACCOUNTING_MCP_TOKEN" => Some("t0ken".to_string()),
         "GH_PAT" => Some("ghp_example".to_string()),
+        "ANTHROPIC_API_KEY" => Some("sk-ant-example".to_string()),
         _ => None,
     };
     let v = match parse_str(&example, Path::new("/srv/agents/agent.yaml"), &env) {
@@ -167,6 +168,28 @@ fn docs_full_example_parses_cleanly() {
     assert_eq!(m.spending.max_per_run_usd, Some(Decimal::new(500, 2)));
     assert_eq!(m.spending.max_per_day_usd, Some(Decimal::new(2000, 2)));
     assert_eq!(m.spending.max_per_month_usd, Some(Decimal::new(300, 0)));
+    let anthropic = m.llm.provider("anthropic").unwrap();
+    assert_eq!(anthropic.env_var(), "CONSTLE_LLM_ANTHROPIC_URL");
+    assert_eq!(anthropic.api, LlmApi::Anthropic);
+    assert_eq!(anthropic.url.as_str(), "https://api.anthropic.com");
+    assert_eq!(anthropic.key(&env).unwrap(), "sk-ant-example");
+    assert_eq!(anthropic.max_output_tokens, 16000);
+    let sonnet = anthropic.model("claude-sonnet-4-5").unwrap();
+    assert_eq!(
+        sonnet.prices,
+        ModelPrices {
+            input: Decimal::new(300, 2),
+            output: Decimal::new(1500, 2),
+            cached_input: Decimal::new(30, 2),
+            cache_write: Decimal::new(375, 2),
+        }
+    );
+    assert_eq!(m.llm.spending.max_per_run_usd, Some(Decimal::new(200, 2)));
+    assert_eq!(m.llm.spending.max_per_day_usd, Some(Decimal::new(1000, 2)));
+    assert_eq!(
+        m.llm.spending.max_per_month_usd,
+        Some(Decimal::new(10000, 2))
+    );
     let a2a = m.a2a.unwrap();
     assert_eq!(a2a.listen.unwrap().to_string(), "127.0.0.1:7400");
     assert_eq!(a2a.peers.len(), 1);
@@ -178,6 +201,7 @@ fn docs_full_example_parses_cleanly() {
         [
             "header_secret_unset",
             "env_secret_ref_unset",
+            "header_secret_unset",
             "webhook_url_unset"
         ]
     );
@@ -2386,4 +2410,270 @@ fn tmpfs_sizes_are_written_as_memory_is() {
     }
     let r = rejected(&tmpfs_src("var: 1g"));
     assert_eq!(at(&r.errors), [("unknown_field", 5, 5)]);
+}
+
+// --------------------------------------------------------------------- llm
+
+/// A provider `id` of `api` with one model `m`, indented for `llm.providers`.
+fn provider(id: &str, api: &str) -> String {
+    let host = id.to_ascii_lowercase().replace('_', "-");
+    format!(
+        "    - id: {id}
+      api: {api}
+      url: https://{host}.example.com/v1
+      key_secret_ref: KEY
+      models:
+        - name: m
+          input_usd_per_mtok: 1
+          output_usd_per_mtok: 2
+"
+    )
+}
+
+fn llm(providers: &[String]) -> String {
+    with(&format!("llm:\n  providers:\n{}", providers.concat()))
+}
+
+fn key_env(name: &str) -> Option<String> {
+    (name == "KEY").then(|| "sk-secret".to_string())
+}
+
+#[track_caller]
+fn llm_ok(src: &str) -> Validated {
+    match parse_str(src, Path::new("agent.yaml"), &key_env) {
+        Ok(v) => v,
+        Err(r) => panic!("rejected:\n{r}\n--- source ---\n{src}"),
+    }
+}
+
+#[test]
+fn llm_providers_get_defaults() {
+    let v = llm_ok(&llm(&[provider("oa", "openai")]));
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    let p = &v.manifest.llm.providers[0];
+    assert_eq!(p.api, LlmApi::OpenAi);
+    assert_eq!(p.api.as_str(), "openai");
+    assert_eq!(p.max_output_tokens, 8192);
+    assert_eq!(p.key_secret_ref.as_str(), "KEY");
+    let prices = p.model("m").unwrap().prices;
+    assert_eq!((prices.input, prices.output), (1.into(), 2.into()));
+    assert_eq!(
+        (prices.cached_input, prices.cache_write),
+        (1.into(), 1.into())
+    );
+    assert!(p.model("M").is_none());
+    assert_eq!(v.manifest.llm.spending, Default::default());
+    assert!(ok(MIN).manifest.llm.providers.is_empty());
+    for api in LlmApi::ALL {
+        let src = llm(&[provider("p", api.as_str())]);
+        assert_eq!(llm_ok(&src).manifest.llm.providers[0].api, api);
+    }
+    // The key's variable unset here: a warning naming it, never a value.
+    let v = ok(&llm(&[provider("oa", "openai")]));
+    assert_eq!(at(&v.warnings), [("header_secret_unset", 9, 23)]);
+    assert!(v.warnings[0].message.contains("KEY is not set"));
+    let bad = |name: &str| (name == "KEY").then(|| "sk-secret\n".to_string());
+    let v = parse_str(&llm(&[provider("oa", "openai")]), Path::new("a.yaml"), &bad).unwrap();
+    assert_eq!(codes(&v.warnings), ["header_secret_invalid"]);
+    assert!(!v.warnings[0].to_string().contains("sk-secret"));
+}
+
+#[test]
+fn llm_provider_mistakes_each_have_a_code() {
+    let src = llm(&[provider("a", "anthropic"), provider("a", "openai")]);
+    assert_eq!(errors(&src), [("duplicate_provider_id", 14, 11)]);
+    let src = llm(&[provider("my-p", "anthropic"), provider("my_p", "openai")]);
+    assert_eq!(errors(&src), [("provider_id_collision", 14, 11)]);
+    assert!(
+        rejected(&src).errors[0]
+            .message
+            .contains("CONSTLE_LLM_MY_P_URL")
+    );
+    let src = llm(&[provider("Up", "openai")]);
+    assert_eq!(errors(&src), [("invalid_provider_id", 6, 11)]);
+    let src = llm(&[provider("a", "anthropc")]);
+    assert_eq!(errors(&src), [("unknown_variant", 7, 12)]);
+    assert!(
+        rejected(&src).errors[0]
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("did you mean `anthropic`?")
+    );
+    for (first, second) in [
+        ("anthropic", "anthropic"),
+        ("openai", "openai"),
+        ("openai", "openai-compatible"),
+        ("openai-compatible", "openai-compatible"),
+    ] {
+        let src = llm(&[provider("a", first), provider("b", second)]);
+        assert_eq!(
+            errors(&src),
+            [("duplicate_provider_api", 15, 12)],
+            "{first} {second}"
+        );
+    }
+    let src = llm(&[
+        provider("a", "anthropic"),
+        provider("b", "openai-compatible"),
+    ]);
+    assert_eq!(llm_ok(&src).manifest.llm.providers.len(), 2);
+    let src =
+        llm(&[provider("a", "openai").replace("https://a.example.com", "http://a.example.com")]);
+    assert_eq!(errors(&src), [("insecure_url", 8, 12)]);
+    let src = llm(&[provider("a", "openai").replace("KEY", "1KEY")]);
+    assert_eq!(errors(&src), [("invalid_env_name", 9, 23)]);
+    let missing = "    - id: a\n      api: openai\n      url: https://a.example.com\n      key_secret_ref: K\n".to_string();
+    let r = rejected(&llm(&[missing]));
+    assert_eq!(codes(&r.errors), ["missing_field"]);
+    assert!(r.errors[0].message.contains("llm.providers[].models"));
+}
+
+#[test]
+fn llm_models_and_their_limits_are_checked() {
+    let p = provider("a", "openai");
+    let src = llm(&[p.replace("      models:\n        - name: m\n          input_usd_per_mtok: 1\n          output_usd_per_mtok: 2\n", "      models: []\n")]);
+    assert_eq!(errors(&src), [("empty_models", 10, 15)]);
+    let twice = format!(
+        "{p}        - name: m\n          input_usd_per_mtok: 1\n          output_usd_per_mtok: 2\n"
+    );
+    assert_eq!(errors(&llm(&[twice])), [("duplicate_model", 14, 17)]);
+    for bad in ["\"a b\"", "\"\"", &"m".repeat(129), "\"é\""] {
+        let src = llm(&[p.replace("name: m", &format!("name: {bad}"))]);
+        assert_eq!(
+            codes(&rejected(&src).errors),
+            ["invalid_model_name"],
+            "{bad}"
+        );
+    }
+    let src = llm(&[p.replace("name: m", &format!("name: {}", "m".repeat(128)))]);
+    llm_ok(&src);
+    let src = llm(&[p.replace("          output_usd_per_mtok: 2\n", "")]);
+    let r = rejected(&src);
+    assert_eq!(codes(&r.errors), ["missing_field"]);
+    assert!(r.errors[0].message.contains("output_usd_per_mtok"));
+    let src = llm(&[p.replace("output_usd_per_mtok: 2", "output_usd_per_mtok: -2")]);
+    assert_eq!(errors(&src), [("invalid_amount", 13, 32)]);
+    let src = llm(&[p.replace("input_usd_per_mtok: 1", "input_usd_per_mtok: \"3.00\"\n          cached_input_usd_per_mtok: 0.3\n          cache_write_usd_per_mtok: 1e3")]);
+    assert_eq!(errors(&src), [("invalid_amount", 14, 37)]);
+    let src = llm(&[p.replace(
+        "input_usd_per_mtok: 1",
+        "input_usd_per_mtok: 1\n          cached_input_usd_per_mtok: 0.1",
+    )]);
+    let prices = llm_ok(&src).manifest.llm.providers[0].models[0].prices;
+    assert_eq!(
+        (prices.cached_input, prices.cache_write),
+        (Decimal::new(1, 1), 1.into())
+    );
+    let with_max = |n: &str| {
+        llm(&[p.replace(
+            "key_secret_ref: KEY",
+            &format!("key_secret_ref: KEY\n      max_output_tokens: {n}"),
+        )])
+    };
+    assert_eq!(
+        llm_ok(&with_max("1000000")).manifest.llm.providers[0].max_output_tokens,
+        1_000_000
+    );
+    assert_eq!(
+        llm_ok(&with_max("1")).manifest.llm.providers[0].max_output_tokens,
+        1
+    );
+    for bad in ["0", "1000001"] {
+        assert_eq!(errors(&with_max(bad)), [("out_of_range", 10, 26)], "{bad}");
+    }
+    let src = format!(
+        "{}  spending:\n    max_per_run_usd: \"2.00\"\n    max_per_day_usd: 5\n    max_per_month_usd: x\n",
+        llm(&[p.clone()])
+    );
+    assert_eq!(errors(&src), [("invalid_amount", 17, 24)]);
+    let src = format!(
+        "{}  spending:\n    max_per_run_usd: \"2.00\"\n    ledger: redis://x\n",
+        llm(&[p.clone()])
+    );
+    assert_eq!(errors(&src), [("unknown_field", 16, 5)]);
+}
+
+#[test]
+fn the_gates_variables_stay_out_of_sandbox_env() {
+    let env_src = |api: &str, var: &str| {
+        format!(
+            "name: a\nsandbox:\n  command: [x]\n  env:\n    {var}: x\nllm:\n  providers:\n{}",
+            provider("p", api)
+        )
+    };
+    for (api, var) in [
+        ("anthropic", "ANTHROPIC_BASE_URL"),
+        ("anthropic", "ANTHROPIC_API_KEY"),
+        ("anthropic", "ANTHROPIC_AUTH_TOKEN"),
+        ("anthropic", "anthropic_api_key"),
+        ("openai", "OPENAI_BASE_URL"),
+        ("openai", "OPENAI_API_KEY"),
+        ("openai", "CODEX_API_KEY"),
+        ("openai-compatible", "OPENAI_API_KEY"),
+        ("openai", "CONSTLE_LLM_P_URL"),
+    ] {
+        assert_eq!(
+            errors(&env_src(api, var)),
+            [("reserved_env_name", 5, 5)],
+            "{api} {var}"
+        );
+    }
+    // Only the declared API's variables, and none without a provider.
+    for (api, var) in [
+        ("anthropic", "OPENAI_API_KEY"),
+        ("openai", "ANTHROPIC_API_KEY"),
+        ("openai", "ANTHROPIC_AUTH_TOKEN"),
+    ] {
+        let v = parse_str(&env_src(api, var), Path::new("a.yaml"), &key_env);
+        assert!(v.is_ok(), "{api} {var}");
+    }
+    ok(&with("").replace(
+        "  command: [x]\n",
+        "  command: [x]\n  env:\n    ANTHROPIC_API_KEY: x\n",
+    ));
+}
+
+#[test]
+fn a_provider_the_agent_can_reach_directly_is_warned_about() {
+    let src = |network: &str| {
+        format!(
+            "name: a\nsandbox:\n  command: [x]\n  network:\n{network}llm:\n  providers:\n{}",
+            provider("p", "openai")
+        )
+    };
+    let v = llm_ok(&src(
+        "    allowed_hosts: [p.example.com, other.example.com]\n",
+    ));
+    assert_eq!(at(&v.warnings), [("llm_host_allowed", 10, 12)]);
+    assert!(
+        v.warnings[0].message.contains("around the gate"),
+        "{}",
+        v.warnings[0]
+    );
+    assert!(
+        v.warnings[0]
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("CONSTLE_LLM_P_URL")
+    );
+    let v = llm_ok(&src("    egress: open\n"));
+    assert_eq!(codes(&v.warnings), ["egress_open", "llm_host_allowed"]);
+    let v = llm_ok(&src("    allowed_hosts: [other.example.com]\n"));
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    let v = llm_ok(&src("    egress: none\n"));
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    let loopback =
+        src("    egress: open\n").replace("https://p.example.com", "http://127.0.0.1:8080");
+    assert_eq!(codes(&llm_ok(&loopback).warnings), ["egress_open"]);
+}
+
+#[test]
+fn spend_caps_count_model_calls() {
+    let src = format!(
+        "{}spending:\n  max_per_run_usd: 1\n",
+        llm(&[provider("p", "openai")])
+    );
+    assert!(llm_ok(&src).warnings.is_empty());
 }
