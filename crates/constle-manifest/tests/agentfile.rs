@@ -2584,12 +2584,12 @@ fn llm_models_and_their_limits_are_checked() {
     }
     let src = format!(
         "{}  spending:\n    max_per_run_usd: \"2.00\"\n    max_per_day_usd: 5\n    max_per_month_usd: x\n",
-        llm(&[p.clone()])
+        llm(std::slice::from_ref(&p))
     );
     assert_eq!(errors(&src), [("invalid_amount", 17, 24)]);
     let src = format!(
         "{}  spending:\n    max_per_run_usd: \"2.00\"\n    ledger: redis://x\n",
-        llm(&[p.clone()])
+        llm(std::slice::from_ref(&p))
     );
     assert_eq!(errors(&src), [("unknown_field", 16, 5)]);
 }
