@@ -2,6 +2,8 @@
 //! here: what reaches the provider, what reaches the agent, what is
 //! settled and recorded.
 
+#![allow(clippy::unwrap_used, reason = "test helpers panic on setup failure")]
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
