@@ -11,7 +11,8 @@
 //!    `llm_gate_closed`.
 //! 3. A method and path the API lists ([`crate::route`]), else 404
 //!    `llm_path_not_allowed`. `GET …/models` is answered by the gate with
-//!    the declared models.
+//!    the declared models. The Responses WebSocket (`GET /v1/responses`
+//!    with an Upgrade) is not served yet: 426, `llm_path_not_allowed`.
 //! 4. The body read (at most [`MAX_BODY_BYTES`]) and [`inspect`]ed.
 //! 5. The [`Meter`] reserves the worst case, or refuses (403).
 //! 6. The shutoff checked again, then the inspected body is sent to the
@@ -405,11 +406,7 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
     };
     let (kind, upstream_path) = match route {
         Route::Models => return inner.models(),
-        Route::ResponsesSocket => {
-            let what = "the Responses WebSocket (use HTTP: POST /v1/responses)";
-            let refusal = Refusal::new(Reason::PathNotAllowed, what, None);
-            return inner.refuse(&asked, &refusal, false).await;
-        }
+        Route::ResponsesSocket => return socket_refused(&inner, &asked).await,
         Route::Call {
             kind,
             upstream_path,
@@ -445,6 +442,20 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
         started,
     )
     .await
+}
+
+/// The Responses WebSocket is not served yet: 426 Upgrade Required,
+/// which no client retries, and on which Codex goes on over HTTP
+/// (`POST /v1/responses`, SSE), where every rule applies.
+async fn socket_refused(inner: &Inner, asked: &Asked<'_>) -> Response {
+    let what = "the Responses WebSocket, which this gate does not serve (use POST /v1/responses)";
+    let refusal = Refusal::new(Reason::PathNotAllowed, what, None);
+    let _ = inner.refuse(asked, &refusal, false).await;
+    inner.error(
+        StatusCode::UPGRADE_REQUIRED,
+        refusal.reason.as_str(),
+        &refusal.message,
+    )
 }
 
 /// Reads the agent's body, at most one chunk past [`MAX_BODY_BYTES`];

@@ -619,6 +619,13 @@ async fn the_shutoff_stops_all_forwarding_and_models_are_the_declared_ones() {
         serde_json::from_str(&text(h.send("GET", "/v1/models", None).await).await).unwrap();
     assert_eq!(models["data"][0]["id"], "m");
     assert_eq!(models["data"].as_array().unwrap().len(), 1);
+    let socket = h.send("GET", "/v1/responses", None).await;
+    assert_eq!(socket.status(), StatusCode::UPGRADE_REQUIRED);
+    assert_eq!(
+        h.recorded.0.lock().unwrap()[0].reason,
+        Reason::PathNotAllowed
+    );
+    h.recorded.0.lock().unwrap().clear();
     h.shutoff.cancel();
     let response = h
         .post("/v1/responses", &json!({"model": "m", "input": "x"}))
