@@ -49,10 +49,11 @@ use hyper_util::rt::TokioIo;
 use rust_decimal::Decimal;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use zeroize::Zeroizing;
 
 use crate::config::{Api, Prices, Provider};
 use crate::error::GateError;
-use crate::inspect::{Inspected, MAX_BODY_BYTES, Refusal, inspect};
+use crate::inspect::{MAX_BODY_BYTES, Refusal, inspect};
 use crate::loopback::addressed_to_loopback;
 use crate::meter::{Call, Held, Meter, Recorder, Settled, Unmetered, Unrecorded};
 use crate::reason::Reason;
@@ -218,16 +219,21 @@ fn base(upstream: &Uri) -> Result<String, GateError> {
 
 fn key_header(provider: &Provider) -> Result<(HeaderName, HeaderValue), GateError> {
     let key = provider.key.expose();
-    let (name, value) = match provider.api {
-        Api::Anthropic => (HeaderName::from_static("x-api-key"), key.to_owned()),
-        Api::OpenAi | Api::OpenAiCompatible => (header::AUTHORIZATION, format!("Bearer {key}")),
-    };
-    let mut value = zeroize::Zeroizing::new(value);
     if key.is_empty() {
         return Err(GateError::Key);
     }
+    // Zeroed on drop: the header value keeps the only other copy.
+    let (name, value) = match provider.api {
+        Api::Anthropic => (
+            HeaderName::from_static("x-api-key"),
+            Zeroizing::new(key.to_owned()),
+        ),
+        Api::OpenAi | Api::OpenAiCompatible => (
+            header::AUTHORIZATION,
+            Zeroizing::new(format!("Bearer {key}")),
+        ),
+    };
     let mut header = HeaderValue::from_str(&value).map_err(|_| GateError::Key)?;
-    zeroize::Zeroize::zeroize(&mut *value);
     header.set_sensitive(true);
     Ok((name, header))
 }
@@ -433,15 +439,18 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
     };
     drop(body);
     let path_and_query = upstream_path_and_query(upstream_path, query);
-    forward(
-        inner,
-        &asked,
-        &parts.headers,
-        &path_and_query,
-        inspected,
-        started,
-    )
-    .await
+    let call = Call {
+        provider: inner.provider.id.clone(),
+        model: inspected.model,
+        kind,
+        transport: asked.transport,
+        input_tokens_bound: inspected.input_tokens_bound,
+        output_tokens_bound: inspected.output_tokens_bound,
+        worst_case_usd: inspected.worst_case_usd,
+        stream: inspected.stream,
+    };
+    let upstream = inner.upstream_request(&path_and_query, &parts.headers, inspected.body);
+    forward(inner, &asked, call, inspected.prices, upstream, started).await
 }
 
 /// The Responses WebSocket is not served yet: 426 Upgrade Required,
@@ -478,32 +487,12 @@ async fn read_limited(mut body: Incoming) -> Result<Bytes, bool> {
 async fn forward(
     inner: Arc<Inner>,
     asked: &Asked<'_>,
-    agent_headers: &HeaderMap,
-    path_and_query: &str,
-    inspected: Inspected,
+    call: Call,
+    prices: Prices,
+    upstream: Result<Request<Full<Bytes>>, hyper::http::Error>,
     started: Instant,
 ) -> Response {
-    let Some(&prices) = inner.provider.models.get(&inspected.model) else {
-        // `inspect` let through only declared models.
-        let what = "an undeclared model";
-        return inner
-            .refuse(
-                asked,
-                &Refusal::new(Reason::ModelNotDeclared, what, None),
-                false,
-            )
-            .await;
-    };
-    let call = Call {
-        provider: inner.provider.id.clone(),
-        model: inspected.model,
-        kind: asked.kind.unwrap_or(Kind::Messages),
-        transport: asked.transport,
-        input_tokens_bound: inspected.input_tokens_bound,
-        output_tokens_bound: inspected.output_tokens_bound,
-        worst_case_usd: inspected.worst_case_usd,
-        stream: inspected.stream,
-    };
+    let kind = call.kind;
     let held = match inner.meter.reserve(&call).await {
         Ok(held) => held,
         Err(refused) => {
@@ -526,9 +515,8 @@ async fn forward(
     if let Some(refusal) = inner.closed() {
         return inner.refuse(asked, &refusal, false).await;
     }
-    let request = match inner.upstream_request(path_and_query, agent_headers, inspected.body) {
-        Ok(request) => request,
-        Err(_) => return upstream_failure(&inner, StatusCode::BAD_GATEWAY),
+    let Ok(request) = upstream else {
+        return upstream_failure(&inner, StatusCode::BAD_GATEWAY);
     };
     settle.sent = true;
     let sent = tokio::time::timeout(inner.response_timeout, inner.client.request(request));
@@ -540,11 +528,7 @@ async fn forward(
     settle.status = Some(response.status().as_u16());
     settle.request_id = request_id(response.headers());
     settle.streamed = is_event_stream(response.headers());
-    settle.tracker = Some(Tracker::new(
-        inner.provider.api,
-        settle.kind(),
-        settle.streamed,
-    ));
+    settle.tracker = Some(Tracker::new(inner.provider.api, kind, settle.streamed));
     relay(response, settle)
 }
 
@@ -639,12 +623,6 @@ struct Settlement {
     status: Option<u16>,
     request_id: Option<String>,
     tracker: Option<Tracker>,
-}
-
-impl Settlement {
-    fn kind(&self) -> Kind {
-        self.call.as_ref().map_or(Kind::Messages, |call| call.kind)
-    }
 }
 
 impl Drop for Settlement {

@@ -5,7 +5,7 @@
 use rust_decimal::Decimal;
 use serde_json::{Map, Value};
 
-use crate::config::{Api, Provider};
+use crate::config::{Api, Prices, Provider};
 use crate::media::{self, Media};
 use crate::reason::Reason;
 use crate::route::Kind;
@@ -25,6 +25,8 @@ pub(crate) const NOT_FORWARDED: &str = "; the Constle gate did not forward it";
 pub struct Inspected {
     /// The declared model it names.
     pub model: String,
+    /// That model's prices.
+    pub prices: Prices,
     /// What is forwarded: the parsed body, written anew with the gate's
     /// changes (output maximum, usage requested), so the provider reads
     /// exactly what the gate read.
@@ -115,6 +117,7 @@ pub fn inspect(
         })?;
     Ok(Inspected {
         model,
+        prices: *prices,
         body: body_out,
         stream,
         input_tokens_bound: input,
