@@ -1,0 +1,666 @@
+//! The gate's HTTP side: one [`Gate`] per declared provider, serving the
+//! agent on a socket the run hands it, forwarding to the provider.
+//!
+//! Per request, in order (every refusal in the provider's error shape,
+//! [`crate::shape`], recorded through the [`Recorder`] before it is
+//! answered, except the meter's, which the meter records):
+//!
+//! 1. `Host` (and `Origin`, if sent) loopback ([`crate::loopback`]), else
+//!    403 `llm_host_refused`.
+//! 2. The gates not closed ([`Gate::with_shutoff`]), else 403
+//!    `llm_gate_closed`.
+//! 3. A method and path the API lists ([`crate::route`]), else 404
+//!    `llm_path_not_allowed`. `GET …/models` is answered by the gate with
+//!    the declared models. The Responses WebSocket (`GET /v1/responses`
+//!    with an Upgrade) is not served yet: 426, `llm_path_not_allowed`.
+//! 4. The body read (at most [`MAX_BODY_BYTES`]) and [`inspect`]ed.
+//! 5. The [`Meter`] reserves the worst case, or refuses (403).
+//! 6. The shutoff checked again, then the inspected body is sent to the
+//!    upstream base URL plus the endpoint's path, with only the agent
+//!    headers in [`FORWARDED_REQUEST_HEADERS`] (and `x-stainless-*`), the
+//!    key the gate holds, and `accept-encoding: identity` (so the usage
+//!    can be read as it passes).
+//! 7. The provider's status and headers come back (less hop-by-hop
+//!    headers, `set-cookie` and `content-length`), and its body is relayed
+//!    chunk by chunk as it arrives, while [`crate::usage`] reads the usage
+//!    from it. When the body has ended, was cut (the provider or the agent
+//!    went away, the shutoff thrown), the call is settled through the
+//!    [`Meter`].
+//!
+//! A provider that cannot be reached, or sends no response headers within
+//! the response timeout ([`DEFAULT_RESPONSE_TIMEOUT`]), is answered with
+//! 502 or 504 in the provider's shape (retryable: that is the provider's
+//! failure, not a cap), and the call is settled with no usage.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use axum::serve::Listener;
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Either, Full, StreamBody};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use rust_decimal::Decimal;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use zeroize::Zeroizing;
+
+use crate::config::{Api, Prices, Provider};
+use crate::error::GateError;
+use crate::inspect::{MAX_BODY_BYTES, Refusal, inspect};
+use crate::loopback::addressed_to_loopback;
+use crate::meter::{Call, Held, Meter, Recorder, Settled, Unmetered, Unrecorded};
+use crate::reason::Reason;
+use crate::refused::{Refused, Transport};
+use crate::route::{Kind, Route, route, upstream_path_and_query};
+use crate::shape;
+use crate::upstream::{self, Client};
+use crate::usage::Tracker;
+
+/// What the agent gets back: a whole body, or the provider's, relayed.
+type Body = Either<Full<Bytes>, UnsyncBoxBody<Bytes, std::io::Error>>;
+
+type Response = hyper::Response<Body>;
+
+/// Agent headers forwarded to the provider (besides `x-stainless-*`, the
+/// SDKs' telemetry); no other is: not `authorization`, `x-api-key`,
+/// `cookie`, `openai-organization` or `openai-project`.
+pub const FORWARDED_REQUEST_HEADERS: [&str; 7] = [
+    "accept",
+    "anthropic-version",
+    "anthropic-beta",
+    "openai-beta",
+    "user-agent",
+    "idempotency-key",
+    "content-type",
+];
+
+/// How long the gate waits for a provider's response headers unless
+/// [`Gate::with_response_timeout`] says otherwise: ten minutes, as long as
+/// the SDKs themselves wait for a non-streamed answer.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How many completed Responses the gate remembers for
+/// `previous_response_id`; the oldest is forgotten past it (and a call
+/// continuing it is then refused, never let through unbounded).
+pub const MAX_REMEMBERED_RESPONSES: usize = 4096;
+
+/// Response headers never relayed: hop-by-hop, cookies, and the length
+/// (the relay sets its own framing).
+const DROPPED_RESPONSE_HEADERS: [HeaderName; 9] = [
+    header::CONNECTION,
+    header::PROXY_AUTHENTICATE,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::SET_COOKIE,
+    header::CONTENT_LENGTH,
+    HeaderName::from_static("keep-alive"),
+];
+
+/// The gate in front of one declared provider.
+///
+/// ```no_run
+/// # async fn run(provider: constle_llm_gate::Provider) -> Result<(), Box<dyn std::error::Error>> {
+/// use constle_llm_gate::Gate;
+/// let listener = tokio::net::UnixListener::bind("/run/constle/llm-anthropic.sock")?;
+/// Gate::new(provider)?.serve(listener).await?;
+/// # Ok(()) }
+/// ```
+pub struct Gate {
+    inner: Inner,
+}
+
+impl fmt::Debug for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gate")
+            .field("provider", &self.inner.provider.id)
+            .field("api", &self.inner.provider.api)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    provider: Provider,
+    /// The upstream base, without a trailing `/`.
+    base: String,
+    /// The header carrying the key, marked sensitive.
+    key: (HeaderName, HeaderValue),
+    client: Client,
+    meter: Arc<dyn Meter>,
+    recorder: Arc<dyn Recorder>,
+    shutoff: CancellationToken,
+    response_timeout: Duration,
+    responses: Mutex<Remembered>,
+}
+
+impl Gate {
+    /// A gate forwarding to `provider.upstream` with `provider.key`,
+    /// unmetered and unrecorded until told otherwise.
+    pub fn new(provider: Provider) -> Result<Gate, GateError> {
+        let base = base(&provider.upstream)?;
+        let key = key_header(&provider)?;
+        let client = upstream::client().map_err(GateError::Client)?;
+        Ok(Gate {
+            inner: Inner {
+                provider,
+                base,
+                key,
+                client,
+                meter: Arc::new(Unmetered),
+                recorder: Arc::new(Unrecorded),
+                shutoff: CancellationToken::new(),
+                response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+                responses: Mutex::new(Remembered::default()),
+            },
+        })
+    }
+
+    /// Reserves and settles every call through `meter`.
+    #[must_use]
+    pub fn with_meter(mut self, meter: impl Meter) -> Gate {
+        self.inner.meter = Arc::new(meter);
+        self
+    }
+
+    /// Records every refusal of the gate's own through `recorder`.
+    #[must_use]
+    pub fn with_recorder(mut self, recorder: impl Recorder) -> Gate {
+        self.inner.recorder = Arc::new(recorder);
+        self
+    }
+
+    /// Stops forwarding once `shutoff` is cancelled: every request from
+    /// then on is refused (`llm_gate_closed`), one reserved but not yet
+    /// sent is not sent, and responses still passing are cut (and settled
+    /// on what they reported).
+    #[must_use]
+    pub fn with_shutoff(mut self, shutoff: CancellationToken) -> Gate {
+        self.inner.shutoff = shutoff;
+        self
+    }
+
+    /// Waits at most `timeout` (capped at a day) for a provider's
+    /// response headers.
+    #[must_use]
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Gate {
+        self.inner.response_timeout = timeout.min(Duration::from_secs(86_400));
+        self
+    }
+
+    /// Serves the agent on `listener` (a Unix socket in a run, TCP on
+    /// loopback in tests), HTTP/1.1, until the task is dropped.
+    pub async fn serve<L: Listener>(self, mut listener: L) -> std::io::Result<()> {
+        let inner = Arc::new(self.inner);
+        loop {
+            let (io, _) = listener.accept().await;
+            tokio::spawn(serve_connection(Arc::clone(&inner), io));
+        }
+    }
+}
+
+/// The upstream base as a string without a trailing `/`, checked.
+fn base(upstream: &Uri) -> Result<String, GateError> {
+    let scheme_ok = matches!(upstream.scheme_str(), Some("http" | "https"));
+    if !scheme_ok || upstream.host().is_none() || upstream.query().is_some() {
+        return Err(GateError::Url(
+            "it must be http or https, with a host and no query".to_owned(),
+        ));
+    }
+    Ok(upstream.to_string().trim_end_matches('/').to_owned())
+}
+
+fn key_header(provider: &Provider) -> Result<(HeaderName, HeaderValue), GateError> {
+    let key = provider.key.expose();
+    if key.is_empty() {
+        return Err(GateError::Key);
+    }
+    // Zeroed on drop: the header value keeps the only other copy.
+    let (name, value) = match provider.api {
+        Api::Anthropic => (
+            HeaderName::from_static("x-api-key"),
+            Zeroizing::new(key.to_owned()),
+        ),
+        Api::OpenAi | Api::OpenAiCompatible => (
+            header::AUTHORIZATION,
+            Zeroizing::new(format!("Bearer {key}")),
+        ),
+    };
+    let mut header = HeaderValue::from_str(&value).map_err(|_| GateError::Key)?;
+    header.set_sensitive(true);
+    Ok((name, header))
+}
+
+async fn serve_connection<I>(inner: Arc<Inner>, io: I)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request| {
+        let inner = Arc::clone(&inner);
+        async move { Ok::<_, Infallible>(handle(inner, request).await) }
+    });
+    // A connection that breaks ends here; the agent may open another.
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades()
+        .await;
+}
+
+/// The completed Responses this gate saw, by id: their tokens, which a
+/// call continuing one reads again.
+#[derive(Default)]
+struct Remembered {
+    tokens: HashMap<String, u64>,
+    order: VecDeque<String>,
+}
+
+impl Remembered {
+    fn insert(&mut self, id: String, tokens: u64) {
+        if self.tokens.insert(id.clone(), tokens).is_none() {
+            self.order.push_back(id);
+        }
+        while self.order.len() > MAX_REMEMBERED_RESPONSES {
+            if let Some(oldest) = self.order.pop_front() {
+                self.tokens.remove(&oldest);
+            }
+        }
+    }
+}
+
+/// What one request asked, for its record if it is refused.
+struct Asked<'a> {
+    method: &'a Method,
+    path: &'a str,
+    kind: Option<Kind>,
+    transport: Transport,
+}
+
+impl Inner {
+    fn remembered(&self) -> std::sync::MutexGuard<'_, Remembered> {
+        // A holder that panicked left a whole entry or none.
+        self.responses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn previous(&self, id: &str) -> Option<u64> {
+        self.remembered().tokens.get(id).copied()
+    }
+
+    /// Records `refusal` of `asked`, then answers it.
+    async fn refuse(&self, asked: &Asked<'_>, refusal: &Refusal, too_large: bool) -> Response {
+        let mut record = Refused::new(
+            &self.provider.id,
+            refusal.reason,
+            asked.method.as_str(),
+            asked.path,
+        );
+        record.kind = asked.kind;
+        record.model.clone_from(&refusal.model);
+        record.transport = asked.transport;
+        self.recorder.refused(&record).await;
+        let status = shape::status(refusal.reason, too_large);
+        self.error(status, refusal.reason.as_str(), &refusal.message)
+    }
+
+    /// An error in the provider's shape, which no client retries.
+    fn error(&self, status: StatusCode, code: &str, message: &str) -> Response {
+        let body = shape::body(self.provider.api, status, code, message);
+        let mut response = json_response(status, body.to_string());
+        response
+            .headers_mut()
+            .insert("x-should-retry", HeaderValue::from_static("false"));
+        response
+    }
+
+    fn closed(&self) -> Option<Refusal> {
+        self.shutoff.is_cancelled().then(|| {
+            Refusal::new(
+                Reason::GateClosed,
+                "a call after the run stopped model calls",
+                None,
+            )
+        })
+    }
+
+    /// The declared models, as OpenAI's `GET /v1/models` lists models.
+    fn models(&self) -> Response {
+        let data: Vec<Value> = self
+            .provider
+            .models
+            .keys()
+            .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "constle"}))
+            .collect();
+        json_response(
+            StatusCode::OK,
+            json!({"object": "list", "data": data}).to_string(),
+        )
+    }
+
+    /// The request to the provider for `inspected` at `path_and_query`,
+    /// with the agent headers the gate forwards and its key.
+    fn upstream_request(
+        &self,
+        path_and_query: &str,
+        agent: &HeaderMap,
+        body: Vec<u8>,
+    ) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(format!("{}{path_and_query}", self.base))
+            .body(Full::new(Bytes::from(body)))?;
+        let headers = request.headers_mut();
+        *headers = forwarded(agent);
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+        headers.insert(self.key.0.clone(), self.key.1.clone());
+        Ok(request)
+    }
+}
+
+/// The agent headers the gate forwards.
+fn forwarded(agent: &HeaderMap) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (name, value) in agent {
+        let name_str = name.as_str();
+        if FORWARDED_REQUEST_HEADERS.contains(&name_str) || name_str.starts_with("x-stainless-") {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    headers
+}
+
+async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path();
+    let mut asked = Asked {
+        method: &parts.method,
+        path,
+        kind: None,
+        transport: Transport::Http,
+    };
+    if !addressed_to_loopback(&parts.headers) {
+        let what = "a request not addressed to loopback (Host or Origin)";
+        let refusal = Refusal::new(Reason::HostRefused, what, None);
+        return inner.refuse(&asked, &refusal, false).await;
+    }
+    if let Some(refusal) = inner.closed() {
+        return inner.refuse(&asked, &refusal, false).await;
+    }
+    let query = parts.uri.query();
+    let Some(route) = route(inner.provider.api, &parts.method, path, query) else {
+        let what = format!(
+            "{} {path}, not an endpoint of the {} API the gate serves",
+            parts.method,
+            inner.provider.api.as_str()
+        );
+        let refusal = Refusal::new(Reason::PathNotAllowed, &what, None);
+        return inner.refuse(&asked, &refusal, false).await;
+    };
+    let (kind, upstream_path) = match route {
+        Route::Models => return inner.models(),
+        Route::ResponsesSocket => return socket_refused(&inner, &asked).await,
+        Route::Call {
+            kind,
+            upstream_path,
+        } => (kind, upstream_path),
+    };
+    asked.kind = Some(kind);
+    let started = Instant::now();
+    let body = match read_limited(body).await {
+        Ok(body) => body,
+        Err(too_large) => {
+            let what = if too_large {
+                format!("a body larger than {MAX_BODY_BYTES} bytes")
+            } else {
+                "a body the gate could not read".to_owned()
+            };
+            let refusal = Refusal::new(Reason::BodyUnreadable, &what, None);
+            return inner.refuse(&asked, &refusal, too_large).await;
+        }
+    };
+    let too_large = body.len() > MAX_BODY_BYTES;
+    let inspected = match inspect(&inner.provider, kind, &body, &|id| inner.previous(id)) {
+        Ok(inspected) => inspected,
+        Err(refusal) => return inner.refuse(&asked, &refusal, too_large).await,
+    };
+    drop(body);
+    let path_and_query = upstream_path_and_query(upstream_path, query);
+    let call = Call {
+        provider: inner.provider.id.clone(),
+        model: inspected.model,
+        kind,
+        transport: asked.transport,
+        input_tokens_bound: inspected.input_tokens_bound,
+        output_tokens_bound: inspected.output_tokens_bound,
+        worst_case_usd: inspected.worst_case_usd,
+        stream: inspected.stream,
+    };
+    let upstream = inner.upstream_request(&path_and_query, &parts.headers, inspected.body);
+    forward(inner, &asked, call, inspected.prices, upstream, started).await
+}
+
+/// The Responses WebSocket is not served yet: 426 Upgrade Required,
+/// which no client retries, and on which Codex goes on over HTTP
+/// (`POST /v1/responses`, SSE), where every rule applies.
+async fn socket_refused(inner: &Inner, asked: &Asked<'_>) -> Response {
+    let what = "the Responses WebSocket, which this gate does not serve (use POST /v1/responses)";
+    let refusal = Refusal::new(Reason::PathNotAllowed, what, None);
+    let _ = inner.refuse(asked, &refusal, false).await;
+    inner.error(
+        StatusCode::UPGRADE_REQUIRED,
+        refusal.reason.as_str(),
+        &refusal.message,
+    )
+}
+
+/// Reads the agent's body, at most one chunk past [`MAX_BODY_BYTES`];
+/// `Err(true)` when it is longer, `Err(false)` when it broke.
+async fn read_limited(mut body: Incoming) -> Result<Bytes, bool> {
+    let mut buf = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| false)?;
+        if let Ok(chunk) = frame.into_data() {
+            buf.extend_from_slice(&chunk);
+            if buf.len() > MAX_BODY_BYTES {
+                return Err(true);
+            }
+        }
+    }
+    Ok(Bytes::from(buf))
+}
+
+/// Reserves, sends and relays one inspected call.
+async fn forward(
+    inner: Arc<Inner>,
+    asked: &Asked<'_>,
+    call: Call,
+    prices: Prices,
+    upstream: Result<Request<Full<Bytes>>, hyper::http::Error>,
+    started: Instant,
+) -> Response {
+    let kind = call.kind;
+    let held = match inner.meter.reserve(&call).await {
+        Ok(held) => held,
+        Err(refused) => {
+            let status = shape::status(refused.reason, false);
+            return inner.error(status, refused.reason.as_str(), &refused.message);
+        }
+    };
+    let mut settle = Settlement {
+        inner: Arc::clone(&inner),
+        held: Some(held),
+        call: Some(call),
+        prices,
+        started,
+        sent: false,
+        streamed: false,
+        status: None,
+        request_id: None,
+        tracker: None,
+    };
+    if let Some(refusal) = inner.closed() {
+        return inner.refuse(asked, &refusal, false).await;
+    }
+    let Ok(request) = upstream else {
+        return upstream_failure(&inner, StatusCode::BAD_GATEWAY);
+    };
+    settle.sent = true;
+    let sent = tokio::time::timeout(inner.response_timeout, inner.client.request(request));
+    let response = match sent.await {
+        Ok(Ok(response)) => response,
+        Ok(Err(_)) => return upstream_failure(&inner, StatusCode::BAD_GATEWAY),
+        Err(_) => return upstream_failure(&inner, StatusCode::GATEWAY_TIMEOUT),
+    };
+    settle.status = Some(response.status().as_u16());
+    settle.request_id = request_id(response.headers());
+    settle.streamed = is_event_stream(response.headers());
+    settle.tracker = Some(Tracker::new(inner.provider.api, kind, settle.streamed));
+    relay(response, settle)
+}
+
+/// The provider could not be reached or did not answer in time; the
+/// caller's [`Settlement`] settles the call with no usage when dropped.
+fn upstream_failure(inner: &Inner, status: StatusCode) -> Response {
+    let message = format!(
+        "the Constle gate could not get an answer from provider {:?}",
+        inner.provider.id
+    );
+    let code = if status == StatusCode::GATEWAY_TIMEOUT {
+        "llm_upstream_timeout"
+    } else {
+        "llm_upstream_unreachable"
+    };
+    let body = shape::body(inner.provider.api, status, code, &message);
+    json_response(status, body.to_string())
+}
+
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// The provider's request id, if sent once and visible ASCII.
+fn request_id(headers: &HeaderMap) -> Option<String> {
+    ["request-id", "x-request-id"].iter().find_map(|name| {
+        let value = headers.get(*name)?.to_str().ok()?;
+        let visible =
+            !value.is_empty() && value.len() <= 256 && value.bytes().all(|b| b.is_ascii_graphic());
+        visible.then(|| value.to_owned())
+    })
+}
+
+/// The provider's response, its body relayed chunk by chunk as it
+/// arrives while `settle`'s tracker reads it.
+fn relay(response: hyper::Response<Incoming>, settle: Settlement) -> Response {
+    let (parts, body) = response.into_parts();
+    let shutoff = settle.inner.shutoff.clone();
+    let state = (body, settle, shutoff, false);
+    let frames =
+        futures_util::stream::unfold(state, |(mut body, mut settle, shutoff, done)| async move {
+            if done {
+                return None;
+            }
+            let frame = tokio::select! {
+                frame = body.frame() => frame,
+                () = shutoff.cancelled() => return None,
+            };
+            match frame {
+                Some(Ok(frame)) => {
+                    if let Some(chunk) = frame.data_ref()
+                        && let Some(tracker) = settle.tracker.as_mut()
+                    {
+                        tracker.push(chunk);
+                    }
+                    Some((Ok(frame), (body, settle, shutoff, false)))
+                }
+                Some(Err(err)) => Some((
+                    Err(std::io::Error::other(err)),
+                    (body, settle, shutoff, true),
+                )),
+                None => None,
+            }
+        });
+    let mut out = hyper::Response::new(Either::Right(StreamBody::new(frames).boxed_unsync()));
+    *out.status_mut() = parts.status;
+    let mut headers = parts.headers;
+    for name in &DROPPED_RESPONSE_HEADERS {
+        headers.remove(name);
+    }
+    *out.headers_mut() = headers;
+    out
+}
+
+/// Settles one reserved call when dropped: after the response has passed,
+/// was cut, or never came. In `Drop`, so that no way out of a call (an
+/// agent that hangs up mid-stream included) leaves a reservation open.
+struct Settlement {
+    inner: Arc<Inner>,
+    held: Option<Held>,
+    call: Option<Call>,
+    prices: Prices,
+    started: Instant,
+    /// Whether the request left for the provider: one that did not costs
+    /// nothing.
+    sent: bool,
+    streamed: bool,
+    status: Option<u16>,
+    request_id: Option<String>,
+    tracker: Option<Tracker>,
+}
+
+impl Drop for Settlement {
+    fn drop(&mut self) {
+        let (Some(held), Some(call)) = (self.held.take(), self.call.take()) else {
+            return;
+        };
+        let reading = self.tracker.take().map(Tracker::finish).unwrap_or_default();
+        // A response continued later is read again; its tokens bound that.
+        if let (Some(id), Some(usage)) = (&reading.completed, reading.usage) {
+            self.inner.remembered().insert(id.clone(), usage.total());
+        }
+        let cost_usd = match reading.usage {
+            _ if !self.sent => Decimal::ZERO,
+            Some(usage) => usage.cost(&self.prices).unwrap_or(call.worst_case_usd),
+            None => call.worst_case_usd,
+        };
+        let settled = Settled {
+            usage: reading.usage,
+            cost_usd,
+            streamed: self.streamed,
+            status: self.status,
+            request_id: self.request_id.take(),
+            duration: self.started.elapsed(),
+        };
+        let meter = Arc::clone(&self.inner.meter);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { meter.settle(held, call, settled).await });
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    let mut response = hyper::Response::new(Either::Left(Full::new(Bytes::from(body))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
