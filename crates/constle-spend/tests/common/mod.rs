@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use constle_identity::Name;
-use constle_spend::{Caps, LedgerConfig, LedgerKey};
+use constle_spend::{Caps, LedgerConfig, LedgerKey, Source};
 use constle_testkit::{RedisServer, require_tools};
 use jiff::Timestamp;
 use rust_decimal::Decimal;
@@ -87,5 +87,12 @@ pub fn month_cap(cap: &str) -> Caps {
     Caps {
         per_month: Some(usd(cap)),
         ..Caps::default()
+    }
+}
+
+/// The source of the charges an MCP server's tool calls make.
+pub fn tools() -> Source {
+    Source::Mcp {
+        server: "tools".to_owned(),
     }
 }
