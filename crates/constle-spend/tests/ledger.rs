@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use std::os::unix::fs::PermissionsExt as _;
@@ -20,30 +21,6 @@ use rust_decimal::Decimal;
 
 /// 2026-04-01T10:00:00Z, a Wednesday in the middle of a month.
 const NOON: &str = "2026-04-01T10:00:00Z";
-
-/// Runs each listed `async fn(Backend)` once per store.
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod embedded_store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::Backend::embedded()).await;
-                }
-            )*
-        }
-        mod redis_store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    if let Some(backend) = super::Backend::redis(stringify!($name)) {
-                        super::$name(backend).await;
-                    }
-                }
-            )*
-        }
-    };
-}
 
 both_stores!(
     caps_refuse_exactly_at_the_boundary,

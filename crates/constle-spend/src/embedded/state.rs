@@ -260,8 +260,8 @@ impl State {
         })
     }
 
-    /// Raises every total of `self` to `other`'s where that is higher (and
-    /// every total plus its releases), and keeps the newer last run.
+    /// Raises `self` to what `other` holds that `self` does not (see
+    /// [`merge_totals`]), and keeps the newer last run.
     pub(super) fn merge(&mut self, other: &State) {
         merge_totals(
             (&mut self.days, &mut self.released_days),
@@ -321,29 +321,32 @@ fn gross<K: Ord + Copy>(
     gross
 }
 
-/// Raises `mine` to `theirs` period by period: the higher total, and the
-/// higher total plus releases (the releases being the difference).
+/// Raises `mine` to `theirs` period by period. A total plus its releases
+/// and the releases each only grow, so the higher of each is the later
+/// one, and the total is their difference: exact when one state is an
+/// older copy of the other (a file deleted, reset or put back).
 fn merge_totals<K: Ord + Copy>(
     mine: (&mut BTreeMap<K, Units>, &mut BTreeMap<K, Units>),
     theirs: (&BTreeMap<K, Units>, &BTreeMap<K, Units>),
 ) {
-    let (mine_gross, theirs_gross) = (gross(mine.0, mine.1), gross(theirs.0, theirs.1));
-    for (period, their_total) in theirs.0 {
-        let total = mine.0.entry(*period).or_default();
-        *total = (*total).max(*their_total);
+    let highest = gross(mine.0, mine.1)
+        .into_iter()
+        .chain(gross(theirs.0, theirs.1))
+        .fold(
+            BTreeMap::new(),
+            |mut highest: BTreeMap<K, Units>, (period, units)| {
+                let entry = highest.entry(period).or_default();
+                *entry = (*entry).max(units);
+                highest
+            },
+        );
+    for (period, released) in theirs.1 {
+        let entry = mine.1.entry(*period).or_default();
+        *entry = (*entry).max(*released);
     }
-    for (period, total) in mine.0.iter() {
-        let highest = [&mine_gross, &theirs_gross]
-            .into_iter()
-            .filter_map(|gross| gross.get(period).copied())
-            .max()
-            .unwrap_or_default();
-        let released = highest.saturating_sub(*total);
-        if released == Units::ZERO {
-            mine.1.remove(period);
-        } else {
-            mine.1.insert(*period, released);
-        }
+    for (period, gross) in highest {
+        let released = mine.1.get(&period).copied().unwrap_or_default();
+        mine.0.insert(period, gross.saturating_sub(released));
     }
 }
 

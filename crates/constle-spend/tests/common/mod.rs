@@ -11,6 +11,31 @@ use jiff::Timestamp;
 use rust_decimal::Decimal;
 use tempfile::TempDir;
 
+/// Runs each listed `async fn(Backend)` once per store.
+#[allow(unused_macros)] // not every test binary uses it
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod embedded_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::Backend::embedded()).await;
+                }
+            )*
+        }
+        mod redis_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    if let Some(backend) = super::Backend::redis(stringify!($name)) {
+                        super::$name(backend).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
 /// A store for one test, removed (or killed) when dropped.
 pub enum Backend {
     Embedded(TempDir),
