@@ -12,7 +12,9 @@ use constle_audit::AuditLog;
 use constle_audit::catalogue::{SpendCharged, SpendRefused};
 use constle_manifest::{Manifest, McpServer};
 use constle_mcp_gate::{Meter, MeterFuture, Metered, ToolCall};
-use constle_spend::{Cap, Caps, Ledger, LedgerConfig, LedgerKey, Refusal, RunMeter, Totals, usd};
+use constle_spend::{
+    Cap, Caps, Ledger, LedgerConfig, LedgerKey, Refusal, RunMeter, Source, Totals, usd,
+};
 use rust_decimal::Decimal;
 use serde_json::{Value, json};
 
@@ -192,7 +194,13 @@ impl Inner {
         };
         let outcome = match &self.meter {
             Ok(meter) => meter
-                .reserve(amount, jiff::Timestamp::now())
+                .reserve(
+                    amount,
+                    Source::Mcp {
+                        server: first.server.clone(),
+                    },
+                    jiff::Timestamp::now(),
+                )
                 .await
                 .map_err(Refusal::from),
             Err(error) => Err(Refusal::ledger_unavailable(error.clone())),

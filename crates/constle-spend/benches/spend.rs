@@ -26,7 +26,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use constle_identity::Name;
-use constle_spend::{Caps, Ledger, LedgerConfig, LedgerKey};
+use constle_spend::{Caps, Ledger, LedgerConfig, LedgerKey, Source};
 use constle_testkit::{RedisServer, find_tool};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use jiff::Timestamp;
@@ -46,6 +46,13 @@ fn key() -> LedgerKey {
     LedgerKey::for_name(&Name::new("bench-agent").expect("a valid name"))
 }
 
+/// What every charge pays for.
+fn tools() -> Source {
+    Source::Mcp {
+        server: "bench".to_owned(),
+    }
+}
+
 /// Small enough that no benchmark run comes near the largest total.
 fn amount() -> Decimal {
     Decimal::new(1, 4)
@@ -63,7 +70,7 @@ fn one_run(c: &mut Criterion, group: &str, config: &LedgerConfig) {
     group.bench_function("one_run", |b| {
         b.iter(|| {
             runtime
-                .block_on(run.reserve(amount(), Timestamp::now()))
+                .block_on(run.reserve(amount(), tools(), Timestamp::now()))
                 .expect("charged")
         })
     });
@@ -91,7 +98,7 @@ fn concurrent_runs(c: &mut Criterion, group: &str, config: &LedgerConfig) {
                         ready.wait();
                         runtime.block_on(async {
                             for _ in 0..iters {
-                                run.reserve(amount(), Timestamp::now())
+                                run.reserve(amount(), tools(), Timestamp::now())
                                     .await
                                     .expect("charged");
                             }

@@ -88,6 +88,60 @@ impl Units {
     pub(crate) fn checked_add(self, other: Units) -> Option<Units> {
         self.0.checked_add(other.0).map(Units)
     }
+
+    /// `self + other`, at most [`Units::MAX`].
+    pub(crate) fn saturating_add(self, other: Units) -> Units {
+        Units(self.0.saturating_add(other.0))
+    }
+
+    /// `self - other`, at least zero (both are non-negative: no overflow).
+    pub(crate) fn saturating_sub(self, other: Units) -> Units {
+        Units((self.0 - other.0).max(0))
+    }
+
+    /// An actual cost as the ledger can hold it: rounded up to the next
+    /// unit (a cost is never counted low), at most [`Units::MAX`]. `None`
+    /// for a negative amount.
+    pub(crate) fn rounded_up(amount: Decimal) -> Option<Units> {
+        if amount.is_sign_negative() && !amount.is_zero() {
+            return None;
+        }
+        let scaled = amount
+            .checked_mul(Decimal::from(10_i64.pow(SCALE)))
+            .map(|d| d.ceil());
+        Some(Units(scaled.and_then(|d| d.to_i64()).unwrap_or(i64::MAX)))
+    }
+}
+
+/// How a settlement moves a total: down by what the hold reserved beyond
+/// the actual cost, or up by what the actual cost passed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Delta {
+    /// The actual cost was this much below the hold.
+    Release(Units),
+    /// The actual cost was this much above the hold.
+    Excess(Units),
+}
+
+impl Delta {
+    pub(crate) fn between(held: Units, actual: Units) -> Delta {
+        if actual <= held {
+            Delta::Release(held.saturating_sub(actual))
+        } else {
+            Delta::Excess(actual.saturating_sub(held))
+        }
+    }
+
+    /// `total` moved by this delta: never below zero (a total that lost
+    /// its period, or was written by hand, is not released into debt),
+    /// never past [`Units::MAX`] (the excess was billed: the ledger holds
+    /// as much of it as it can, and every cap is passed).
+    pub(crate) fn apply(self, total: Units) -> Units {
+        match self {
+            Delta::Release(units) => total.saturating_sub(units),
+            Delta::Excess(units) => total.saturating_add(units),
+        }
+    }
 }
 
 impl fmt::Display for Units {
@@ -300,6 +354,20 @@ mod tests {
         assert!("-1".parse::<Units>().is_err());
         assert!("1e3".parse::<Units>().is_err());
         assert!("".parse::<Units>().is_err());
+    }
+
+    #[test]
+    fn actual_costs_round_up_and_settle_within_bounds() {
+        assert_eq!(Units::rounded_up(d("0.00000000001")), Some(Units(1)));
+        assert_eq!(Units::rounded_up(d("0.0000000001")), Some(Units(1)));
+        assert_eq!(Units::rounded_up(d("0")), Some(Units(0)));
+        assert_eq!(Units::rounded_up(Decimal::MAX), Some(Units::MAX));
+        assert_eq!(Units::rounded_up(d("-0.01")), None);
+        assert_eq!(Delta::between(Units(5), Units(3)), Delta::Release(Units(2)));
+        assert_eq!(Delta::between(Units(3), Units(5)), Delta::Excess(Units(2)));
+        assert_eq!(Delta::Release(Units(7)).apply(Units(5)), Units::ZERO);
+        assert_eq!(Delta::Excess(Units(7)).apply(Units::MAX), Units::MAX);
+        assert_eq!(Delta::Excess(Units(7)).apply(Units(5)), Units(12));
     }
 
     #[test]

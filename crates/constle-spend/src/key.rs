@@ -11,7 +11,9 @@ use constle_identity::{DID_KEY_PREFIX, DidKey, Name};
 /// letters, digits, `-`, `_` and `.`, never `:` or `/`, never starting with
 /// `.`. A DID key (`did-z6Mk…`, base58 after the prefix) and a name key
 /// (`name-<name>`) can never be equal, so an agent without a DID never shares
-/// totals with one that has a DID, whatever its name.
+/// totals with one that has a DID, whatever its name. A
+/// [scoped](LedgerKey::scoped) key (`llm-<key>`) starts with neither prefix,
+/// so it equals no agent's own key either.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LedgerKey(String);
 
@@ -31,6 +33,13 @@ impl LedgerKey {
         LedgerKey(format!("name-{name}"))
     }
 
+    /// The key of this agent's totals kept apart for `scope`: another
+    /// ledger, with its own day, month and last-run totals, beside (never
+    /// inside) the agent's shared ones.
+    pub fn scoped(&self, scope: Scope) -> LedgerKey {
+        LedgerKey(format!("{}-{}", scope.as_str(), self.0))
+    }
+
     /// The key as a string.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -40,5 +49,24 @@ impl LedgerKey {
 impl fmt::Display for LedgerKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// A part of an agent's spend that has caps of its own, counted in a
+/// ledger of its own ([`LedgerKey::scoped`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Scope {
+    /// Model calls alone, against `llm.spending`'s caps.
+    Llm,
+}
+
+impl Scope {
+    /// The key's prefix: never `did` or `name`, so a scoped key is never an
+    /// agent's own.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Llm => "llm",
+        }
     }
 }

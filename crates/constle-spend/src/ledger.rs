@@ -1,5 +1,5 @@
-//! [`Ledger`] (one agent's stored totals) and [`RunMeter`] (one run's
-//! charges against them).
+//! [`Ledger`] (one agent's stored totals), [`RunMeter`] (one run's charges
+//! against them) and [`Hold`] (a charge still to be settled).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use jiff::Timestamp;
 use rust_decimal::Decimal;
 
-use crate::amount::{Limits, Outcome, Units};
+use crate::amount::{Delta, Limits, Outcome, Units};
 use crate::period::{Month, utc_day};
-use crate::record::{Charge, Stored};
+use crate::record::{Charge, Settlement, Stored};
+use crate::source::Source;
 use crate::{Caps, LedgerError, LedgerKey, SpendError, Totals, embedded, redis_store};
 
 /// Where the day and month totals are kept.
@@ -53,6 +54,13 @@ impl Store {
         match self {
             Store::Embedded(store) => store.charge(charge).await,
             Store::Redis(store) => store.charge(charge).await,
+        }
+    }
+
+    async fn settle(&self, settlement: Settlement) -> Result<(Units, Units), LedgerError> {
+        match self {
+            Store::Embedded(store) => store.settle(settlement).await,
+            Store::Redis(store) => store.settle(settlement).await,
         }
     }
 
@@ -180,14 +188,38 @@ impl RunMeter {
     /// Atomically: refuses if run + `amount`, day + `amount` or month +
     /// `amount` would pass its cap (equal to the cap is allowed; the first
     /// of run, day, month that would be passed is named); otherwise durably
-    /// adds `amount` to the stored day and month totals (on disk or in Redis
-    /// before this returns) and to the run total, and records this run as
-    /// the last run. Returns the totals after the charge.
+    /// adds `amount` to the stored day and month totals and `source`'s (on
+    /// disk or in Redis before this returns) and to the run total, and
+    /// records this run as the last run. Returns the totals after the
+    /// charge.
     ///
     /// The charge is final: there is no release. Call this just before the
     /// call is forwarded. On [`SpendError::Ledger`] the call must be refused;
     /// the charge may or may not have been recorded.
-    pub async fn reserve(&self, amount: Decimal, now: Timestamp) -> Result<Totals, SpendError> {
+    pub async fn reserve(
+        &self,
+        amount: Decimal,
+        source: Source,
+        now: Timestamp,
+    ) -> Result<Totals, SpendError> {
+        // A hold never settled stays charged in full: that is a final charge.
+        Ok(self.hold(amount, source, now).await?.totals)
+    }
+
+    /// Exactly [`reserve`](RunMeter::reserve) (the same atomic cap check,
+    /// the same durable increase), returning a [`Hold`] to
+    /// [`settle`](RunMeter::settle) once the actual cost is known: hold the
+    /// worst case before the call is forwarded, settle to what the provider
+    /// reports after.
+    ///
+    /// `amount` must be exact to 10⁻¹⁰ USD ([`SpendError::Amount`]
+    /// otherwise): round a worst case up before holding it.
+    pub async fn hold(
+        &self,
+        amount: Decimal,
+        source: Source,
+        now: Timestamp,
+    ) -> Result<Hold, SpendError> {
         let units = Units::from_decimal(amount)?;
         let _turn = self.turn.lock().await;
         let day = utc_day(now);
@@ -199,11 +231,18 @@ impl RunMeter {
             month: Month::of(day),
             run_id: self.id.clone(),
             started_at: self.started_at,
+            source: source.clone(),
         };
         match self.ledger.store.charge(charge).await? {
             Outcome::Charged(after) => {
                 self.run_total.store(after.run.raw(), Ordering::Release);
-                Ok(after.totals())
+                Ok(Hold {
+                    units,
+                    day,
+                    source,
+                    run_id: self.id.clone(),
+                    totals: after.totals(),
+                })
             }
             Outcome::Refused { cap, limit, before } => Err(SpendError::Refused {
                 cap,
@@ -217,6 +256,54 @@ impl RunMeter {
                 totals: before.totals(),
             }),
         }
+    }
+
+    /// Durably moves the run total and the hold's own day and month totals
+    /// (and its source's) by `actual - held`, even when the day or month
+    /// has ended since: below the hold releases the difference; above it
+    /// adds the excess without a cap check (the provider has billed it, so
+    /// the ledger records it, and later calls are refused). No total goes
+    /// below zero or past the largest the ledger holds. `actual` is rounded
+    /// up to 10⁻¹⁰ USD; a negative `actual` (a caller's bug) is taken as
+    /// the hold, which releases nothing. Returns the totals after.
+    ///
+    /// On an error the hold stays charged in full (the embedded store wrote
+    /// nothing; Redis may or may not have applied the settlement), and an
+    /// excess counts against this run's cap all the same.
+    pub async fn settle(&self, hold: Hold, actual: Decimal) -> Result<Totals, LedgerError> {
+        if hold.run_id != self.id {
+            return Err(LedgerError::NotThisRun {
+                hold: hold.run_id,
+                run: self.id.clone(),
+            });
+        }
+        let actual = Units::rounded_up(actual).unwrap_or(hold.units);
+        let delta = Delta::between(hold.units, actual);
+        let _turn = self.turn.lock().await;
+        let before = self.run_units();
+        let run_total = delta.apply(before);
+        let settlement = Settlement {
+            delta,
+            day: hold.day,
+            month: Month::of(hold.day),
+            source: hold.source,
+            run_id: hold.run_id,
+            run_total,
+        };
+        let settled = self.ledger.store.settle(settlement).await;
+        // Failed or not, the run's own total never forgets an excess.
+        let kept = if settled.is_ok() {
+            run_total
+        } else {
+            before.max(run_total)
+        };
+        self.run_total.store(kept.raw(), Ordering::Release);
+        let (day, month) = settled?;
+        Ok(Totals {
+            run: run_total.to_decimal(),
+            day: day.to_decimal(),
+            month: month.to_decimal(),
+        })
     }
 
     fn run_units(&self) -> Units {
@@ -246,5 +333,43 @@ impl RunMeter {
     /// The ledger this run is charged to.
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
+    }
+}
+
+/// A charge made by [`RunMeter::hold`], to be settled by
+/// [`RunMeter::settle`] on the same meter once the actual cost is known.
+///
+/// Dropped unsettled, it stays charged in full: the conservative error (a
+/// call whose cost never became known is counted at its worst case).
+#[must_use = "a hold never settled stays charged in full"]
+#[derive(Debug)]
+pub struct Hold {
+    units: Units,
+    day: jiff::civil::Date,
+    source: Source,
+    run_id: String,
+    totals: Totals,
+}
+
+impl Hold {
+    /// The amount held.
+    pub fn amount(&self) -> Decimal {
+        self.units.to_decimal()
+    }
+
+    /// The UTC day it was charged to (and so its month): a settlement
+    /// moves that day's and month's totals, whenever it comes.
+    pub fn day(&self) -> jiff::civil::Date {
+        self.day
+    }
+
+    /// What it pays for.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// The totals right after it was charged.
+    pub fn totals(&self) -> Totals {
+        self.totals
     }
 }

@@ -10,11 +10,26 @@
 //! that allows 10 forward exactly 10, across runs, processes and (with Redis)
 //! machines.
 //!
-//! **A charge is final.** Nothing is ever released: a call is charged when
-//! it is forwarded, whatever the server then does, because the server may
-//! have acted (and billed) even if its answer never arrives. Counting such a
-//! call is the conservative error; forgetting it could let an agent pass its
-//! cap.
+//! **A charge is final.** A [`reserve`](RunMeter::reserve) is never
+//! released: a call is charged when it is forwarded, whatever the server
+//! then does, because the server may have acted (and billed) even if its
+//! answer never arrives. Counting such a call is the conservative error;
+//! forgetting it could let an agent pass its cap.
+//!
+//! **Hold, then settle.** A model call's cost is known only after it: the
+//! LLM gate [`hold`](RunMeter::hold)s the worst case (the same atomic check
+//! and durable increase as `reserve`) and then
+//! [`settle`](RunMeter::settle)s to the usage the provider reports, which
+//! moves the run, day and month totals by the difference: down to release
+//! what was held beyond the cost, up (past a cap, if it must) when the cost
+//! was higher, because the provider has billed it. A [`Hold`] never settled
+//! stays charged in full.
+//!
+//! **Per source.** Every charge names its [`Source`] (an MCP server, or a
+//! provider's model); day and month totals are kept per source beside the
+//! totals the caps count ([`Stored::by_source`]). A part of the spend with
+//! caps of its own (model calls under `llm.spending`) is charged a second
+//! time to a ledger of its own, keyed by [`LedgerKey::scoped`].
 //!
 //! **Where totals live** ([`LedgerConfig`]), keyed by [`LedgerKey`] (the
 //! agent's DID, or its name when it has none):
@@ -47,7 +62,7 @@
 //!
 //! ```
 //! use constle_identity::Name;
-//! use constle_spend::{Cap, Caps, Ledger, LedgerConfig, LedgerKey, SpendError};
+//! use constle_spend::{Cap, Caps, Ledger, LedgerConfig, LedgerKey, Source, SpendError};
 //! use rust_decimal::Decimal;
 //!
 //! # let home = tempfile::tempdir()?;
@@ -61,12 +76,19 @@
 //!     ..Caps::default()
 //! });
 //! let now = jiff::Timestamp::now();
-//! let totals = run.reserve(Decimal::new(75, 2), now).await?;
+//! let tools = Source::Mcp { server: "accounting".into() };
+//! let totals = run.reserve(Decimal::new(75, 2), tools.clone(), now).await?;
 //! assert_eq!(totals.day, Decimal::new(75, 2));
-//! match run.reserve(Decimal::new(50, 2), now).await {
+//! match run.reserve(Decimal::new(50, 2), tools, now).await {
 //!     Err(SpendError::Refused { cap: Cap::PerDay, .. }) => {} // not forwarded
 //!     other => panic!("{other:?}"),
 //! }
+//! // A model call: hold the worst case, settle to the reported cost.
+//! let model = Source::Llm { provider: "anthropic".into(), model: "claude-sonnet-4-5".into() };
+//! let hold = run.hold(Decimal::new(20, 2), model, now).await?;
+//! assert_eq!(hold.totals().day, Decimal::new(95, 2));
+//! let totals = run.settle(hold, Decimal::new(5, 2)).await?;
+//! assert_eq!(totals.day, Decimal::new(80, 2));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -82,6 +104,7 @@ mod period;
 mod record;
 mod redis_store;
 mod refusal;
+mod source;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -90,10 +113,11 @@ use constle_store::RedisFailure;
 use rust_decimal::Decimal;
 
 pub use amount::AmountError;
-pub use key::LedgerKey;
-pub use ledger::{Ledger, LedgerConfig, RunMeter};
+pub use key::{LedgerKey, Scope};
+pub use ledger::{Hold, Ledger, LedgerConfig, RunMeter};
 pub use record::{RunRecord, Stored};
 pub use refusal::{Failure, Refusal, usd};
+pub use source::{Source, SourceTotals};
 
 /// An agent's spend caps, in USD. `None` is no cap.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -301,6 +325,15 @@ pub enum LedgerError {
         key: String,
         /// What it holds (shortened).
         found: String,
+    },
+    /// A hold was given to the meter of another run to settle (a caller's
+    /// bug); nothing was settled, and the hold stays charged in full.
+    #[error("hold of run {hold} settled on run {run}; a hold is settled by the run that made it")]
+    NotThisRun {
+        /// The run that made the hold.
+        hold: String,
+        /// The run asked to settle it.
+        run: String,
     },
 }
 

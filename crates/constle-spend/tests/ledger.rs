@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod common;
 
 use std::os::unix::fs::PermissionsExt as _;
@@ -20,30 +21,6 @@ use rust_decimal::Decimal;
 
 /// 2026-04-01T10:00:00Z, a Wednesday in the middle of a month.
 const NOON: &str = "2026-04-01T10:00:00Z";
-
-/// Runs each listed `async fn(Backend)` once per store.
-macro_rules! both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod embedded_store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::Backend::embedded()).await;
-                }
-            )*
-        }
-        mod redis_store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    if let Some(backend) = super::Backend::redis(stringify!($name)) {
-                        super::$name(backend).await;
-                    }
-                }
-            )*
-        }
-    };
-}
 
 both_stores!(
     caps_refuse_exactly_at_the_boundary,
@@ -84,11 +61,15 @@ async fn caps_refuse_exactly_at_the_boundary(backend: Backend) {
         let ledger = open(&backend, &agent(cap.field().replace('_', "-").as_str())).await;
         let run = ledger.start_run(caps);
         for _ in 0..3 {
-            run.reserve(usd("0.25"), at(NOON)).await.unwrap();
+            run.reserve(usd("0.25"), common::tools(), at(NOON))
+                .await
+                .unwrap();
         }
         // One unit (1e-10 USD) over the cap: refused, naming the cap.
-        let (named, limit, amount, before) =
-            refused(run.reserve(usd("0.2500000001"), at(NOON)).await);
+        let (named, limit, amount, before) = refused(
+            run.reserve(usd("0.2500000001"), common::tools(), at(NOON))
+                .await,
+        );
         assert_eq!((named, limit, amount), (cap, usd("1"), usd("0.2500000001")));
         assert_eq!(cap.total(&before), usd("0.75"), "{cap:?}: {before:?}");
         let message = SpendError::Refused {
@@ -100,7 +81,10 @@ async fn caps_refuse_exactly_at_the_boundary(backend: Backend) {
         .to_string();
         assert!(message.contains(cap.field()), "{message}");
         // Exactly the cap: allowed.
-        let after = run.reserve(usd("0.25"), at(NOON)).await.unwrap();
+        let after = run
+            .reserve(usd("0.25"), common::tools(), at(NOON))
+            .await
+            .unwrap();
         assert_eq!(
             after,
             Totals {
@@ -109,10 +93,15 @@ async fn caps_refuse_exactly_at_the_boundary(backend: Backend) {
                 month: usd("1")
             }
         );
-        let (named, ..) = refused(run.reserve(usd("0.0000000001"), at(NOON)).await);
+        let (named, ..) = refused(
+            run.reserve(usd("0.0000000001"), common::tools(), at(NOON))
+                .await,
+        );
         assert_eq!(named, cap);
         // Zero still fits at the cap.
-        run.reserve(Decimal::ZERO, at(NOON)).await.unwrap();
+        run.reserve(Decimal::ZERO, common::tools(), at(NOON))
+            .await
+            .unwrap();
         assert_eq!(run.run_total(), usd("1"));
         let stored = ledger.stored(at(NOON)).await.unwrap();
         assert_eq!((stored.day, stored.month), (usd("1"), usd("1")), "{cap:?}");
@@ -127,22 +116,26 @@ async fn the_first_cap_passed_is_named(backend: Backend) {
         per_month: Some(usd("4")),
     };
     let run = ledger.start_run(caps.clone());
-    run.reserve(usd("3"), at(NOON)).await.unwrap();
+    run.reserve(usd("3"), common::tools(), at(NOON))
+        .await
+        .unwrap();
     // Day (3) and month (4) are both passed by 1.5; the day is checked first.
     assert_eq!(
-        refused(run.reserve(usd("1.5"), at(NOON)).await).0,
+        refused(run.reserve(usd("1.5"), common::tools(), at(NOON)).await).0,
         Cap::PerDay
     );
     // Tomorrow the day is fresh, but the month is not.
     let tomorrow = at("2026-04-02T10:00:00Z");
     assert_eq!(
-        refused(run.reserve(usd("1.5"), tomorrow).await).0,
+        refused(run.reserve(usd("1.5"), common::tools(), tomorrow).await).0,
         Cap::PerMonth
     );
     // Run (5) and month are both passed by 2.5 on a fresh day; run first.
-    run.reserve(usd("1"), tomorrow).await.unwrap();
+    run.reserve(usd("1"), common::tools(), tomorrow)
+        .await
+        .unwrap();
     assert_eq!(
-        refused(run.reserve(usd("2.5"), tomorrow).await).0,
+        refused(run.reserve(usd("2.5"), common::tools(), tomorrow).await).0,
         Cap::PerRun
     );
 }
@@ -156,24 +149,29 @@ async fn day_and_month_roll_over_at_utc_midnight(backend: Backend) {
     };
     let run = ledger.start_run(caps);
     let last_instant = at("2026-04-30T23:59:59.999999999Z");
-    run.reserve(usd("1"), at("2026-04-29T12:00:00Z"))
+    run.reserve(usd("1"), common::tools(), at("2026-04-29T12:00:00Z"))
         .await
         .unwrap();
-    run.reserve(usd("1"), last_instant).await.unwrap();
+    run.reserve(usd("1"), common::tools(), last_instant)
+        .await
+        .unwrap();
     assert_eq!(
-        refused(run.reserve(usd("0.5"), last_instant).await).0,
+        refused(run.reserve(usd("0.5"), common::tools(), last_instant).await).0,
         Cap::PerDay
     );
     // 21:30 at UTC-02:00 is still April 30th in UTC... and 22:00 is May 1st.
     let evening = at("2026-04-30T21:30:00-02:00");
     assert_eq!(
-        refused(run.reserve(usd("0.5"), evening).await).0,
+        refused(run.reserve(usd("0.5"), common::tools(), evening).await).0,
         Cap::PerDay
     );
     let first_instant = at("2026-04-30T22:00:00-02:00");
     assert_eq!(first_instant, at("2026-05-01T00:00:00Z"));
     // A new day and a new month: only this charge counts.
-    let totals = run.reserve(usd("1"), first_instant).await.unwrap();
+    let totals = run
+        .reserve(usd("1"), common::tools(), first_instant)
+        .await
+        .unwrap();
     assert_eq!(
         totals,
         Totals {
@@ -198,8 +196,12 @@ async fn totals_persist_across_open(backend: Backend) {
     let first_id = {
         let ledger = open(&backend, &key).await;
         let run = ledger.start_run_at(caps.clone(), started);
-        run.reserve(usd("4.5"), at(NOON)).await.unwrap();
-        run.reserve(usd("0.0000000001"), at(NOON)).await.unwrap();
+        run.reserve(usd("4.5"), common::tools(), at(NOON))
+            .await
+            .unwrap();
+        run.reserve(usd("0.0000000001"), common::tools(), at(NOON))
+            .await
+            .unwrap();
         run.id().to_owned()
     };
     let ledger = open(&backend, &key).await;
@@ -214,12 +216,14 @@ async fn totals_persist_across_open(backend: Backend) {
     let run = ledger.start_run(caps);
     assert_ne!(run.id(), first_id);
     assert_eq!(run.run_total(), Decimal::ZERO);
-    let (cap, _, _, before) = refused(run.reserve(usd("5.5"), at(NOON)).await);
+    let (cap, _, _, before) = refused(run.reserve(usd("5.5"), common::tools(), at(NOON)).await);
     assert_eq!(
         (cap, before.run, before.day),
         (Cap::PerDay, usd("0"), usd("4.5000000001"))
     );
-    run.reserve(usd("5.4999999999"), at(NOON)).await.unwrap();
+    run.reserve(usd("5.4999999999"), common::tools(), at(NOON))
+        .await
+        .unwrap();
     assert_eq!(ledger.stored(at(NOON)).await.unwrap().day, usd("10"));
 }
 
@@ -229,7 +233,7 @@ async fn race(meters: Vec<Arc<RunMeter>>, calls: usize, amount: Decimal) -> usiz
     let tasks: Vec<_> = (0..calls)
         .map(|i| {
             let meter = Arc::clone(&meters[i % meters.len()]);
-            tokio::spawn(async move { meter.reserve(amount, at(NOON)).await })
+            tokio::spawn(async move { meter.reserve(amount, common::tools(), at(NOON)).await })
         })
         .collect();
     let mut allowed = 0;
@@ -286,7 +290,7 @@ async fn invalid_amounts_are_refused_and_not_charged(backend: Backend) {
         ("0.00000000001", "TooPrecise"),
         ("922337203.6854775808", "TooLarge"),
     ] {
-        match run.reserve(usd(amount), at(NOON)).await {
+        match run.reserve(usd(amount), common::tools(), at(NOON)).await {
             Err(SpendError::Amount(err)) => {
                 let kind = match err {
                     AmountError::Negative { .. } => "Negative",
@@ -308,17 +312,23 @@ async fn invalid_amounts_are_refused_and_not_charged(backend: Backend) {
 async fn totals_are_exact_past_double_precision(backend: Backend) {
     let ledger = open(&backend, &agent("big")).await;
     let run = ledger.start_run(day_cap("1800000.0000000003"));
-    run.reserve(usd("900000.0000000001"), at(NOON))
+    run.reserve(usd("900000.0000000001"), common::tools(), at(NOON))
         .await
         .unwrap();
     let totals = run
-        .reserve(usd("900000.0000000001"), at(NOON))
+        .reserve(usd("900000.0000000001"), common::tools(), at(NOON))
         .await
         .unwrap();
     assert_eq!(totals.day, usd("1800000.0000000002"));
-    let (cap, ..) = refused(run.reserve(usd("0.0000000002"), at(NOON)).await);
+    let (cap, ..) = refused(
+        run.reserve(usd("0.0000000002"), common::tools(), at(NOON))
+            .await,
+    );
     assert_eq!(cap, Cap::PerDay);
-    let totals = run.reserve(usd("0.0000000001"), at(NOON)).await.unwrap();
+    let totals = run
+        .reserve(usd("0.0000000001"), common::tools(), at(NOON))
+        .await
+        .unwrap();
     assert_eq!(totals.day, usd("1800000.0000000003"));
 }
 
@@ -326,8 +336,11 @@ async fn a_total_never_wraps(backend: Backend) {
     let ledger = open(&backend, &agent("full")).await;
     let run = ledger.start_run(Caps::default());
     let most = usd("922337203.6854775807");
-    run.reserve(most, at(NOON)).await.unwrap();
-    match run.reserve(usd("0.0000000001"), at(NOON)).await {
+    run.reserve(most, common::tools(), at(NOON)).await.unwrap();
+    match run
+        .reserve(usd("0.0000000001"), common::tools(), at(NOON))
+        .await
+    {
         Err(
             err @ SpendError::TotalTooLarge {
                 total: Cap::PerRun, ..
@@ -339,7 +352,10 @@ async fn a_total_never_wraps(backend: Backend) {
     }
     // A new run has room, the day does not.
     let next = ledger.start_run(Caps::default());
-    match next.reserve(usd("0.0000000001"), at(NOON)).await {
+    match next
+        .reserve(usd("0.0000000001"), common::tools(), at(NOON))
+        .await
+    {
         Err(SpendError::TotalTooLarge { total, totals, .. }) => {
             assert_eq!((total, totals.day), (Cap::PerDay, most));
         }
@@ -352,11 +368,20 @@ async fn the_newest_run_is_the_last_run(backend: Backend) {
     let ledger = open(&backend, &agent("last-run")).await;
     let older = ledger.start_run_at(Caps::default(), at("2026-04-01T08:00:00Z"));
     let newer = ledger.start_run_at(Caps::default(), at("2026-04-01T09:00:00Z"));
-    newer.reserve(usd("1"), at(NOON)).await.unwrap();
-    older.reserve(usd("2"), at(NOON)).await.unwrap();
+    newer
+        .reserve(usd("1"), common::tools(), at(NOON))
+        .await
+        .unwrap();
+    older
+        .reserve(usd("2"), common::tools(), at(NOON))
+        .await
+        .unwrap();
     let last = ledger.stored(at(NOON)).await.unwrap().last_run.unwrap();
     assert_eq!((last.id.as_str(), last.total), (newer.id(), usd("1")));
-    newer.reserve(usd("0.5"), at(NOON)).await.unwrap();
+    newer
+        .reserve(usd("0.5"), common::tools(), at(NOON))
+        .await
+        .unwrap();
     let last = ledger.stored(at(NOON)).await.unwrap().last_run.unwrap();
     assert_eq!(last.total, usd("1.5"));
 }
@@ -392,7 +417,7 @@ async fn keys_by_did_and_by_name_differ_and_are_path_safe() {
         let ledger = open(&backend, key).await;
         ledger
             .start_run(Caps::default())
-            .reserve(usd("1"), at(NOON))
+            .reserve(usd("1"), common::tools(), at(NOON))
             .await
             .unwrap();
         assert_eq!(ledger.stored(at(NOON)).await.unwrap().day, usd("1"));
@@ -410,7 +435,7 @@ async fn redis_keys_are_namespaced_by_ledger_key() {
     let ledger = open(&backend, &key).await;
     ledger
         .start_run(Caps::default())
-        .reserve(usd("1"), at(NOON))
+        .reserve(usd("1"), common::tools(), at(NOON))
         .await
         .unwrap();
     let LedgerConfig::Redis { url } = backend.config() else {
@@ -431,8 +456,10 @@ async fn redis_keys_are_namespaced_by_ledger_key() {
         keys,
         [
             "constle:spend:name-namespaced:day:2026-04-01",
+            "constle:spend:name-namespaced:day:2026-04-01:by_source",
             "constle:spend:name-namespaced:last_run",
             "constle:spend:name-namespaced:month:2026-04",
+            "constle:spend:name-namespaced:month:2026-04:by_source",
         ]
     );
     let day: String = redis::cmd("GET")
@@ -441,7 +468,22 @@ async fn redis_keys_are_namespaced_by_ledger_key() {
         .await
         .unwrap();
     assert_eq!(day, "10000000000");
-    for (key, days) in [(&keys[0], 3), (&keys[2], 70), (&keys[1], 70)] {
+    let by_source: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(&keys[1])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        by_source,
+        [(r#"["mcp","tools"]"#.to_owned(), "10000000000".to_owned())].into()
+    );
+    for (key, days) in [
+        (&keys[0], 3),
+        (&keys[1], 3),
+        (&keys[3], 70),
+        (&keys[4], 70),
+        (&keys[2], 70),
+    ] {
         let ttl: i64 = redis::cmd("TTL")
             .arg(key)
             .query_async(&mut conn)
@@ -464,7 +506,7 @@ async fn embedded_files_are_private() {
     let ledger = open(&backend, &key).await;
     ledger
         .start_run(Caps::default())
-        .reserve(usd("1"), at(NOON))
+        .reserve(usd("1"), common::tools(), at(NOON))
         .await
         .unwrap();
     let dir = backend.key_dir(&key).unwrap();
@@ -488,7 +530,9 @@ async fn a_corrupt_state_file_is_an_error_never_a_reset() {
     let key = agent("corrupt");
     let ledger = open(&backend, &key).await;
     let run = ledger.start_run(Caps::default());
-    run.reserve(usd("3"), at(NOON)).await.unwrap();
+    run.reserve(usd("3"), common::tools(), at(NOON))
+        .await
+        .unwrap();
     let state = backend.key_dir(&key).unwrap().join("state.json");
     let good = std::fs::read_to_string(&state).unwrap();
     let broken = [
@@ -504,7 +548,7 @@ async fn a_corrupt_state_file_is_an_error_never_a_reset() {
         assert_ne!(bad, good);
         std::fs::write(&state, &bad).unwrap();
         let is_corrupt = |err: &LedgerError| matches!(err, LedgerError::Corrupt { .. });
-        match run.reserve(usd("1"), at(NOON)).await {
+        match run.reserve(usd("1"), common::tools(), at(NOON)).await {
             Err(SpendError::Ledger(err)) => assert!(is_corrupt(&err), "{err}"),
             other => panic!("{bad:?}: {other:?}"),
         }
@@ -549,12 +593,16 @@ async fn a_state_that_lost_charges_under_a_running_ledger_is_refused_and_restore
         let key = agent("losing");
         let ledger = open(&backend, &key).await;
         let run = ledger.start_run(day_cap("5"));
-        run.reserve(usd("1"), at(NOON)).await.unwrap();
+        run.reserve(usd("1"), common::tools(), at(NOON))
+            .await
+            .unwrap();
         let state = backend.key_dir(&key).unwrap().join("state.json");
         let older = std::fs::read_to_string(&state).unwrap();
-        run.reserve(usd("3"), at(NOON)).await.unwrap();
+        run.reserve(usd("3"), common::tools(), at(NOON))
+            .await
+            .unwrap();
         lose(&state, &older);
-        match run.reserve(usd("1"), at(NOON)).await {
+        match run.reserve(usd("1"), common::tools(), at(NOON)).await {
             Err(SpendError::Ledger(err)) => {
                 let text = err.to_string();
                 assert!(text.contains("written back"), "{what}: {text}");
@@ -567,9 +615,15 @@ async fn a_state_that_lost_charges_under_a_running_ledger_is_refused_and_restore
             usd("4"),
             "{what}"
         );
-        let (cap, ..) = refused(run.reserve(usd("2"), at(NOON)).await);
+        let (cap, ..) = refused(run.reserve(usd("2"), common::tools(), at(NOON)).await);
         assert_eq!(cap, Cap::PerDay, "{what}");
-        assert_eq!(run.reserve(usd("1"), at(NOON)).await.unwrap().day, usd("5"));
+        assert_eq!(
+            run.reserve(usd("1"), common::tools(), at(NOON))
+                .await
+                .unwrap()
+                .day,
+            usd("5")
+        );
     }
 }
 
@@ -588,10 +642,12 @@ async fn an_unwritable_ledger_is_an_error() {
     let key = agent("unwritable");
     let ledger = open(&backend, &key).await;
     let run = ledger.start_run(Caps::default());
-    run.reserve(usd("1"), at(NOON)).await.unwrap();
+    run.reserve(usd("1"), common::tools(), at(NOON))
+        .await
+        .unwrap();
     let dir = backend.key_dir(&key).unwrap();
     std::fs::create_dir(dir.join("state.json.tmp")).unwrap();
-    match run.reserve(usd("1"), at(NOON)).await {
+    match run.reserve(usd("1"), common::tools(), at(NOON)).await {
         Err(SpendError::Ledger(LedgerError::Io { path, .. })) => {
             assert!(path.ends_with("state.json.tmp"), "{}", path.display());
         }
@@ -600,7 +656,13 @@ async fn an_unwritable_ledger_is_an_error() {
     assert_eq!(run.run_total(), usd("1"));
     assert_eq!(ledger.stored(at(NOON)).await.unwrap().day, usd("1"));
     std::fs::remove_dir(dir.join("state.json.tmp")).unwrap();
-    assert_eq!(run.reserve(usd("1"), at(NOON)).await.unwrap().day, usd("2"));
+    assert_eq!(
+        run.reserve(usd("1"), common::tools(), at(NOON))
+            .await
+            .unwrap()
+            .day,
+        usd("2")
+    );
 }
 
 /// A process that holds the lock and never lets go (stopped, say) makes
@@ -612,14 +674,16 @@ async fn a_lock_held_too_long_fails_closed_and_is_not_charged_later() {
     let key = agent("locked");
     let ledger = open(&backend, &key).await;
     let run = ledger.start_run(Caps::default());
-    run.reserve(usd("1"), at(NOON)).await.unwrap();
+    run.reserve(usd("1"), common::tools(), at(NOON))
+        .await
+        .unwrap();
     let lock = std::fs::OpenOptions::new()
         .write(true)
         .open(backend.key_dir(&key).unwrap().join("lock"))
         .unwrap();
     lock.lock().unwrap();
     let started = Instant::now();
-    let result = run.reserve(usd("1"), at(NOON)).await;
+    let result = run.reserve(usd("1"), common::tools(), at(NOON)).await;
     let waited = started.elapsed();
     assert!(
         matches!(
@@ -636,7 +700,13 @@ async fn a_lock_held_too_long_fails_closed_and_is_not_charged_later() {
     // Give the abandoned worker time to take the lock and give up.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(ledger.stored(at(NOON)).await.unwrap().day, usd("1"));
-    assert_eq!(run.reserve(usd("1"), at(NOON)).await.unwrap().day, usd("2"));
+    assert_eq!(
+        run.reserve(usd("1"), common::tools(), at(NOON))
+            .await
+            .unwrap()
+            .day,
+        usd("2")
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -654,11 +724,13 @@ async fn redis_killed_fails_closed_within_the_bound() {
     let key = agent("killed");
     let ledger = open(&backend, &key).await;
     let run = ledger.start_run(day_cap("100"));
-    run.reserve(usd("1"), at(NOON)).await.unwrap();
+    run.reserve(usd("1"), common::tools(), at(NOON))
+        .await
+        .unwrap();
     backend.server().unwrap().kill().unwrap();
     for _ in 0..3 {
         let started = Instant::now();
-        let result = run.reserve(usd("1"), at(NOON)).await;
+        let result = run.reserve(usd("1"), common::tools(), at(NOON)).await;
         assert!(is_ledger_error(&result), "{result:?}");
         assert!(
             started.elapsed() < Duration::from_millis(2500),
@@ -681,13 +753,15 @@ async fn redis_not_answering_fails_closed_within_the_bound() {
     };
     let ledger = open(&backend, &agent("frozen")).await;
     let run = ledger.start_run(day_cap("100"));
-    run.reserve(usd("1"), at(NOON)).await.unwrap();
+    run.reserve(usd("1"), common::tools(), at(NOON))
+        .await
+        .unwrap();
     let Backend::Redis(server) = &backend else {
         unreachable!()
     };
     server.stop().unwrap();
     let started = Instant::now();
-    let result = run.reserve(usd("1"), at(NOON)).await;
+    let result = run.reserve(usd("1"), common::tools(), at(NOON)).await;
     let waited = started.elapsed();
     server.resume().unwrap();
     match result {
@@ -705,7 +779,7 @@ async fn redis_not_answering_fails_closed_within_the_bound() {
     // never lost.
     let mut totals = None;
     for _ in 0..50 {
-        if let Ok(t) = run.reserve(usd("1"), at(NOON)).await {
+        if let Ok(t) = run.reserve(usd("1"), common::tools(), at(NOON)).await {
             totals = Some(t);
             break;
         }
@@ -739,7 +813,7 @@ async fn redis_values_not_written_by_the_ledger_are_errors() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        match run.reserve(usd("1"), at(NOON)).await {
+        match run.reserve(usd("1"), common::tools(), at(NOON)).await {
             Err(SpendError::Ledger(err @ LedgerError::RedisCorrupt { .. })) => {
                 assert!(err.to_string().contains(key), "{err}");
             }

@@ -104,7 +104,7 @@ fn worker(args: &[String]) -> i32 {
         let _ = writeln!(out, "ready");
         let _ = out.flush();
         for _ in 0..calls {
-            let line = match run.reserve(usd(AMOUNT), at(NOW)).await {
+            let line = match run.reserve(usd(AMOUNT), common::tools(), at(NOW)).await {
                 Ok(_) => "ok".to_owned(),
                 Err(SpendError::Refused { .. }) => "refused".to_owned(),
                 Err(err) => format!("error {err}"),

@@ -5,11 +5,36 @@
 use std::path::PathBuf;
 
 use constle_identity::Name;
-use constle_spend::{Caps, LedgerConfig, LedgerKey};
+use constle_spend::{Caps, LedgerConfig, LedgerKey, Source};
 use constle_testkit::{RedisServer, require_tools};
 use jiff::Timestamp;
 use rust_decimal::Decimal;
 use tempfile::TempDir;
+
+/// Runs each listed `async fn(Backend)` once per store.
+#[allow(unused_macros)] // not every test binary uses it
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod embedded_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(super::Backend::embedded()).await;
+                }
+            )*
+        }
+        mod redis_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    if let Some(backend) = super::Backend::redis(stringify!($name)) {
+                        super::$name(backend).await;
+                    }
+                }
+            )*
+        }
+    };
+}
 
 /// A store for one test, removed (or killed) when dropped.
 pub enum Backend {
@@ -87,5 +112,12 @@ pub fn month_cap(cap: &str) -> Caps {
     Caps {
         per_month: Some(usd(cap)),
         ..Caps::default()
+    }
+}
+
+/// The source of the charges an MCP server's tool calls make.
+pub fn tools() -> Source {
+    Source::Mcp {
+        server: "tools".to_owned(),
     }
 }
