@@ -598,6 +598,105 @@ catalogue! {
         error: OrOmitted<String>,
     }
 
+    /// The model gate reserved a call's worst case and forwards it.
+    llm_reserved => LlmReserved {
+        /// The provider's id.
+        provider: String,
+        /// The model asked for.
+        model: String,
+        /// `messages`, `count_tokens`, `responses` or `chat_completions`.
+        api: String,
+        /// `http` or `websocket`.
+        transport: String,
+        /// The most input tokens the request can hold.
+        input_tokens_bound: u64,
+        /// The output maximum forwarded (the request's, or the provider's
+        /// `max_output_tokens` where it asked for none or more).
+        max_output_tokens: u64,
+        /// The worst case, reserved.
+        reserved_usd: String,
+        /// The run's total with the reservation.
+        run_usd: String,
+        /// The day's total, when the ledger gave it.
+        day_usd: Option<String>,
+        /// The month's total, when the ledger gave it.
+        month_usd: Option<String>,
+    }
+
+    /// A model call the gate forwarded has ended, and its reservation is
+    /// settled to what it cost.
+    llm_call => LlmCall {
+        /// The provider's id.
+        provider: String,
+        /// The model asked for.
+        model: String,
+        /// `messages`, `count_tokens`, `responses` or `chat_completions`.
+        api: String,
+        /// `http` or `websocket`.
+        transport: String,
+        /// Whether the answer was streamed.
+        streamed: bool,
+        /// The provider's HTTP status (101 for a WebSocket); `null` when
+        /// no response came.
+        status: Option<u16>,
+        /// The provider's request id, when it sent one.
+        request_id: Option<String>,
+        /// Whether the provider reported usage; without it the call is
+        /// charged its reservation.
+        usage_reported: bool,
+        /// Input tokens charged at the input price.
+        input_tokens: u64,
+        /// Input tokens read from the provider's cache.
+        cached_input_tokens: u64,
+        /// Input tokens written to the provider's cache.
+        cache_write_tokens: u64,
+        /// Output tokens.
+        output_tokens: u64,
+        /// What was reserved.
+        reserved_usd: String,
+        /// What the call cost: the settlement.
+        cost_usd: String,
+        /// From forwarding to the answer's end.
+        duration_ms: u64,
+        /// The run's total, settled.
+        run_usd: String,
+        /// The day's total, when the ledger gave it.
+        day_usd: Option<String>,
+        /// The month's total, when the ledger gave it.
+        month_usd: Option<String>,
+        /// The ledger's error, when the settlement could not be written:
+        /// the call then stays charged its reservation.
+        error: OrOmitted<String>,
+    }
+
+    /// The model gate refused a request; nothing reached the provider.
+    llm_refused => LlmRefused {
+        /// The provider's id.
+        provider: String,
+        /// The request's HTTP method; omitted for a cap's refusal.
+        http_method: OrOmitted<String>,
+        /// The path the agent asked for, without its query; omitted for a
+        /// cap's refusal.
+        path: OrOmitted<String>,
+        /// `messages`, `count_tokens`, `responses` or `chat_completions`,
+        /// when the path was one the gate serves.
+        api: Option<String>,
+        /// `http` or `websocket`.
+        transport: String,
+        /// The model asked for, when the body named one.
+        model: Option<String>,
+        /// The stable reason code.
+        reason: String,
+        /// The worst case, when the refusal is a cap's.
+        reserved_usd: OrOmitted<String>,
+        /// The cap that would be passed.
+        cap: OrOmitted<String>,
+        /// That cap's limit.
+        cap_usd: OrOmitted<String>,
+        /// The host-side error (the ledger's), never shown to the agent.
+        error: OrOmitted<String>,
+    }
+
     /// The A2A listener accepted an envelope.
     a2a_accepted => A2aAccepted {
         /// The HTTP status answered.

@@ -1258,8 +1258,8 @@ impl V<'_, '_> {
             self.sink.warning(
                 "spend_caps_unmetered",
                 raw.key_pos(),
-                "no MCP server declares pricing, so these caps count nothing; traffic through allowed_hosts (direct LLM API calls included) is never metered",
-                Some("add pricing to the MCP servers whose calls cost money".to_string()),
+                "no MCP server declares pricing and no llm provider is declared, so these caps count nothing; traffic through allowed_hosts (a model API reached directly included) is never metered",
+                Some("add pricing to the MCP servers whose calls cost money, and reach models through llm.providers".to_string()),
             );
         }
         Some(Spending {

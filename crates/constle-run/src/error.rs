@@ -93,6 +93,41 @@ pub enum RunError {
         /// What the audit log said.
         error: String,
     },
+    /// What a model gate decided (a reservation, a call, a refusal) could
+    /// not be recorded; every model gate was closed and the run stopped.
+    #[error(
+        "the model gate of provider {provider:?} could not record {what} ({error}); every model gate was closed and the run stopped"
+    )]
+    ModelGateUnrecorded {
+        /// The provider's id.
+        provider: String,
+        /// What was not recorded: `a reservation`, `a call`, `a refusal`.
+        what: &'static str,
+        /// What the audit log said.
+        error: String,
+    },
+    /// A model provider's `key_secret_ref` names a host variable that is
+    /// unset or empty. Found before anything of the run starts.
+    #[error(
+        "model provider {provider}'s key_secret_ref names the host variable {variable}, which is not set \
+         (or empty, or not UTF-8); export it before `constle run` (nothing was started)"
+    )]
+    LlmKeyMissing {
+        /// The provider's id.
+        provider: String,
+        /// The variable's name.
+        variable: String,
+    },
+    /// A model provider's gate cannot be built (its URL, its key, its
+    /// HTTP client). Found before anything of the run starts.
+    #[error("the model gate for provider {provider} cannot start: {source}; nothing was started")]
+    LlmGate {
+        /// The provider's id.
+        provider: String,
+        /// Why (never the key).
+        #[source]
+        source: constle_llm_gate::GateError,
+    },
     /// A declared limit cannot be enforced on this machine.
     #[error(transparent)]
     Limits(constle_limits::LimitsError),

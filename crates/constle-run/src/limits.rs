@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use constle_audit::AuditLog;
 use constle_audit::catalogue::LimitReached;
@@ -163,6 +163,46 @@ async fn record_new(
         }
     }
     Ok(())
+}
+
+/// `sandbox.limits.wall_clock_seconds`, counted from `since` (when the
+/// run began): when the run must end, if it has such a limit.
+pub(crate) fn wall_clock_deadline(manifest: &Manifest, since: Instant) -> Option<WallClock> {
+    let seconds = manifest.sandbox.limits.wall_clock_seconds?;
+    Some(WallClock {
+        seconds,
+        deadline: since + Duration::from_secs(seconds.into()),
+    })
+}
+
+/// A run's wall-clock limit.
+pub(crate) struct WallClock {
+    seconds: u32,
+    deadline: Instant,
+}
+
+/// Resolves when the run has lasted as long as `limit` allows: never,
+/// without one. Then records `limit_reached` (`limit: wall_clock`) and
+/// says why the run ends.
+pub(crate) async fn wall_clock_reached(
+    limit: Option<&WallClock>,
+    log: &AuditLog,
+) -> Result<i32, RunError> {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
+    tokio::time::sleep_until(limit.deadline.into()).await;
+    let event = LimitReached {
+        limit: "wall_clock".to_owned(),
+        count: 1,
+        detail: format!("{} s", limit.seconds),
+        server: None.into(),
+    };
+    record(log, event.into()).await?;
+    Err(RunError::LimitReached(format!(
+        "the wall-clock limit ({} s) was reached",
+        limit.seconds
+    )))
 }
 
 /// `limit_reached`: which limit, how often, and its value; and the stdio

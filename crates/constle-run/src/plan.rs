@@ -37,6 +37,7 @@ pub fn plan(manifest: &Manifest) -> Vec<Item> {
     ];
     items.extend(witnesses(manifest));
     items.extend(mcp(manifest));
+    items.extend(llm(manifest));
     items.extend(spending(manifest));
     items.extend(a2a(manifest));
     items
@@ -86,14 +87,25 @@ fn limits(manifest: &Manifest) -> Item {
     if let Some(millis) = limits.cpu_millis {
         parts.push(format!("{} CPUs", millis_as_decimal(millis)));
     }
-    match parts.is_empty() {
-        true => not_enforced(
+    let wall_clock = limits
+        .wall_clock_seconds
+        .map(|seconds| format!("the run is stopped after {seconds} s (wall clock)"));
+    match (parts.is_empty(), wall_clock) {
+        (true, None) => not_enforced(
             "limits",
-            "none declared (sandbox.limits): the agent may use all the memory, processes and CPU this machine gives it".into(),
+            "none declared (sandbox.limits): the agent may use all the memory, processes and CPU this machine gives it, for as long as it runs".into(),
         ),
-        false => enforced(
+        (true, Some(wall_clock)) => enforced(
             "limits",
-            format!("{} for the agent's whole process tree (cgroups)", parts.join(", ")),
+            format!("{wall_clock}; no memory, process or CPU limit"),
+        ),
+        (false, wall_clock) => enforced(
+            "limits",
+            format!(
+                "{} for the agent's whole process tree (cgroups){}",
+                parts.join(", "),
+                wall_clock.map_or_else(String::new, |w| format!("; {w}"))
+            ),
         ),
     }
 }
@@ -307,13 +319,33 @@ fn quorum_words(quorum: &Quorum) -> String {
     format!("{approvers} to approve, each decision signed and bound to the call; {terminal}")
 }
 
+/// One line per model provider: where the agent reaches it, what it may
+/// call, and that the key stays here.
+fn llm(manifest: &Manifest) -> impl Iterator<Item = Item> + '_ {
+    manifest.llm.providers.iter().map(|provider| {
+        let models: Vec<&str> = provider.models.iter().map(|m| m.name.as_str()).collect();
+        enforced(
+            "llm",
+            format!(
+                "{} ({}) through the model gate at {}: models {} only; the key from {} is added on the host (the agent gets a placeholder); each call's worst case (output at most {} tokens) is reserved against the spend caps before it is forwarded, and settled to the usage reported",
+                provider.id,
+                provider.api.as_str(),
+                provider.env_var(),
+                models.join(", "),
+                provider.key_secret_ref.as_str(),
+                provider.max_output_tokens,
+            ),
+        )
+    })
+}
+
 fn spending(manifest: &Manifest) -> Option<Item> {
     let network = &manifest.sandbox.network;
     let reaches_hosts = network.egress == Egress::Open || !network.allowed_hosts.is_empty();
     reaches_hosts.then(|| {
         not_enforced(
             "spend",
-            "traffic to allowed hosts (direct LLM API calls included) is never metered: Constle does not intercept TLS, so spend over allowed_hosts has no cap".into(),
+            "traffic to allowed hosts (a model API reached directly, not through llm.providers, included) is never metered: Constle does not intercept TLS, so spend over allowed_hosts has no cap".into(),
         )
     })
 }

@@ -36,13 +36,17 @@ use crate::checkpoints::RunCheckpoints;
 use crate::error::{RunError, io};
 use crate::events::{self, record};
 use crate::hidden::{self, private_dir};
-use crate::limits::{RunLimits, limit_event, tmpfs_sizes};
+use crate::llm::{ModelGates, PreparedModelGates};
+use crate::llm_spend::ModelLog;
+use crate::limits::{
+    RunLimits, WallClock, limit_event, tmpfs_sizes, wall_clock_deadline, wall_clock_reached,
+};
 use crate::mcp::{McpGates, PreparedGates};
 use crate::options::{RunEnd, RunOptions, RunReport};
 use crate::output::OutputHold;
 use crate::proxy::{Proxy, ProxyTrouble};
 use crate::signals::StopSignals;
-use crate::spend::SpendMeter;
+use crate::spend::{self, SpendMeter};
 use crate::stdio::{self, Secrets, StdioServers};
 use crate::stop::GateStop;
 use crate::timings::{Laps, Timings};
@@ -87,6 +91,7 @@ struct Checked<'a> {
 /// and the stdio servers' environments.
 struct Starts {
     gates: PreparedGates,
+    models: PreparedModelGates,
     secrets: Secrets,
 }
 
@@ -96,6 +101,8 @@ impl Checked<'_> {
         // First: it reads the secrets of the servers' headers, and one
         // missing must leave nothing behind, not even a log entry.
         let gates = PreparedGates::new(manifest)?;
+        // And the model providers' keys.
+        let models = PreparedModelGates::new(manifest)?;
         let stop = StopSignals::take_over()?;
         // A server's secret that is not there stops the run here, by the
         // variable's name.
@@ -114,7 +121,11 @@ impl Checked<'_> {
             options,
             since,
             stop,
-            starts: Starts { gates, secrets },
+            starts: Starts {
+                gates,
+                models,
+                secrets,
+            },
             signer,
             checkpoints,
         })
@@ -217,8 +228,10 @@ struct Started {
     proxy: Option<Proxy>,
     servers: StdioServers,
     gates: McpGates,
+    models: ModelGates,
     a2a: Option<A2aLink>,
     limits: RunLimits,
+    wall_clock: Option<WallClock>,
     workdir: Workdir,
     quarantine: PathBuf,
     laps: Laps,
@@ -283,7 +296,8 @@ impl Started {
             .then(constle_human_gate::open_host_tty)
             .flatten();
         let hold = OutputHold::default();
-        let meter = SpendMeter::open(manifest, &options.home, log).await;
+        let spent = spend::open_run_meter(manifest, &options.home).await;
+        let meter = SpendMeter::open(manifest, spent.clone(), log);
         let servers = StdioServers::start(
             &stdio::Context {
                 manifest,
@@ -305,13 +319,22 @@ impl Started {
             terminal.map(|tty| (tty, hold.clone())),
             meter,
         )?;
+        let models = match spent {
+            Some(shared) => {
+                let own = spend::open_llm_meter(manifest, &options.home).await;
+                ModelGates::start(starts.models, sockets.path(), &ModelLog::new(shared, own, log))?
+            }
+            None => ModelGates::none(),
+        };
         let a2a = A2aLink::start(manifest, &options.home, sockets.path(), log).await?;
         spec.env = agent::agent_env(manifest, proxy.is_some(), gates.env());
+        spec.env.extend(models.env().clone());
         spec.env.extend(a2a.as_ref().map(A2aLink::env));
         spec.relays = proxy
             .iter()
             .map(|p| p.relay.clone())
             .chain(gates.relays().iter().cloned())
+            .chain(models.relays().iter().cloned())
             .chain(a2a.iter().map(|a| a.relay().clone()))
             .collect();
         spec.cgroup_procs = limits.procs_files();
@@ -336,8 +359,10 @@ impl Started {
             proxy,
             servers,
             gates,
+            models,
             a2a,
             limits,
+            wall_clock: wall_clock_deadline(manifest, run.since),
             workdir,
             quarantine,
             laps,
@@ -376,6 +401,10 @@ impl Started {
                 let _ = agent.start_kill();
                 limit_reached(log, &hit).await
             }
+            ended = wall_clock_reached(self.wall_clock.as_ref(), log) => {
+                let _ = agent.start_kill();
+                ended
+            }
             (server, trouble) = proxy_trouble(proxy, servers) => {
                 let _ = agent.start_kill();
                 proxy_failed(log, server.as_deref(), trouble).await
@@ -386,6 +415,10 @@ impl Started {
                     GateStop::Timeout { server, tool } => RunError::GateTimeout { server, tool },
                     GateStop::Unrecorded { server, what, error } => RunError::GateUnrecorded { server, what, error },
                 })
+            }
+            stop = self.models.stopped() => {
+                let _ = agent.start_kill();
+                Err(RunError::ModelGateUnrecorded { provider: stop.provider, what: stop.what, error: stop.error })
             }
             stop = unwitnessed(checkpoints, log) => {
                 let _ = agent.start_kill();
@@ -412,6 +445,7 @@ impl Started {
         // Whatever ended the run, nothing more leaves the sandbox from here
         // on, even what is still on its way while the sandbox is torn down.
         self.gates.close("the run is ending");
+        self.models.close();
         if let Some(proxy) = &self.proxy {
             proxy.close();
         }
@@ -434,6 +468,7 @@ impl Started {
         self.timings.workdir += self.laps.lap();
         let servers_stopped = self.servers.stop(workdirs).await;
         drop(self.gates);
+        drop(self.models);
         drop(self.a2a);
         let recorded = match self.proxy {
             Some(proxy) => {

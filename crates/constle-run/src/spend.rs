@@ -13,7 +13,7 @@ use constle_audit::catalogue::{SpendCharged, SpendRefused};
 use constle_manifest::{Manifest, McpServer};
 use constle_mcp_gate::{Meter, MeterFuture, Metered, ToolCall};
 use constle_spend::{
-    Cap, Caps, Ledger, LedgerConfig, LedgerKey, Refusal, RunMeter, Source, Totals, usd,
+    Cap, Caps, Ledger, LedgerConfig, LedgerKey, Refusal, RunMeter, Scope, Source, Totals, usd,
 };
 use rust_decimal::Decimal;
 use serde_json::{Value, json};
@@ -50,9 +50,58 @@ pub fn caps(manifest: &Manifest) -> Caps {
     }
 }
 
-/// Whether any call of any declared server has a price.
-pub(crate) fn is_priced(manifest: &Manifest) -> bool {
+/// Whether any call of any declared MCP server has a price.
+fn mcp_priced(manifest: &Manifest) -> bool {
     manifest.mcp.servers.iter().any(|s| s.pricing.is_priced())
+}
+
+/// Whether anything the agent can call costs money: a priced MCP call,
+/// or any model (every declared model is priced).
+pub(crate) fn is_priced(manifest: &Manifest) -> bool {
+    mcp_priced(manifest) || !manifest.llm.providers.is_empty()
+}
+
+/// A run's meter, or why its ledger could not be opened (every priced
+/// call is then refused).
+pub(crate) type SharedMeter = Arc<Result<RunMeter, String>>;
+
+/// The caps `llm.spending` declares on model spend alone.
+pub fn llm_caps(manifest: &Manifest) -> Caps {
+    let spending = &manifest.llm.spending;
+    Caps {
+        per_run: spending.max_per_run_usd,
+        per_day: spending.max_per_day_usd,
+        per_month: spending.max_per_month_usd,
+    }
+}
+
+/// The run's meter, shared by the MCP and model gates, or `None` when
+/// nothing is priced. A ledger that cannot be opened is not an error here:
+/// the run starts, and every priced call is refused.
+pub(crate) async fn open_run_meter(manifest: &Manifest, home: &Path) -> Option<SharedMeter> {
+    if !is_priced(manifest) {
+        return None;
+    }
+    Some(open_meter(manifest, home, ledger_key(manifest), caps(manifest)).await)
+}
+
+/// The run's meter of model spend alone, when `llm.spending` declares a
+/// cap: its totals live under the agent's key scoped to model calls.
+pub(crate) async fn open_llm_meter(manifest: &Manifest, home: &Path) -> Option<SharedMeter> {
+    let caps = llm_caps(manifest);
+    if caps == Caps::default() {
+        return None;
+    }
+    let key = ledger_key(manifest).scoped(Scope::Llm);
+    Some(open_meter(manifest, home, key, caps).await)
+}
+
+async fn open_meter(manifest: &Manifest, home: &Path, key: LedgerKey, caps: Caps) -> SharedMeter {
+    let meter = Ledger::open(&ledger_config(manifest, home), key)
+        .await
+        .map(|ledger| ledger.start_run(caps))
+        .map_err(|err| err.to_string());
+    Arc::new(meter)
 }
 
 /// The run summary's spend lines: each declared cap with what has been
@@ -121,26 +170,20 @@ pub(crate) struct SpendMeter(Arc<Inner>);
 struct Inner {
     servers: BTreeMap<String, McpServer>,
     /// The run's meter, or why the ledger could not be opened.
-    meter: Result<RunMeter, String>,
+    meter: SharedMeter,
     log: Arc<AuditLog>,
 }
 
 impl SpendMeter {
-    /// The meter for a run of `manifest`, or `None` when nothing is priced.
-    /// A ledger that cannot be opened is not an error here: the run starts,
-    /// and every priced call is refused.
-    pub(crate) async fn open(
+    /// The MCP gates' meter for a run of `manifest`, charging `meter` (the
+    /// run's, from [`open_run_meter`]), or `None` when no MCP call is
+    /// priced.
+    pub(crate) fn open(
         manifest: &Manifest,
-        home: &Path,
+        meter: Option<SharedMeter>,
         log: &Arc<AuditLog>,
     ) -> Option<SpendMeter> {
-        if !is_priced(manifest) {
-            return None;
-        }
-        let meter = Ledger::open(&ledger_config(manifest, home), ledger_key(manifest))
-            .await
-            .map(|ledger| ledger.start_run(caps(manifest)))
-            .map_err(|err| err.to_string());
+        let meter = meter.filter(|_| mcp_priced(manifest))?;
         let servers = manifest
             .mcp
             .servers
@@ -172,6 +215,7 @@ impl Inner {
     fn run_total(&self) -> Decimal {
         self.meter
             .as_ref()
+            .as_ref()
             .map_or(Decimal::ZERO, RunMeter::run_total)
     }
 
@@ -192,7 +236,7 @@ impl Inner {
                 .collect(),
             amount_usd: usd(amount),
         };
-        let outcome = match &self.meter {
+        let outcome = match self.meter.as_ref() {
             Ok(meter) => meter
                 .reserve(
                     amount,
@@ -414,7 +458,7 @@ mcp:
             (case.before_open)(home);
             let appender = Appender::new(&home.join("logs"), manifest.name.clone(), None).unwrap();
             let log = Arc::new(AuditLog::start(appender));
-            let meter = SpendMeter::open(&manifest, home, &log).await.unwrap();
+            let meter = SpendMeter::open(&manifest, open_run_meter(&manifest, home).await, &log).unwrap();
             let mut last = Metered::Charged;
             for (i, tool) in case.calls.iter().enumerate() {
                 if i + 1 == case.calls.len() {
@@ -463,7 +507,7 @@ mcp:
             assert!(!summary.contains(MARKER), "{url}: {summary}");
             let appender = Appender::new(&home.join("logs"), manifest.name.clone(), None).unwrap();
             let log = Arc::new(AuditLog::start(appender));
-            let meter = SpendMeter::open(&manifest, home, &log).await.unwrap();
+            let meter = SpendMeter::open(&manifest, open_run_meter(&manifest, home).await, &log).unwrap();
             meter.charge(vec![&call("cheap")]).await;
             let lines = all_lines(home);
             assert!(lines.contains("\"event\":\"spend_"), "{url}: {lines}");

@@ -62,6 +62,14 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// The Agentfile section whose caps hold this scope's totals, as a
+    /// prefix of a cap's field: `llm.spending.`.
+    pub fn section(self) -> &'static str {
+        match self {
+            Scope::Llm => "llm.spending.",
+        }
+    }
+
     /// The key's prefix: never `did` or `name`, so a scoped key is never an
     /// agent's own.
     pub fn as_str(self) -> &'static str {

@@ -3,7 +3,7 @@
 
 use rust_decimal::Decimal;
 
-use crate::{Cap, SpendError, Totals};
+use crate::{Cap, Scope, SpendError, Totals};
 
 /// An amount as people read money: at least two decimal places, and every
 /// digit the amount has beyond them (`0.2` → `0.20`, `0.125` stays).
@@ -111,6 +111,13 @@ impl Refusal {
     /// What the agent is told: the cap and the amounts, or what failed in
     /// a word (never the error, which names the ledger's path or Redis URL).
     pub fn message(&self) -> String {
+        self.message_in(None)
+    }
+
+    /// [`Refusal::message`] for a charge to the totals kept apart for
+    /// `scope` ([`crate::LedgerKey::scoped`]): a cap is named by its field
+    /// in that scope's section (`llm.spending.max_per_run_usd`).
+    pub fn message_in(&self, scope: Option<Scope>) -> String {
         match self {
             Refusal::Cap {
                 cap,
@@ -118,7 +125,8 @@ impl Refusal {
                 amount,
                 totals,
             } => format!(
-                "spend cap {} ({} USD) would be passed: {} spent + {} for this call; the Constle gate did not forward it",
+                "spend cap {}{} ({} USD) would be passed: {} spent + {} for this call; the Constle gate did not forward it",
+                scope.map_or("", Scope::section),
                 cap.field(),
                 usd(*limit),
                 usd(cap.total(totals)),

@@ -1,0 +1,233 @@
+//! The model gates of one run: one per provider the Agentfile declares
+//! (`llm.providers`), each serving its own Unix socket, relayed into the
+//! sandbox on 127.0.0.1, and announced to the agent through the variables
+//! its clients read (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`, …) with a
+//! placeholder key. The providers' keys and URLs stay here.
+//!
+//! The gates are built before anything of the run starts
+//! ([`PreparedModelGates`]), since building one reads its key from
+//! constle's environment: a key that is unset or unusable stops the run
+//! before the audit log, the proxy or the sandbox exist.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+
+use constle_llm_gate::{Api, CancellationToken, Gate, Key, Prices, Provider};
+use constle_manifest::{LlmApi, LlmProvider, Manifest};
+use constle_sandbox::Relay;
+use tokio::net::UnixListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::error::{RunError, io};
+use crate::llm_spend::ModelLog;
+
+/// The first port the relays of the model gates listen on inside the
+/// sandbox; provider `n` (in Agentfile order) gets `LLM_BASE_PORT + n`.
+const LLM_BASE_PORT: u16 = 4000;
+
+/// The key the agent's clients are given, where they refuse to start
+/// without one. The gate drops whatever key the agent sends.
+pub const PLACEHOLDER_KEY: &str = "constle-gate-holds-the-key";
+
+/// One gate per declared provider, in Agentfile order, not yet serving.
+pub(crate) struct PreparedModelGates(Vec<Prepared>);
+
+struct Prepared {
+    id: String,
+    api: LlmApi,
+    /// `CONSTLE_LLM_<ID>_URL`.
+    url_var: String,
+    gate: Gate,
+}
+
+impl PreparedModelGates {
+    /// Builds the gate of every declared provider, each with the key its
+    /// `key_secret_ref` names; the first that cannot be built is the error.
+    pub(crate) fn new(manifest: &Manifest) -> Result<PreparedModelGates, RunError> {
+        let gates = manifest.llm.providers.iter().map(|declared| {
+            let id = declared.id.to_string();
+            let gate = Gate::new(provider(declared)?).map_err(|source| RunError::LlmGate {
+                provider: id.clone(),
+                source,
+            })?;
+            Ok(Prepared {
+                id,
+                api: declared.api,
+                url_var: declared.env_var(),
+                gate,
+            })
+        });
+        gates.collect::<Result<_, _>>().map(PreparedModelGates)
+    }
+}
+
+/// The gate's own view of a declared provider, with its key read from
+/// constle's environment.
+fn provider(declared: &LlmProvider) -> Result<Provider, RunError> {
+    let variable = declared.key_secret_ref.as_str();
+    let key = std::env::var(variable)
+        .ok()
+        .filter(|key| !key.is_empty())
+        .ok_or_else(|| RunError::LlmKeyMissing {
+            provider: declared.id.to_string(),
+            variable: variable.to_owned(),
+        })?;
+    let upstream = declared
+        .url
+        .as_str()
+        .parse()
+        .map_err(|_| RunError::LlmGate {
+            provider: declared.id.to_string(),
+            source: constle_llm_gate::GateError::Url(declared.url.redacted()),
+        })?;
+    let models = declared.models.iter().map(|model| {
+        let prices = model.prices;
+        let prices = Prices {
+            input: prices.input,
+            output: prices.output,
+            cached_input: prices.cached_input,
+            cache_write: prices.cache_write,
+        };
+        (model.name.clone(), prices)
+    });
+    Ok(Provider {
+        id: declared.id.to_string(),
+        api: match declared.api {
+            LlmApi::Anthropic => Api::Anthropic,
+            LlmApi::OpenAi => Api::OpenAi,
+            LlmApi::OpenAiCompatible => Api::OpenAiCompatible,
+        },
+        upstream,
+        key: Key::new(key),
+        max_output_tokens: declared.max_output_tokens,
+        models: models.collect(),
+    })
+}
+
+/// Why the model gates end a run: a refusal or a call that could not be
+/// recorded (every model gate is closed by then).
+#[derive(Debug)]
+pub(crate) struct ModelStop {
+    /// The provider whose gate it was.
+    pub(crate) provider: String,
+    /// What was not recorded, for the message.
+    pub(crate) what: &'static str,
+    /// What the audit log said.
+    pub(crate) error: String,
+}
+
+/// The running model gates. Dropping them stops accepting connections;
+/// closing them ([`ModelGates::close`]) stops every one forwarding.
+pub(crate) struct ModelGates {
+    relays: Vec<Relay>,
+    env: BTreeMap<String, String>,
+    tasks: Vec<JoinHandle<std::io::Result<()>>>,
+    stopped: mpsc::UnboundedReceiver<ModelStop>,
+    shutoff: CancellationToken,
+}
+
+impl ModelGates {
+    /// Binds one socket per gate under `sockets` and starts the gate, with
+    /// `log` reserving, settling and recording its calls and refusals.
+    pub(crate) fn start(
+        prepared: PreparedModelGates,
+        sockets: &Path,
+        log: &ModelLog,
+    ) -> Result<ModelGates, RunError> {
+        let (stops, stopped) = mpsc::unbounded_channel();
+        let shutoff = CancellationToken::new();
+        let log = log.stopping(&shutoff, stops);
+        let mut gates = ModelGates {
+            relays: Vec::new(),
+            env: BTreeMap::new(),
+            tasks: Vec::new(),
+            stopped,
+            shutoff: shutoff.clone(),
+        };
+        for (prepared, port) in prepared.0.into_iter().zip(LLM_BASE_PORT..) {
+            let Prepared {
+                id,
+                api,
+                url_var,
+                gate,
+            } = prepared;
+            let gate = gate
+                .with_meter(log.clone())
+                .with_recorder(log.clone())
+                .with_shutoff(shutoff.clone());
+            let name = format!("llm-{id}");
+            let socket = sockets.join(format!("{name}.sock"));
+            let listener = UnixListener::bind(&socket)
+                .map_err(io(format!("cannot bind {}", socket.display())))?;
+            gates.tasks.push(tokio::spawn(gate.serve(listener)));
+            let listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+            gates.env.extend(agent_env(url_var, api, listen));
+            gates.relays.push(Relay {
+                name,
+                listen,
+                host_socket: socket,
+            });
+        }
+        Ok(gates)
+    }
+
+    /// No model gates: the Agentfile declares no provider.
+    pub(crate) fn none() -> ModelGates {
+        ModelGates {
+            relays: Vec::new(),
+            env: BTreeMap::new(),
+            tasks: Vec::new(),
+            stopped: mpsc::unbounded_channel().1,
+            shutoff: CancellationToken::new(),
+        }
+    }
+
+    /// The relays to put into the sandbox.
+    pub(crate) fn relays(&self) -> &[Relay] {
+        &self.relays
+    }
+
+    /// What the agent is told of each provider.
+    pub(crate) fn env(&self) -> &BTreeMap<String, String> {
+        &self.env
+    }
+
+    /// Closes every model gate: from now on nothing is forwarded.
+    pub(crate) fn close(&self) {
+        self.shutoff.cancel();
+    }
+
+    /// Resolves when the model gates end the run.
+    pub(crate) async fn stopped(&mut self) -> ModelStop {
+        match self.stopped.recv().await {
+            Some(stop) => stop,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// The variables through which the agent reaches a provider at `listen`:
+/// `url_var` (its `CONSTLE_LLM_<ID>_URL`), and those its API's clients
+/// read: the first the base URL, the others the placeholder key.
+fn agent_env(url_var: String, api: LlmApi, listen: SocketAddrV4) -> Vec<(String, String)> {
+    let base = match api {
+        LlmApi::Anthropic => format!("http://{listen}"),
+        LlmApi::OpenAi | LlmApi::OpenAiCompatible => format!("http://{listen}/v1"),
+    };
+    let clients = api.agent_env().iter().enumerate().map(|(i, name)| {
+        let value = if i == 0 { &base } else { PLACEHOLDER_KEY };
+        ((*name).to_owned(), value.to_owned())
+    });
+    let own = (url_var, base.clone());
+    std::iter::once(own).chain(clients).collect()
+}
+
+impl Drop for ModelGates {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
