@@ -658,6 +658,35 @@ fn a_fork_bomb_stops_at_its_limit_and_nothing_survives() {
     });
 }
 
+/// An agent that would run forever (here: ignoring SIGTERM and SIGINT)
+/// ends at `sandbox.limits.wall_clock_seconds`, like at any other limit,
+/// and no cgroup is needed for it.
+#[test]
+fn the_wall_clock_limit_ends_a_run_that_would_not_end() {
+    if !sandbox_ready("wall-clock limit") {
+        return;
+    }
+    let case = Case::new();
+    let marker = format!("constle-wall-clock-{}", std::process::id());
+    let forever = format!("trap '' TERM INT; sh -c 'trap \"\" TERM INT; sleep 600' {marker}");
+    let started = Instant::now();
+    run_says(
+        &case,
+        &limited("    wall_clock_seconds: 1\n", &forever),
+        Some(125),
+        "the wall-clock limit (1 s) was reached; the run was stopped",
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let hit = case.events("limit_reached");
+    assert_eq!(hit.len(), 1, "{hit:?}");
+    assert_eq!(hit[0]["limit"], "wall_clock");
+    assert_eq!(hit[0]["detail"], "1 s");
+    assert_eq!(case.log().last().unwrap()["exit_status"], 125);
+    wait_for("the agent's process to be gone", || {
+        survivors(&marker).is_empty()
+    });
+}
+
 /// A newcomer's first Agentfile names no workdir: the default `./work` is
 /// made (0700, the invoking user's) and the summary says so; a second run
 /// uses it as it is; a declared workdir that is missing is still refused.
