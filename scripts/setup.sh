@@ -113,6 +113,43 @@ if ! cmp -s "$mcp_src/package-lock.json" "$mcp_dir/package-lock.json"; then
   rm -rf "$staging_mcp"
 fi
 
+# The real agent clients the model gate's tests run, from the npm registry:
+# Claude Code and Codex CLI, pinned like the MCP tools above
+# (scripts/agent-clients/package.json, its lockfile by SHA-512). Each ships
+# its native binary in a platform package npm picks by os, cpu and libc;
+# no install script runs: Claude Code's would only copy that binary over a
+# stub (bin/claude.exe), so claude is linked to the binary itself, and
+# codex to the package's own launcher, which finds its binary at run time.
+agents_dir=/usr/local/lib/constle-tools/agents
+agents_src="$(dirname "$0")/agent-clients"
+if ! cmp -s "$agents_src/package-lock.json" "$agents_dir/package-lock.json"; then
+  staging_agents=$(mktemp -d)
+  mkdir "$staging_agents/agents"
+  cp "$agents_src/package.json" "$agents_src/package-lock.json" "$staging_agents/agents/"
+  (cd "$staging_agents/agents" && "$node_dir/bin/npm" ci --silent --ignore-scripts --no-audit --no-fund)
+  "${sudo[@]}" rm -rf "$agents_dir"
+  "${sudo[@]}" cp -R "$staging_agents/agents" "$agents_dir"
+  rm -rf "$staging_agents"
+fi
+"${sudo[@]}" ln -sf "$agents_dir/node_modules/@anthropic-ai/claude-code-linux-$node_arch/claude" /usr/local/bin/claude
+"${sudo[@]}" ln -sf "$agents_dir/node_modules/@openai/codex/bin/codex.js" /usr/local/bin/codex
+
+# The official OpenAI and Anthropic Python SDKs, for the tests' SDK agents:
+# every wheel pinned by hash (scripts/agent-clients/requirements.txt), in a
+# directory of their own that a test puts on PYTHONPATH (the sandbox sees
+# /usr/local read-only). Reinstalled whenever the requirements differ from
+# the ones installed.
+sdk_dir=/usr/local/lib/constle-tools/python-sdk
+if ! cmp -s "$agents_src/requirements.txt" "$sdk_dir/requirements.txt"; then
+  staging_sdk=$(mktemp -d)
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+    --require-hashes --target "$staging_sdk/sdk" -r "$agents_src/requirements.txt"
+  cp "$agents_src/requirements.txt" "$staging_sdk/sdk/"
+  "${sudo[@]}" rm -rf "$sdk_dir"
+  "${sudo[@]}" cp -R "$staging_sdk/sdk" "$sdk_dir"
+  rm -rf "$staging_sdk"
+fi
+
 min_rust=1.89
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: no Rust toolchain found; installing one with rustup" >&2

@@ -38,6 +38,11 @@
 //! - [`RedisServer`]: a private `redis-server` on a Unix socket in a temporary
 //!   directory (no TCP port), for the spend ledger's Redis store; it can be
 //!   frozen or killed to show that the ledger fails closed.
+//! - [`llm`]: a simulated model provider ([`llm::ModelProvider`]) speaking
+//!   the Anthropic Messages and OpenAI Responses and Chat Completions APIs,
+//!   streamed or not, that answers with a call to the client's shell tool
+//!   and then a final message quoting its output, reports usage and records
+//!   every request (the key it received too).
 //! - [`Agentfile`]: an Agentfile for a test, built in code.
 //! - [`bench`]: the one percentile (nearest-rank) and the one CPU clock
 //!   (the scheduler's run time) of every benchmark.
@@ -73,6 +78,7 @@ mod child;
 mod dns;
 mod hosts;
 mod https;
+pub mod llm;
 pub mod mcp;
 mod netns;
 pub mod npm;
