@@ -178,11 +178,11 @@ fn rules(
             if present("mcp_servers") {
                 return hosted("mcp_servers (remote MCP servers the provider calls)");
             }
-            check_tools(object, anthropic_client_tool)?;
+            check_tools(object, anthropic_client_tool, false)?;
             Ok(0)
         }
         (_, Kind::Responses) => {
-            check_tools(object, openai_client_tool)?;
+            check_tools(object, openai_client_tool, true)?;
             for (key, what) in [
                 ("conversation", "a stored conversation (conversation)"),
                 ("prompt", "a stored prompt (prompt)"),
@@ -198,7 +198,7 @@ fn rules(
             previous_tokens(object, previous)
         }
         _ => {
-            check_tools(object, openai_client_tool)?;
+            check_tools(object, openai_client_tool, false)?;
             if present("web_search_options") {
                 return hosted("web search (web_search_options)");
             }
@@ -235,7 +235,13 @@ fn openai_client_tool(kind: Option<&str>) -> bool {
     matches!(kind, Some("function" | "custom"))
 }
 
-fn check_tools(object: &Map<String, Value>, client: fn(Option<&str>) -> bool) -> Checked<()> {
+/// Every tool in `object.tools` a client tool; with `namespaces` (the
+/// Responses API), a `namespace` groups tools, each of which must be one.
+fn check_tools(
+    object: &Map<String, Value>,
+    client: fn(Option<&str>) -> bool,
+    namespaces: bool,
+) -> Checked<()> {
     let tools = match object.get("tools") {
         None | Some(Value::Null) => return Ok(()),
         Some(Value::Array(tools)) => tools,
@@ -263,7 +269,9 @@ fn check_tools(object: &Map<String, Value>, client: fn(Option<&str>) -> bool) ->
                 ));
             }
         };
-        if !client(kind) {
+        if namespaces && kind == Some("namespace") {
+            check_tools(tool, client, false)?;
+        } else if !client(kind) {
             return hosted(&format!("tool type {:?}", kind.unwrap_or_default()));
         }
     }

@@ -123,6 +123,7 @@ pub(crate) struct ModelStop {
 pub(crate) struct ModelGates {
     relays: Vec<Relay>,
     env: BTreeMap<String, String>,
+    etc_files: BTreeMap<String, String>,
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
     stopped: mpsc::UnboundedReceiver<ModelStop>,
     shutoff: CancellationToken,
@@ -142,6 +143,7 @@ impl ModelGates {
         let mut gates = ModelGates {
             relays: Vec::new(),
             env: BTreeMap::new(),
+            etc_files: BTreeMap::new(),
             tasks: Vec::new(),
             stopped,
             shutoff: shutoff.clone(),
@@ -164,6 +166,11 @@ impl ModelGates {
             gates.tasks.push(tokio::spawn(gate.serve(listener)));
             let listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
             gates.env.extend(agent_env(url_var, api, listen));
+            if api != LlmApi::Anthropic {
+                gates
+                    .etc_files
+                    .insert(CODEX_CONFIG.to_owned(), codex_config(listen));
+            }
             gates.relays.push(Relay {
                 name,
                 listen,
@@ -178,6 +185,7 @@ impl ModelGates {
         ModelGates {
             relays: Vec::new(),
             env: BTreeMap::new(),
+            etc_files: BTreeMap::new(),
             tasks: Vec::new(),
             stopped: mpsc::unbounded_channel().1,
             shutoff: CancellationToken::new(),
@@ -192,6 +200,27 @@ impl ModelGates {
     /// What the agent is told of each provider.
     pub(crate) fn env(&self) -> &BTreeMap<String, String> {
         &self.env
+    }
+
+    /// Variables the agent gets unless `sandbox.env` sets them: with an
+    /// Anthropic provider, Claude Code's switch for the traffic it would
+    /// send around the gate (telemetry, feature flags, its directory of
+    /// servers), which the proxy would only refuse.
+    pub(crate) fn defaults(&self) -> impl Iterator<Item = (String, String)> + '_ {
+        let claude = self.env.contains_key("ANTHROPIC_BASE_URL");
+        claude
+            .then(|| {
+                (
+                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".to_owned(),
+                    "1".to_owned(),
+                )
+            })
+            .into_iter()
+    }
+
+    /// The files written into the sandbox's `/etc` for the agent CLIs.
+    pub(crate) fn etc_files(&self) -> &BTreeMap<String, String> {
+        &self.etc_files
     }
 
     /// Closes every model gate: from now on nothing is forwarded.
@@ -222,6 +251,33 @@ fn agent_env(url_var: String, api: LlmApi, listen: SocketAddrV4) -> Vec<(String,
     });
     let own = (url_var, base.clone());
     std::iter::once(own).chain(clients).collect()
+}
+
+/// Codex's system-wide settings, below the user's own in its layers.
+const CODEX_CONFIG: &str = "/etc/codex/config.toml";
+
+/// What makes Codex CLI work in the sandbox untouched: it reads its base
+/// URL from its settings, not from `OPENAI_BASE_URL`; its own sandbox
+/// cannot start inside Constle's (every command would fail, and it would
+/// still exit 0); its web search is a tool the provider runs, which the
+/// gate refuses; and its analytics and plugin catalogue would only be
+/// refused at the proxy.
+fn codex_config(listen: SocketAddrV4) -> String {
+    format!(
+        "# Written by constle for this run: Codex reaches the model gate.\n\
+         openai_base_url = \"http://{listen}/v1\"\n\
+         # Constle is the sandbox: Codex's own cannot start inside it.\n\
+         sandbox_mode = \"danger-full-access\"\n\
+         approval_policy = \"never\"\n\
+         # Web search runs at the provider: the model gate refuses it.\n\
+         web_search = \"disabled\"\n\
+         \n\
+         [analytics]\n\
+         enabled = false\n\
+         \n\
+         [features]\n\
+         plugins = false\n"
+    )
 }
 
 impl Drop for ModelGates {

@@ -38,7 +38,11 @@ pub(crate) struct ModelLog {
 impl ModelLog {
     /// Charges to `shared` (the run's meter, shared with the MCP gates)
     /// and, with `llm.spending` caps, first to `own`; records into `log`.
-    pub(crate) fn new(shared: SharedMeter, own: Option<SharedMeter>, log: &Arc<AuditLog>) -> ModelLog {
+    pub(crate) fn new(
+        shared: SharedMeter,
+        own: Option<SharedMeter>,
+        log: &Arc<AuditLog>,
+    ) -> ModelLog {
         ModelLog {
             shared,
             own,
@@ -164,7 +168,12 @@ impl Inner {
     }
 
     /// Records `llm_reserved` and keeps the holds for the settlement.
-    async fn reserved(&self, call: &Call, amount: Decimal, holds: Holds) -> Result<Held, MeterRefusal> {
+    async fn reserved(
+        &self,
+        call: &Call,
+        amount: Decimal,
+        holds: Holds,
+    ) -> Result<Held, MeterRefusal> {
         let totals = holds.shared.totals();
         let event = LlmReserved {
             provider: call.provider.clone(),
@@ -211,7 +220,11 @@ impl Inner {
         let (reason, cap, cap_usd, error) = match refusal {
             Refusal::Cap { cap, limit, .. } => (
                 Reason::SpendRefused,
-                Some(format!("{}{}", scope.map_or("", Scope::section), cap.field())),
+                Some(format!(
+                    "{}{}",
+                    scope.map_or("", Scope::section),
+                    cap.field()
+                )),
                 Some(usd(limit)),
                 None,
             ),
@@ -231,9 +244,7 @@ impl Inner {
             error: error.into(),
         };
         tokio::time::sleep_until(self.pace.turn()).await;
-        let _ = self
-            .record(&call.provider, "a refusal", event.into())
-            .await;
+        let _ = self.record(&call.provider, "a refusal", event.into()).await;
         MeterRefusal { reason, message }
     }
 
@@ -291,10 +302,7 @@ async fn hold(
     now: jiff::Timestamp,
 ) -> Result<Hold, Refusal> {
     match meter.as_ref() {
-        Ok(meter) => meter
-            .hold(amount, source, now)
-            .await
-            .map_err(Refusal::from),
+        Ok(meter) => meter.hold(amount, source, now).await.map_err(Refusal::from),
         Err(error) => Err(Refusal::ledger_unavailable(error.clone())),
     }
 }

@@ -36,11 +36,11 @@ use crate::checkpoints::RunCheckpoints;
 use crate::error::{RunError, io};
 use crate::events::{self, record};
 use crate::hidden::{self, private_dir};
-use crate::llm::{ModelGates, PreparedModelGates};
-use crate::llm_spend::ModelLog;
 use crate::limits::{
     RunLimits, WallClock, limit_event, tmpfs_sizes, wall_clock_deadline, wall_clock_reached,
 };
+use crate::llm::{ModelGates, PreparedModelGates};
+use crate::llm_spend::ModelLog;
 use crate::mcp::{McpGates, PreparedGates};
 use crate::options::{RunEnd, RunOptions, RunReport};
 use crate::output::OutputHold;
@@ -274,6 +274,7 @@ impl Started {
             host_id: host_id.as_ref().map(HostId::get),
             tmpfs: tmpfs_sizes(manifest),
             workdir_inode: None,
+            etc_files: BTreeMap::new(),
         };
         // What the sandbox would mount, before anything starts; the
         // launcher checks it all again on the objects it then mounts.
@@ -322,13 +323,23 @@ impl Started {
         let models = match spent {
             Some(shared) => {
                 let own = spend::open_llm_meter(manifest, &options.home).await;
-                ModelGates::start(starts.models, sockets.path(), &ModelLog::new(shared, own, log))?
+                ModelGates::start(
+                    starts.models,
+                    sockets.path(),
+                    &ModelLog::new(shared, own, log),
+                )?
             }
             None => ModelGates::none(),
         };
         let a2a = A2aLink::start(manifest, &options.home, sockets.path(), log).await?;
         spec.env = agent::agent_env(manifest, proxy.is_some(), gates.env());
         spec.env.extend(models.env().clone());
+        for (name, value) in models.defaults() {
+            spec.env.entry(name).or_insert(value);
+        }
+        if manifest.sandbox.rootfs.is_none() {
+            spec.etc_files = models.etc_files().clone();
+        }
         spec.env.extend(a2a.as_ref().map(A2aLink::env));
         spec.relays = proxy
             .iter()

@@ -458,7 +458,8 @@ mcp:
             (case.before_open)(home);
             let appender = Appender::new(&home.join("logs"), manifest.name.clone(), None).unwrap();
             let log = Arc::new(AuditLog::start(appender));
-            let meter = SpendMeter::open(&manifest, open_run_meter(&manifest, home).await, &log).unwrap();
+            let meter =
+                SpendMeter::open(&manifest, open_run_meter(&manifest, home).await, &log).unwrap();
             let mut last = Metered::Charged;
             for (i, tool) in case.calls.iter().enumerate() {
                 if i + 1 == case.calls.len() {
@@ -507,7 +508,8 @@ mcp:
             assert!(!summary.contains(MARKER), "{url}: {summary}");
             let appender = Appender::new(&home.join("logs"), manifest.name.clone(), None).unwrap();
             let log = Arc::new(AuditLog::start(appender));
-            let meter = SpendMeter::open(&manifest, open_run_meter(&manifest, home).await, &log).unwrap();
+            let meter =
+                SpendMeter::open(&manifest, open_run_meter(&manifest, home).await, &log).unwrap();
             meter.charge(vec![&call("cheap")]).await;
             let lines = all_lines(home);
             assert!(lines.contains("\"event\":\"spend_"), "{url}: {lines}");

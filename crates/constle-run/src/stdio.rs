@@ -255,6 +255,7 @@ impl Running {
             host_id: host_id.as_ref().map(HostId::get),
             tmpfs: tmpfs_sizes(cx.manifest),
             workdir_inode: held.as_ref().map(Workdir::inode),
+            etc_files: BTreeMap::new(),
         };
         dirs.push(stage);
         spec.check_dirs()

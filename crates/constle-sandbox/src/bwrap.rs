@@ -220,7 +220,7 @@ pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>, fds: &Descriptors) -> BwrapArgs
 }
 
 /// The host's system directories, the chosen parts of `/etc` (read-only),
-/// and the sandbox's own `passwd` and `group`.
+/// the sandbox's own `passwd` and `group`, and the files written for it.
 fn mount_system(a: &mut Args, fds: &Descriptors) {
     for dir in SYSTEM_DIRS {
         let path = Path::new(dir);
@@ -246,6 +246,10 @@ fn mount_system(a: &mut Args, fds: &Descriptors) {
             let fd = fd.as_raw_fd().to_string();
             a.push(&["--ro-bind-data".as_ref(), fd.as_ref(), dest.as_ref()]);
         }
+    }
+    for (fd, dest) in &fds.etc {
+        let fd = fd.as_raw_fd().to_string();
+        a.push(&["--ro-bind-data".as_ref(), fd.as_ref(), dest.as_os_str()]);
     }
 }
 
@@ -327,6 +331,7 @@ mod tests {
             host_id: None,
             tmpfs: TmpfsSizes::DEFAULT,
             workdir_inode: None,
+            etc_files: BTreeMap::new(),
         };
         let checked = spec.check().unwrap();
         let fds = Descriptors {
@@ -336,6 +341,7 @@ mod tests {
             rootfs: vec![],
             passwd: Some(fd()),
             group: Some(fd()),
+            etc: vec![],
             seccomp: vec![fd(), fd()],
         };
         let BwrapArgs { options, command } = bwrap_args(&checked, &fds);

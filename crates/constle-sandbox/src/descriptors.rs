@@ -15,6 +15,8 @@ pub(crate) struct Descriptors {
     /// The sandbox's own `/etc/passwd` and `/etc/group` (without a rootfs).
     pub passwd: Option<OwnedFd>,
     pub group: Option<OwnedFd>,
+    /// The files written into the sandbox's `/etc`, with their paths there.
+    pub etc: Vec<(OwnedFd, PathBuf)>,
     pub seccomp: Vec<OwnedFd>,
 }
 
@@ -44,6 +46,7 @@ impl Descriptors {
             .chain(rootfs)
             .chain(self.passwd.iter())
             .chain(self.group.iter())
+            .chain(self.etc.iter().map(|(fd, _)| fd))
             .chain(&self.seccomp)
     }
 }

@@ -25,6 +25,15 @@ pub enum SandboxError {
     #[error("the sandbox command is empty: give the program to run and its arguments")]
     EmptyCommand,
 
+    /// A file for the sandbox's `/etc` that constle may not write there.
+    #[error("the sandbox's {path} cannot be written: {why}")]
+    EtcFile {
+        /// Its path in the sandbox.
+        path: String,
+        /// Why not.
+        why: &'static str,
+    },
+
     /// A command argument, environment name or value holds a NUL byte.
     #[error("{what} contains a NUL byte, which cannot be passed to a program")]
     NulByte {

@@ -167,6 +167,11 @@ fn open_mounts(checked: &CheckedSpec<'_>) -> Result<Descriptors, LaunchError> {
         },
         passwd,
         group,
+        etc: checked
+            .etc_files
+            .iter()
+            .map(|(path, content)| Ok((memfd(c"etc", content.as_bytes())?, PathBuf::from(path))))
+            .collect::<Result<_, LaunchError>>()?,
         seccomp: seccomp_programs()?
             .iter()
             .map(|program| memfd(c"seccomp", program))

@@ -75,6 +75,13 @@ pub(crate) const ETC_PATHS: &[&str] = &[
     "/etc/os-release",
 ];
 
+/// The files in the sandbox's `/etc` a caller may write
+/// ([`SandboxSpec::etc_files`](crate::SandboxSpec::etc_files)): the
+/// system-wide settings of the agent CLIs constle knows, which point them
+/// at the model gate. Nothing of the host's `/etc` is among them, so none
+/// can cover a file the sandbox needs.
+pub const WRITABLE_ETC_FILES: &[&str] = &["/etc/codex/config.toml"];
+
 /// The sandbox's `/etc/passwd`: root, the agent (at home in
 /// [`AGENT_HOME`]) and nobody.
 pub(crate) fn passwd() -> String {

@@ -73,6 +73,7 @@
 //!     host_id: None,
 //!     tmpfs: TmpfsSizes::DEFAULT,
 //!     workdir_inode: None,
+//!     etc_files: BTreeMap::new(),
 //! };
 //! let status = sandbox_command(&spec)?.status()?; // the agent's status
 //! # Ok(())
@@ -177,7 +178,7 @@ pub use init::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, init_ma
 pub use launch::launch_main;
 pub use layout::{
     AGENT_HOME, AGENT_ID, DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND,
-    RUN_DIR, STDIO_INSIDE,
+    RUN_DIR, STDIO_INSIDE, WRITABLE_ETC_FILES,
 };
 pub use private::Private;
 pub use seccomp::seccomp_programs;

@@ -120,6 +120,7 @@ mod tests {
                 host_id: None,
                 tmpfs: TmpfsSizes::DEFAULT,
                 workdir_inode: None,
+                etc_files: BTreeMap::new(),
             },
             bwrap: "/usr/bin/bwrap".into(),
         };

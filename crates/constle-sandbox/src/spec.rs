@@ -112,6 +112,11 @@ pub struct SandboxSpec {
     /// that directory (to check it after the run), and the sandbox mounts
     /// no other, whatever the path names by the time it starts.
     pub workdir_inode: Option<(u64, u64)>,
+    /// Files written into the sandbox's `/etc` (read-only there), by path:
+    /// only those in [`WRITABLE_ETC_FILES`](crate::WRITABLE_ETC_FILES), and
+    /// only without a `rootfs` (whose `/etc` is its own).
+    #[serde(default)]
+    pub etc_files: BTreeMap<String, String>,
 }
 
 /// The most each of the sandbox's file systems in memory may hold, in
@@ -160,6 +165,7 @@ pub(crate) struct CheckedSpec<'a> {
     /// The socket of [`CommandIo::Socket`].
     pub stdio: Option<&'a Path>,
     pub tmpfs: TmpfsSizes,
+    pub etc_files: &'a BTreeMap<String, String>,
 }
 
 impl CheckedSpec<'_> {
@@ -228,6 +234,7 @@ impl SandboxSpec {
             relays,
             stdio,
             tmpfs: check_tmpfs(self.tmpfs)?,
+            etc_files: check_etc_files(&self.etc_files, self.rootfs.is_some())?,
         })
     }
 
@@ -248,6 +255,27 @@ impl SandboxSpec {
         check_stage(&self.stage)?;
         Ok((workdir, rootfs))
     }
+}
+
+/// Only files constle may write, and none over a rootfs's own `/etc`.
+fn check_etc_files(
+    files: &BTreeMap<String, String>,
+    rootfs: bool,
+) -> Result<&BTreeMap<String, String>, SandboxError> {
+    for path in files.keys() {
+        let why = if !layout::WRITABLE_ETC_FILES.contains(&path.as_str()) {
+            "it is not one of the files constle writes there"
+        } else if rootfs {
+            "the rootfs brings its own /etc"
+        } else {
+            continue;
+        };
+        return Err(SandboxError::EtcFile {
+            path: path.clone(),
+            why,
+        });
+    }
+    Ok(files)
 }
 
 /// Every size at least [`MIN_TMPFS_BYTES`].
@@ -586,6 +614,7 @@ mod check_tests {
             host_id: None,
             tmpfs: TmpfsSizes::DEFAULT,
             workdir_inode: None,
+            etc_files: BTreeMap::new(),
         };
         base.check().unwrap();
 
@@ -739,6 +768,7 @@ mod check_tests {
             host_id: None,
             tmpfs: TmpfsSizes::DEFAULT,
             workdir_inode: None,
+            etc_files: BTreeMap::new(),
         };
         assert_ne!(top, "tmp");
         // Not in the rootfs at all: the sandbox creates the mount point.
@@ -793,6 +823,7 @@ mod check_tests {
             host_id: None,
             tmpfs: TmpfsSizes::DEFAULT,
             workdir_inode: None,
+            etc_files: BTreeMap::new(),
         };
         spec(work.clone()).check().unwrap();
         for (workdir, relation) in [

@@ -210,6 +210,7 @@ impl Fixture {
             host_id: Some(self.host_id.get()),
             tmpfs: TmpfsSizes::DEFAULT,
             workdir_inode: None,
+            etc_files: BTreeMap::new(),
         }
     }
 

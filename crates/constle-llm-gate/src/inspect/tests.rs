@@ -135,6 +135,26 @@ fn hosted_tools_are_refused_and_client_tools_pass() {
         )
         .is_ok()
     );
+    // Codex groups some of its function tools in a namespace: each is
+    // checked; a namespace nests no further, and only Responses has them.
+    let grouped = |inner: Value| json!({"model": "m", "input": "hi", "tools": [{"type": "namespace", "name": "ns", "tools": inner}]});
+    let functions = json!([{"type": "function", "name": "f"}, {"type": "function", "name": "g"}]);
+    assert!(run(Api::OpenAi, Kind::Responses, grouped(functions.clone())).is_ok());
+    for inner in [
+        json!([{"type": "function", "name": "f"}, {"type": "web_search"}]),
+        json!([{"type": "namespace", "name": "deeper", "tools": []}]),
+    ] {
+        assert_eq!(
+            run(Api::OpenAi, Kind::Responses, grouped(inner.clone())),
+            Err(Reason::HostedTool),
+            "{inner}"
+        );
+    }
+    let chat = json!({"model": "m", "messages": [], "tools": [{"type": "namespace", "name": "ns", "tools": functions}]});
+    assert_eq!(
+        run(Api::OpenAi, Kind::ChatCompletions, chat),
+        Err(Reason::HostedTool)
+    );
     let search = json!({"model": "m", "messages": [], "web_search_options": {}});
     assert_eq!(
         run(Api::OpenAi, Kind::ChatCompletions, search),
