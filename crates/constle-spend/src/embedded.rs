@@ -2,9 +2,8 @@
 //! an exclusive lock on `<dir>/<key>/lock`.
 //!
 //! Safe across processes: every charge and settlement takes an exclusive
-//! `flock` on the
-//! lock file (never renamed, so every process locks the same inode) and
-//! holds it across read, check and write. The lock file is opened afresh
+//! `flock` on the lock file (never renamed, so every process locks the same
+//! inode) and holds it across read, check and write. The lock file is opened afresh
 //! for each charge, so two charges in one process exclude each other too
 //! (a `flock` belongs to an open file description, not to a process).
 //!

@@ -1,6 +1,6 @@
-//! The durable spend ledger: what an agent's priced tool calls have cost, per
-//! run, per UTC day and per UTC month, checked against the Agentfile's
-//! `max_per_run_usd`, `max_per_day_usd` and `max_per_month_usd`.
+//! The durable spend ledger: what an agent's priced tool and model calls
+//! have cost, per run, per UTC day and per UTC month, checked against the
+//! Agentfile's `max_per_run_usd`, `max_per_day_usd` and `max_per_month_usd`.
 //!
 //! The MCP gate asks a [`RunMeter`] to [`reserve`](RunMeter::reserve) a
 //! call's price before it forwards the call. The reservation is atomic: it

@@ -253,7 +253,8 @@ pub struct A2aListenArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum SpendCommand {
-    /// Today's, this month's and the last run's totals against the caps.
+    /// Today's, this month's and the last run's totals against the caps,
+    /// and what each MCP server and model was charged.
     Show(SpendShowArgs),
 }
 
@@ -262,6 +263,9 @@ pub struct SpendShowArgs {
     /// The Agentfile (its identity, caps and ledger).
     #[arg(default_value = "agent.yaml")]
     pub file: PathBuf,
+    /// Output format; `json` prints one JSON object per line.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
 }
 
 #[derive(Debug, Args)]

@@ -590,6 +590,134 @@ fn spend_show_never_shows_the_ledger_password() {
     }
 }
 
+/// Writes a state file into the embedded ledger of `key`, for today.
+fn seed_ledger(case: &Case, key: &str, state: &str) {
+    let dir = case.home().join("ledger").join(key);
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("state.json"), state).unwrap();
+}
+
+/// The UTC date `spend show` counts as today.
+fn spend_show_today(case: &Case, file: &str) -> String {
+    let out = case.run(&["spend", "show", file]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let shown = stdout(&out);
+    let today = shown.lines().find_map(|line| line.strip_prefix("  today "));
+    today.unwrap()[..10].to_owned()
+}
+
+/// Model spend by provider and model beside MCP spend by server, what no
+/// source accounts for (totals written before sources were kept), and the
+/// model calls' own ledger: in the human output and in `--format json`.
+#[test]
+fn spend_show_lists_spend_by_source_and_the_model_ledger() {
+    let case = Case::new();
+    let file = case.write(
+        "agent.yaml",
+        &format!("{VALID}spending:\n  max_per_day_usd: 20\n"),
+    );
+    let file = file.to_str().unwrap();
+    let mut today = spend_show_today(&case, file);
+    let (human, json) = loop {
+        let month = &today[..7];
+        let sources = |mcp: &str, llm: &str| {
+            format!(
+                r#"{{"mcp":{{"accounting":"{mcp}"}},"llm":{{"anthropic":{{"claude-sonnet-4-5":"{llm}"}}}}}}"#
+            )
+        };
+        let llm_only =
+            |llm: &str| format!(r#"{{"llm":{{"anthropic":{{"claude-sonnet-4-5":"{llm}"}}}}}}"#);
+        seed_ledger(
+            &case,
+            "name-my-agent",
+            &format!(
+                r#"{{"version":1,"days":{{"{today}":"3.5"}},"months":{{"{month}":"10"}},"last_run":null,"source_days":{{"{today}":{}}},"source_months":{{"{month}":{}}}}}"#,
+                sources("0.5", "2"),
+                sources("1", "4"),
+            ),
+        );
+        seed_ledger(
+            &case,
+            "llm-name-my-agent",
+            &format!(
+                r#"{{"version":1,"days":{{"{today}":"2"}},"months":{{"{month}":"4"}},"last_run":null,"source_days":{{"{today}":{}}},"source_months":{{"{month}":{}}}}}"#,
+                llm_only("2"),
+                llm_only("4"),
+            ),
+        );
+        let human = case.run(&["spend", "show", file]);
+        let json = case.run(&["spend", "show", "--format", "json", file]);
+        // Past midnight between the two reads, seed the new day again.
+        let now = spend_show_today(&case, file);
+        if now == today {
+            break (stdout(&human), stdout(&json));
+        }
+        today = now;
+    };
+    for expected in [
+        format!("  today {today}: 3.50 USD of 20.00 (max_per_day_usd)"),
+        "  by source, today and this month:".to_owned(),
+        "    mcp server accounting: 0.50 USD today, 1.00 USD this month".to_owned(),
+        "    llm provider anthropic model claude-sonnet-4-5: 2.00 USD today, 4.00 USD this month"
+            .to_owned(),
+        "    unattributed (charged before totals were kept by source): 1.00 USD today, 5.00 USD this month"
+            .to_owned(),
+        "  model calls alone (llm.spending):".to_owned(),
+        format!("    today {today}: 2.00 USD (no llm.spending.max_per_day_usd)"),
+        "      llm provider anthropic model claude-sonnet-4-5: 2.00 USD today, 4.00 USD this month"
+            .to_owned(),
+    ] {
+        assert!(human.lines().any(|line| line == expected), "{expected:?} in\n{human}");
+    }
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let find = |want: serde_json::Value| {
+        let want = want.as_object().unwrap();
+        let found = lines
+            .iter()
+            .any(|line| want.iter().all(|(k, v)| &line[k] == v));
+        assert!(found, "{want:?} in\n{json}");
+    };
+    find(serde_json::json!({"type": "agent", "agent": "my-agent"}));
+    find(serde_json::json!({
+        "type": "total", "scope": "all", "period": "day", "of": today,
+        "usd": "3.50", "cap": "max_per_day_usd", "cap_usd": "20.00",
+    }));
+    find(serde_json::json!({
+        "type": "total", "scope": "llm", "period": "month", "of": &today[..7],
+        "usd": "4.00", "cap": "llm.spending.max_per_month_usd", "cap_usd": null,
+    }));
+    find(serde_json::json!({
+        "type": "source", "scope": "all", "kind": "mcp", "server": "accounting",
+        "day_usd": "0.50", "month_usd": "1.00",
+    }));
+    find(serde_json::json!({
+        "type": "source", "scope": "llm", "kind": "llm", "provider": "anthropic",
+        "model": "claude-sonnet-4-5", "day_usd": "2.00", "month_usd": "4.00",
+    }));
+    find(serde_json::json!({
+        "type": "source", "scope": "all", "kind": "unattributed",
+        "day_usd": "1.00", "month_usd": "5.00",
+    }));
+    assert!(lines.iter().all(|line| line["type"].is_string()), "{json}");
+}
+
+/// An agent whose model calls were never charged shows no model section
+/// and no sources.
+#[test]
+fn spend_show_without_charges_shows_no_sources() {
+    let case = Case::new();
+    let file = case.write("agent.yaml", VALID);
+    let out = case.run(&["spend", "show", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let shown = stdout(&out);
+    assert!(!shown.contains("by source"), "{shown}");
+    assert!(!shown.contains("model calls alone"), "{shown}");
+    assert!(shown.contains("last run with charges: none"), "{shown}");
+}
+
 /// Makes `path` something other than a log file.
 type NotALog = fn(&Path);
 
