@@ -107,8 +107,29 @@ async fn open_meter(manifest: &Manifest, home: &Path, key: LedgerKey, caps: Caps
 /// The run summary's spend lines: each declared cap with what has been
 /// spent against it so far, and where the totals are kept.
 pub async fn spend_plan(manifest: &Manifest, home: &Path) -> Vec<Item> {
-    let caps = caps(manifest);
-    if caps.per_run.is_none() && caps.per_day.is_none() && caps.per_month.is_none() {
+    let key = ledger_key(manifest);
+    let mut items = cap_lines(manifest, home, caps(manifest), key.clone(), None).await;
+    let llm = cap_lines(
+        manifest,
+        home,
+        llm_caps(manifest),
+        key.scoped(Scope::Llm),
+        Some(Scope::Llm),
+    );
+    items.extend(llm.await);
+    items
+}
+
+/// The summary's lines for `caps`, kept under `key` (in `scope`'s own
+/// ledger, if any): each with what has been spent against it so far.
+async fn cap_lines(
+    manifest: &Manifest,
+    home: &Path,
+    caps: Caps,
+    key: LedgerKey,
+    scope: Option<Scope>,
+) -> Vec<Item> {
+    if caps == Caps::default() {
         return Vec::new();
     }
     let keyed = match manifest.did() {
@@ -122,7 +143,7 @@ pub async fn spend_plan(manifest: &Manifest, home: &Path) -> Vec<Item> {
         Some(url) => format!("Redis {}", url.redacted()),
         None => "the embedded ledger".to_owned(),
     };
-    let stored = match Ledger::open(&ledger_config(manifest, home), ledger_key(manifest)).await {
+    let stored = match Ledger::open(&ledger_config(manifest, home), key).await {
         Ok(ledger) => ledger.stored(jiff::Timestamp::now()).await,
         Err(err) => Err(err),
     };
@@ -137,6 +158,7 @@ pub async fn spend_plan(manifest: &Manifest, home: &Path) -> Vec<Item> {
             }];
         }
     };
+    let section = scope.map_or("", Scope::section);
     let mut items = Vec::new();
     for (cap, limit, spent, what) in [
         (Cap::PerRun, caps.per_run, Decimal::ZERO, "this run"),
@@ -152,7 +174,7 @@ pub async fn spend_plan(manifest: &Manifest, home: &Path) -> Vec<Item> {
             items.push(Item::Enforced {
                 part: "spend",
                 detail: format!(
-                    "{} {} USD: {} spent {what}, in {where_kept}, {keyed}",
+                    "{section}{} {} USD: {} spent {what}, in {where_kept}, {keyed}",
                     cap.field(),
                     usd(limit),
                     usd(spent)

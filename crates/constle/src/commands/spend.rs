@@ -60,13 +60,14 @@ pub fn show(args: &SpendShowArgs) -> anyhow::Result<Outcome> {
         caps: constle_run::caps(&manifest),
         stored,
     }];
-    // Model calls' own caps (`llm.spending`) are not read here yet: the
-    // section shows their totals whenever the ledger holds any.
-    if holds_anything(&llm_stored) {
+    // Model calls' own totals: whenever `llm.spending` caps them, or the
+    // ledger holds any (caps since removed from the Agentfile).
+    let llm_caps = constle_run::llm_caps(&manifest);
+    if llm_caps != Caps::default() || holds_anything(&llm_stored) {
         sections.push(Section {
             scope: "llm",
             caps_at: "llm.spending.",
-            caps: Caps::default(),
+            caps: llm_caps,
             stored: llm_stored,
         });
     }
