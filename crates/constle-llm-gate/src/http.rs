@@ -306,7 +306,7 @@ impl Inner {
         record.model.clone_from(&refusal.model);
         record.transport = asked.transport;
         self.recorder.refused(&record).await;
-        let status = shape::status(refusal.reason, too_large);
+        let status = shape::status(self.provider.api, refusal.reason, too_large);
         self.error(status, refusal.reason.as_str(), &refusal.message)
     }
 
@@ -496,7 +496,7 @@ async fn forward(
     let held = match inner.meter.reserve(&call).await {
         Ok(held) => held,
         Err(refused) => {
-            let status = shape::status(refused.reason, false);
+            let status = shape::status(inner.provider.api, refused.reason, false);
             return inner.error(status, refused.reason.as_str(), &refused.message);
         }
     };

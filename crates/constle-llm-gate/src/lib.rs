@@ -67,11 +67,12 @@
 //! In the provider's own error shape (Anthropic
 //! `{"type":"error","error":{"type","message"}}`, OpenAI
 //! `{"error":{"message","type","code","param"}}`, `code` the [`Reason`]),
-//! with a status no client retries for a cap: the SDKs, Claude Code and
-//! Codex retry 408, 409, 429 and 5xx, so a spend refusal, a ledger that
-//! cannot be read and closed gates are 403 (`permission_error`;
-//! `insufficient_quota`, OpenAI's name for an exhausted quota), and every
-//! refusal carries `x-should-retry: false`, which the Stainless-generated
+//! with a status that ends the client's attempt: a spend refusal, or a
+//! ledger that cannot be read, is what each provider answers for money
+//! run out (Anthropic 402 `billing_error`, OpenAI 429
+//! `insufficient_quota`), on which Claude Code and Codex stop at once;
+//! closed gates are 403; and every refusal carries `x-should-retry:
+//! false`, which the Stainless-generated
 //! SDKs obey over the status. An unknown path or model is 404, a body too
 //! large 413, the rest 400, as the providers answer the same mistakes.
 //! Every message says what was refused and ends "; the Constle gate did

@@ -598,12 +598,12 @@ async fn refusals_come_in_the_providers_shape_recorded_and_never_forwarded() {
 }
 
 #[tokio::test]
-async fn a_spend_refusal_is_403_and_never_forwarded() {
+async fn a_spend_refusal_is_an_exhausted_quota_and_never_forwarded() {
     let mut h = harness(Api::OpenAi, ok_anthropic(), true).await;
     let response = h
         .post("/v1/responses", &json!({"model": "m", "input": "x"}))
         .await;
-    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(response.headers()["x-should-retry"], "false");
     let error: Value = serde_json::from_str(&text(response).await).unwrap();
     assert_eq!(error["error"]["type"], "insufficient_quota");

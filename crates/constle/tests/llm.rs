@@ -256,37 +256,35 @@ fn the_anthropic_sdk_runs_messages_through_the_gate() {
 /// Each call holds 1.00 USD of output (1000 tokens at 1000 USD per
 /// million, input free) and settles to its 50 reported output tokens
 /// (0.05): under a 1.04 run cap the first call passes, the second (0.05
-/// spent + 1.00) would pass the cap and is refused in Anthropic's shape;
-/// the SDK shows it and the agent fails.
-#[test]
-fn a_cap_reached_mid_run_refuses_the_next_call_in_the_providers_shape() {
-    if !sdk_ready("a model spend cap mid-run") {
-        return;
-    }
-    let case = Case::new();
+/// spent + 1.00) would pass the cap and is refused in the provider's
+/// shape; the client shows it as the provider's, stops at once (no retry
+/// reaches the gate) and exits non-zero, which is the run's exit status.
+/// Returns what the run printed.
+/// What the gate says of the refused call.
+const CAP_SAID: &str = "spend cap max_per_run_usd (1.04 USD) would be passed: 0.05 spent + 1.00 for this call; the Constle gate did not forward it";
+
+fn a_cap_reached_mid_run(
+    case: &Case,
+    api: &str,
+    command: &[&str],
+    env: &str,
+    route: &str,
+) -> String {
     let provider = provider();
-    let command = python_agent(&case, "anthropic_agent.py");
-    let command: Vec<&str> = command.iter().map(String::as_str).collect();
     let spending = "spending:\n  max_per_run_usd: \"1.04\"\n";
-    let body = agentfile(
-        &provider,
-        "anthropic",
-        &command,
-        SDK_ENV,
-        ("0", "1000"),
-        spending,
-    )
-    .replace("max_output_tokens: 4096", "max_output_tokens: 1000");
-    let out = run(&case, &body);
-    let stderr = text(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("spend cap max_per_run_usd (1.04 USD) would be passed: 0.05 spent + 1.00 for this call; the Constle gate did not forward it"),
-        "{stderr}"
-    );
-    assert_eq!(model_calls(&provider, "/v1/messages").len(), 1);
-    let refused = case.events("llm_refused");
-    assert_eq!(refused.len(), 1, "{refused:?}");
+    let body = agentfile(&provider, api, command, env, ("0", "1000"), spending)
+        .replace("max_output_tokens: 4096", "max_output_tokens: 1000");
+    let out = run(case, &body);
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert_eq!(model_calls(&provider, route).len(), 1);
+    // Codex's WebSocket attempts are refused too; the call is refused once.
+    let refused: Vec<_> = case
+        .events("llm_refused")
+        .into_iter()
+        .filter(|r| r["http_method"] != "GET")
+        .collect();
+    assert_eq!(refused.len(), 1, "no retry: {refused:?}");
     assert_eq!(refused[0]["reason"], "llm_spend_refused");
     assert_eq!(refused[0]["cap"], "max_per_run_usd");
     assert_eq!(refused[0]["reserved_usd"], "1.00");
@@ -294,7 +292,66 @@ fn a_cap_reached_mid_run_refuses_the_next_call_in_the_providers_shape() {
     assert_eq!(settled.len(), 1, "{settled:?}");
     assert_eq!(settled[0]["cost_usd"], "0.05");
     assert_eq!(settled[0]["run_usd"], "0.05");
-    assert_key_nowhere(&case, &out);
+    assert_eq!(case.log().last().unwrap()["exit_status"], 1);
+    assert_key_nowhere(case, &out);
+    said
+}
+
+#[test]
+fn a_cap_reached_mid_run_ends_an_sdk_agent_with_the_providers_error() {
+    if !sdk_ready("a model spend cap mid-run, Anthropic SDK") {
+        return;
+    }
+    let case = Case::new();
+    let command = python_agent(&case, "anthropic_agent.py");
+    let command: Vec<&str> = command.iter().map(String::as_str).collect();
+    let said = a_cap_reached_mid_run(&case, "anthropic", &command, SDK_ENV, "/v1/messages");
+    assert!(
+        said.contains(&format!("PaymentRequiredError: 402 {CAP_SAID}")),
+        "{said}"
+    );
+    assert!(said.contains("type: billing_error"), "{said}");
+}
+
+#[test]
+fn a_cap_reached_mid_run_ends_claude_code_with_the_providers_error() {
+    if !ready("a model spend cap mid-run, Claude Code", &["claude"]) {
+        return;
+    }
+    let case = Case::new();
+    let command = [
+        "claude",
+        "-p",
+        "Run the command you are told to.",
+        "--allowedTools",
+        "Bash",
+        "--model",
+        "sim-model",
+    ];
+    let said = a_cap_reached_mid_run(&case, "anthropic", &command, "", "/v1/messages");
+    assert!(
+        said.contains(&format!("API Error: 402 {CAP_SAID}")),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_cap_reached_mid_run_ends_codex_with_the_providers_error() {
+    if !ready("a model spend cap mid-run, Codex", &["codex"]) {
+        return;
+    }
+    let case = Case::new();
+    let command = [
+        "codex",
+        "exec",
+        "--skip-git-repo-check",
+        "-m",
+        "sim-model",
+        "Run the command you are told to.",
+    ];
+    let said = a_cap_reached_mid_run(&case, "openai", &command, "", "/v1/responses");
+    // Codex shows its own words for an exhausted quota, not the message.
+    assert!(said.contains("ERROR: Quota exceeded."), "{said}");
 }
 
 /// Many calls at once against a cap: whatever order they are held in, no

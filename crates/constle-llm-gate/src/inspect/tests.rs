@@ -424,7 +424,11 @@ proptest! {
             prop_assert_eq!(&sent["model"], "m");
             prop_assert!(inspected.input_tokens_bound >= inspected.body.len() as u64);
             prop_assert!(inspected.worst_case_usd >= Decimal::ZERO);
-            let choices = sent.get("n").and_then(Value::as_u64).unwrap_or(1).max(1);
+            // Only Chat Completions has `n`: the others' APIs refuse it.
+            let choices = match kind {
+                Kind::ChatCompletions => sent.get("n").and_then(Value::as_u64).unwrap_or(1).max(1),
+                _ => 1,
+            };
             let fields: &[&str] = match kind {
                 Kind::Messages => &["max_tokens"],
                 Kind::Responses => &["max_output_tokens"],
