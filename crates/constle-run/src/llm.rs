@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::{RunError, io};
 use crate::llm_spend::ModelLog;
+use crate::stop::ModelStop;
 
 /// The first port the relays of the model gates listen on inside the
 /// sandbox; provider `n` (in Agentfile order) gets `LLM_BASE_PORT + n`.
@@ -104,18 +105,6 @@ fn provider(declared: &LlmProvider) -> Result<Provider, RunError> {
         max_output_tokens: declared.max_output_tokens,
         models: models.collect(),
     })
-}
-
-/// Why the model gates end a run: a refusal or a call that could not be
-/// recorded (every model gate is closed by then).
-#[derive(Debug)]
-pub(crate) struct ModelStop {
-    /// The provider whose gate it was.
-    pub(crate) provider: String,
-    /// What was not recorded, for the message.
-    pub(crate) what: &'static str,
-    /// What the audit log said.
-    pub(crate) error: String,
 }
 
 /// The running model gates. Dropping them stops accepting connections;

@@ -25,8 +25,8 @@ use constle_spend::{Hold, Refusal, RunMeter, Scope, Source, Totals, usd};
 use rust_decimal::{Decimal, RoundingStrategy};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::llm::ModelStop;
 use crate::spend::SharedMeter;
+use crate::stop::ModelStop;
 
 /// The model gates' ledgers and log, before the gates exist.
 pub(crate) struct ModelLog {

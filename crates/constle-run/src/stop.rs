@@ -1,5 +1,5 @@
-//! Why the MCP gates end a run: the gates close first (their shared
-//! [`constle_mcp_gate::Shutoff`]), then the run hears of it here.
+//! Why the MCP gates or the model gates end a run: the gates close first
+//! (their shared shutoff), then the run hears of it here.
 
 use tokio::sync::mpsc;
 
@@ -30,3 +30,15 @@ pub(crate) type GateStops = mpsc::UnboundedSender<GateStop>;
 
 /// Where the run hears it.
 pub(crate) type GateStopped = mpsc::UnboundedReceiver<GateStop>;
+
+/// Why the model gates end a run: a refusal or a call that could not be
+/// recorded (every model gate is closed by then).
+#[derive(Debug)]
+pub(crate) struct ModelStop {
+    /// The provider whose gate it was.
+    pub(crate) provider: String,
+    /// What was not recorded, for the message.
+    pub(crate) what: &'static str,
+    /// What the audit log said.
+    pub(crate) error: String,
+}
