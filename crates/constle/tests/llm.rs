@@ -474,3 +474,82 @@ fn an_exfiltration_the_model_asks_for_is_refused_and_logged() {
     }
     assert_key_nowhere(&case, &out);
 }
+
+/// What the agent itself can send the gate: an undeclared model, a path
+/// the API does not list, a body that is not JSON, a hosted tool, a page
+/// of another origin (DNS rebinding), and credentials of its own. Each is
+/// refused (in the provider's shape) and recorded, and none reaches the
+/// provider; the call that passes carries the real key, not the agent's.
+#[test]
+fn what_the_agent_sends_the_gate_itself_is_refused_and_recorded() {
+    if !ready("the model gate against the agent", &["python3"]) {
+        return;
+    }
+    let case = Case::new();
+    let provider = provider();
+    let script = r#"import json, os, urllib.error, urllib.request
+base = os.environ['ANTHROPIC_BASE_URL']
+def send(path, body, **headers):
+    headers.setdefault('content-type', 'application/json')
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+ok = {'model': 'sim-model', 'max_tokens': 10, 'messages': [{'role': 'user', 'content': 'hi'}]}
+for name, path, body, headers in [
+    ('undeclared', '/v1/messages', dict(ok, model='claude-undeclared'), {}),
+    ('path', '/v1/files', ok, {}),
+    ('json', '/v1/messages', b'{"model": "sim-model",', {}),
+    ('hosted', '/v1/messages', dict(ok, tools=[{'type': 'web_search_20250305', 'name': 'web_search'}]), {}),
+    ('rebinding', '/v1/messages', ok, {'Host': 'attacker.example:4000'}),
+    ('own-key', '/v1/messages', ok, {'x-api-key': 'agent-key', 'Authorization': 'Bearer agent-token'}),
+]:
+    status, answer = send(path, body, **headers)
+    print(name, status, answer.get('type'), answer.get('error', {}).get('type'))
+"#;
+    fs::write(case.path("work/probe.py"), script).unwrap();
+    let body = agentfile(
+        &provider,
+        "anthropic",
+        &["python3", "probe.py"],
+        "",
+        ("3", "15"),
+        "",
+    );
+    let out = run(&case, &body);
+    assert_eq!(out.status.code(), Some(0), "{}", common::report(&out));
+    let stdout = text(&out.stdout);
+    for line in [
+        "undeclared 404 error not_found_error",
+        "path 404 error not_found_error",
+        "json 400 error invalid_request_error",
+        "hosted 400 error invalid_request_error",
+        "rebinding 403 error permission_error",
+        "own-key 200 message None",
+    ] {
+        assert!(stdout.contains(line), "{line:?} not in:\n{stdout}");
+    }
+    let reasons: Vec<String> = case
+        .events("llm_refused")
+        .iter()
+        .map(|r| r["reason"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "llm_model_not_declared",
+            "llm_path_not_allowed",
+            "llm_body_unreadable",
+            "llm_hosted_tool",
+            "llm_host_refused"
+        ]
+    );
+    let calls = model_calls(&provider, "/v1/messages");
+    assert_eq!(calls.len(), 1, "only the allowed call: {calls:?}");
+    assert_eq!(calls[0].api_key(), Some(KEY));
+    assert_eq!(calls[0].header("authorization"), None);
+    assert_eq!(case.events("llm_call").len(), 1);
+}
