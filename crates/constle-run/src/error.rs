@@ -106,17 +106,19 @@ pub enum RunError {
         /// What the audit log said.
         error: String,
     },
-    /// A model provider's `key_secret_ref` names a host variable that is
-    /// unset or empty. Found before anything of the run starts.
+    /// A model provider's key (the host variable `key_secret_ref` names)
+    /// is unset, empty or not sendable in a header. Found before anything
+    /// of the run starts.
     #[error(
-        "model provider {provider}'s key_secret_ref names the host variable {variable}, which is not set \
-         (or empty, or not UTF-8); export it before `constle run` (nothing was started)"
+        "the model gate for provider {provider} cannot start: its key cannot be used: {source}; \
+         export it before `constle run` (nothing was started)"
     )]
-    LlmKeyMissing {
+    LlmKey {
         /// The provider's id.
         provider: String,
-        /// The variable's name.
-        variable: String,
+        /// Why (it names the variable, never its value).
+        #[source]
+        source: constle_manifest::SecretHeaderError,
     },
     /// A model provider's gate cannot be built (its URL, its key, its
     /// HTTP client). Found before anything of the run starts.

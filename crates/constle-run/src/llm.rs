@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::{RunError, io};
 use crate::llm_spend::ModelLog;
+use crate::mcp::host_var;
 use crate::stop::ModelStop;
 
 /// The first port the relays of the model gates listen on inside the
@@ -67,14 +68,10 @@ impl PreparedModelGates {
 /// The gate's own view of a declared provider, with its key read from
 /// constle's environment.
 fn provider(declared: &LlmProvider) -> Result<Provider, RunError> {
-    let variable = declared.key_secret_ref.as_str();
-    let key = std::env::var(variable)
-        .ok()
-        .filter(|key| !key.is_empty())
-        .ok_or_else(|| RunError::LlmKeyMissing {
-            provider: declared.id.to_string(),
-            variable: variable.to_owned(),
-        })?;
+    let key = declared.key(&host_var).map_err(|source| RunError::LlmKey {
+        provider: declared.id.to_string(),
+        source,
+    })?;
     let upstream = declared
         .url
         .as_str()

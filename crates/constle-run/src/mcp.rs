@@ -184,7 +184,7 @@ impl McpGates {
 /// A variable of constle's own environment. One that is not Unicode is
 /// read lossily, so the replacement character makes it an unusable header
 /// value, and the gate says so, rather than call it unset.
-fn host_var(name: &str) -> Option<String> {
+pub(crate) fn host_var(name: &str) -> Option<String> {
     std::env::var_os(name).map(|value| value.to_string_lossy().into_owned())
 }
 

@@ -429,7 +429,7 @@ fn a_missing_key_stops_the_run_before_anything_starts() {
     assert_eq!(out.status.code(), Some(125), "{}", common::report(&out));
     assert!(
         text(&out.stderr)
-            .contains("key_secret_ref names the host variable SIM_KEY, which is not set"),
+            .contains("the model gate for provider sim cannot start: its key cannot be used: SIM_KEY is not set"),
         "{}",
         text(&out.stderr)
     );
