@@ -120,6 +120,8 @@ mod tests {
                 host_id: None,
                 tmpfs: TmpfsSizes::DEFAULT,
                 workdir_inode: None,
+                home: None,
+                home_inode: None,
             },
             bwrap: "/usr/bin/bwrap".into(),
         };

@@ -210,6 +210,8 @@ impl Fixture {
             host_id: Some(self.host_id.get()),
             tmpfs: TmpfsSizes::DEFAULT,
             workdir_inode: None,
+            home: None,
+            home_inode: None,
         }
     }
 
