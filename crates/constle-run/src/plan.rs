@@ -28,16 +28,9 @@ pub enum Item {
 
 /// The run summary's contents, in order.
 pub fn plan(manifest: &Manifest) -> Vec<Item> {
-    let mut items = vec![
-        sandbox(manifest),
-        workdir(manifest),
-    ];
+    let mut items = vec![sandbox(manifest), workdir(manifest)];
     items.extend(home(manifest));
-    items.extend([
-        limits(manifest),
-        egress(manifest),
-        audit(manifest),
-    ]);
+    items.extend([limits(manifest), egress(manifest), audit(manifest)]);
     items.extend(witnesses(manifest));
     items.extend(mcp(manifest));
     items.extend(llm(manifest));
@@ -448,7 +441,9 @@ mod tests {
         }
         match sandbox(&kept) {
             Item::Enforced { detail, .. } => assert!(
-                detail.contains("writable: /srv/a/work, /srv/a/agent-home as /home/agent and a private /tmp"),
+                detail.contains(
+                    "writable: /srv/a/work, /srv/a/agent-home as /home/agent and a private /tmp"
+                ),
                 "{detail}"
             ),
             other => panic!("{other:?}"),

@@ -36,11 +36,11 @@ use crate::checkpoints::RunCheckpoints;
 use crate::error::{RunError, io};
 use crate::events::{self, record};
 use crate::hidden::{self, private_dir};
-use crate::llm::{ModelGates, PreparedModelGates};
-use crate::llm_spend::ModelLog;
 use crate::limits::{
     RunLimits, WallClock, limit_event, tmpfs_sizes, wall_clock_deadline, wall_clock_reached,
 };
+use crate::llm::{ModelGates, PreparedModelGates};
+use crate::llm_spend::ModelLog;
 use crate::mcp::{McpGates, PreparedGates};
 use crate::options::{RunEnd, RunOptions, RunReport};
 use crate::output::OutputHold;
@@ -327,7 +327,11 @@ impl Started {
         let models = match spent {
             Some(shared) => {
                 let own = spend::open_llm_meter(manifest, &options.home).await;
-                ModelGates::start(starts.models, sockets.path(), &ModelLog::new(shared, own, log))?
+                ModelGates::start(
+                    starts.models,
+                    sockets.path(),
+                    &ModelLog::new(shared, own, log),
+                )?
             }
             None => ModelGates::none(),
         };

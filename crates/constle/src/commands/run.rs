@@ -59,7 +59,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         );
     }
     if home_made.is_some() {
-        say_made(&mut summary, "home", "made now, mode 0700 (it did not exist)");
+        say_made(
+            &mut summary,
+            "home",
+            "made now, mode 0700 (it did not exist)",
+        );
     }
     summary.extend(runtime.block_on(constle_run::spend_plan(&manifest, &options.home)));
     print_summary(manifest.name.as_str(), &summary);
