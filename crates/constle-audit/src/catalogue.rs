@@ -764,6 +764,8 @@ catalogue! {
         recovered: usize,
         /// The stdio MCP server whose work directory it is.
         server: OrOmitted<String>,
+        /// `true` when it is the agent's kept home (`sandbox.home`).
+        home: OrOmitted<bool>,
     }
 
     /// After the sandbox is gone, executable configuration left in the work
@@ -777,6 +779,8 @@ catalogue! {
         quarantine: Option<String>,
         /// The stdio MCP server whose work directory it is.
         server: OrOmitted<String>,
+        /// `true` when it is the agent's kept home (`sandbox.home`).
+        home: OrOmitted<bool>,
     }
 
     /// After the sandbox is gone, something in the work directory was
@@ -792,6 +796,8 @@ catalogue! {
         read_only_returned: usize,
         /// The stdio MCP server whose work directory it is.
         server: OrOmitted<String>,
+        /// `true` when it is the agent's kept home (`sandbox.home`).
+        home: OrOmitted<bool>,
     }
 
     /// After the sandbox is gone, set-user-ID or set-group-ID bits were
@@ -803,6 +809,8 @@ catalogue! {
         paths: Vec<String>,
         /// The stdio MCP server whose work directory it is.
         server: OrOmitted<String>,
+        /// `true` when it is the agent's kept home (`sandbox.home`).
+        home: OrOmitted<bool>,
     }
 
     /// A stdio MCP server's process started.

@@ -49,11 +49,13 @@ pub enum RunError {
     Sandbox(String),
     /// A work directory cannot be used for the run, or could not be put
     /// right after it.
-    #[error("{}{source}", server.as_ref().map(|id| format!("the work directory of MCP server {id}: ")).unwrap_or_default())]
+    #[error("{}{}{source}", server.as_ref().map(|id| format!("the work directory of MCP server {id}: ")).unwrap_or_default(), if *home { "the agent's home: " } else { "" })]
     Workdir {
         /// The stdio MCP server whose work directory it is; `None`: the
         /// agent's.
         server: Option<String>,
+        /// Whether it is the agent's kept home (`sandbox.home`).
+        home: bool,
         /// Why.
         #[source]
         source: constle_workdir::WorkdirError,

@@ -1,6 +1,6 @@
 //! What each sandbox must not see: what no sandbox may (the keys and logs,
-//! the Agentfile, the names the proxy trusts), and the work directories of
-//! the others. The agent's sandbox and each stdio server's get their lists
+//! the Agentfile, the names the proxy trusts), and the work directories
+//! (and the agent's kept home) of the others. The agent's sandbox and each stdio server's get their lists
 //! from here, so the two cannot drift apart.
 
 use std::os::unix::fs::PermissionsExt as _;
@@ -42,17 +42,22 @@ pub(crate) fn agent_private(private: &[Private], manifest: &Manifest) -> Vec<Pri
 }
 
 /// What a server's sandbox may not show: what no sandbox may, the agent's
-/// work directory, and the other servers' declared ones.
+/// work directory and kept home, and the other servers' declared ones.
 pub(crate) fn server_private(private: &[Private], manifest: &Manifest, id: &str) -> Vec<Private> {
     let agent = Private {
         what: "the agent's work directory".into(),
         path: manifest.sandbox.workdir.clone(),
     };
+    let home = manifest.sandbox.home.iter().map(|path| Private {
+        what: "the agent's home".into(),
+        path: path.clone(),
+    });
     let mine = workdir_of(id);
     private
         .iter()
         .cloned()
         .chain([agent])
+        .chain(home)
         .chain(
             declared_workdirs(manifest)
                 .into_iter()

@@ -40,4 +40,4 @@ pub use options::{RunEnd, RunOptions, RunReport};
 pub use plan::{Item, plan};
 pub use run::run;
 pub use spend::{caps, ledger_config, ledger_key, llm_caps, spend_plan};
-pub use workdir::{WorkdirChecked, make_default_workdir};
+pub use workdir::{WorkdirChecked, make_default_workdir, make_home};

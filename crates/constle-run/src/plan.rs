@@ -4,7 +4,7 @@
 use constle_manifest::{
     Egress, Hostname, Manifest, McpServer, McpTransport, OnTimeout, Quorum, QuorumSource,
 };
-use constle_sandbox::AGENT_ID;
+use constle_sandbox::{AGENT_HOME, AGENT_ID};
 
 /// One line of the run summary.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,13 +28,9 @@ pub enum Item {
 
 /// The run summary's contents, in order.
 pub fn plan(manifest: &Manifest) -> Vec<Item> {
-    let mut items = vec![
-        sandbox(manifest),
-        workdir(manifest),
-        limits(manifest),
-        egress(manifest),
-        audit(manifest),
-    ];
+    let mut items = vec![sandbox(manifest), workdir(manifest)];
+    items.extend(home(manifest));
+    items.extend([limits(manifest), egress(manifest), audit(manifest)]);
     items.extend(witnesses(manifest));
     items.extend(mcp(manifest));
     items.extend(llm(manifest));
@@ -56,13 +52,33 @@ fn sandbox(manifest: &Manifest) -> Item {
         Some(rootfs) => format!("root {} (read-only)", rootfs.display()),
         None => "system directories read-only".to_owned(),
     };
+    let home = match &manifest.sandbox.home {
+        Some(home) => format!(", {} as {AGENT_HOME}", home.display()),
+        None => String::new(),
+    };
     enforced(
         "sandbox",
         format!(
-            "bubblewrap: own network, pid, ipc, uts and mount namespaces; uid {AGENT_ID}, never the host's root, no capabilities, seccomp filter; {root}; writable: {} and a private /tmp; output escaped",
+            "bubblewrap: own network, pid, ipc, uts and mount namespaces; uid {AGENT_ID}, never the host's root, no capabilities, seccomp filter; {root}; writable: {}{home} and a private /tmp; output escaped",
             manifest.sandbox.workdir.display()
         ),
     )
+}
+
+/// The kept home, when `sandbox.home` names one.
+fn home(manifest: &Manifest) -> Option<Item> {
+    let home = manifest.sandbox.home.as_ref()?;
+    let sizes = match manifest.sandbox.tmpfs.home {
+        Some(_) => "; sandbox.tmpfs.home sizes only the stdio servers' homes",
+        None => "",
+    };
+    Some(enforced(
+        "home",
+        format!(
+            "{}: HOME ({AGENT_HOME}), kept from run to run, on disk; checked like the workdir: this run's alone, after the run what the agent left there to run (shell startup files, git config, agent-CLI settings; its sessions stay) is set aside, and nothing stays writable by group or others or set-id that was not{sizes}",
+            home.display()
+        ),
+    ))
 }
 
 fn workdir(manifest: &Manifest) -> Item {
@@ -406,6 +422,40 @@ mod tests {
         assert_eq!(millis_as_decimal(2000), "2");
         assert_eq!(millis_as_decimal(10), "0.01");
         assert_eq!(millis_as_decimal(1500), "1.5");
+    }
+
+    #[test]
+    fn a_kept_home_is_told_and_where_it_is() {
+        assert!(home(&manifest("")).is_none());
+        let kept = manifest("  home: ./agent-home\n");
+        match home(&kept) {
+            Some(Item::Enforced {
+                part: "home",
+                detail,
+            }) => assert!(
+                detail.starts_with("/srv/a/agent-home: HOME (/home/agent), kept from run to run")
+                    && !detail.contains("tmpfs"),
+                "{detail}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        match sandbox(&kept) {
+            Item::Enforced { detail, .. } => assert!(
+                detail.contains(
+                    "writable: /srv/a/work, /srv/a/agent-home as /home/agent and a private /tmp"
+                ),
+                "{detail}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let sized = manifest("  home: ./agent-home\n  tmpfs:\n    home: 2g\n");
+        match home(&sized) {
+            Some(Item::Enforced { detail, .. }) => assert!(
+                detail.ends_with("sandbox.tmpfs.home sizes only the stdio servers' homes"),
+                "{detail}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

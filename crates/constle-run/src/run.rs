@@ -50,7 +50,7 @@ use crate::spend::{self, SpendMeter};
 use crate::stdio::{self, Secrets, StdioServers};
 use crate::stop::GateStop;
 use crate::timings::{Laps, Timings};
-use crate::workdir::{self, WorkdirChecked};
+use crate::workdir::{self, Dir, WorkdirChecked};
 
 /// Runs the agent the Agentfile describes and returns when it has exited
 /// and everything the run started has been stopped.
@@ -234,6 +234,9 @@ struct Started {
     wall_clock: Option<WallClock>,
     workdir: Workdir,
     quarantine: PathBuf,
+    /// The kept home (`sandbox.home`), checked and locked like the work
+    /// directory, and where its entries are set aside.
+    home: Option<(Workdir, PathBuf)>,
     laps: Laps,
     timings: Timings,
     /// The sockets' directory and the sandbox's stage.
@@ -275,6 +278,8 @@ impl Started {
             tmpfs: tmpfs_sizes(manifest),
             workdir_inode: None,
             etc_files: BTreeMap::new(),
+            home: manifest.sandbox.home.clone(),
+            home_inode: None,
         };
         // What the sandbox would mount, before anything starts; the
         // launcher checks it all again on the objects it then mounts.
@@ -350,17 +355,30 @@ impl Started {
             .collect();
         spec.cgroup_procs = limits.procs_files();
         laps.lap();
-        let workdir = workdir::prepare(&spec.workdir, host_id.as_ref(), log, None).await?;
+        let workdir = workdir::prepare(&spec.workdir, host_id.as_ref(), log, Dir::Agent).await?;
         spec.workdir_inode = Some(workdir.inode());
+        let home_quarantine = workdir::quarantine_of(&quarantine, Dir::Home);
+        let quarantine = workdir::quarantine_of(&quarantine, Dir::Agent);
+        let home = match &spec.home {
+            Some(path) => match workdir::prepare(path, host_id.as_ref(), log, Dir::Home).await {
+                Ok(home) => Some((home, home_quarantine)),
+                Err(err) => {
+                    workdirs.push(workdir::finish(workdir, &quarantine, log, Dir::Agent).await?);
+                    return Err(err);
+                }
+            },
+            None => None,
+        };
+        spec.home_inode = home.as_ref().map(|(home, _)| home.inode());
         let timings = Timings {
             workdir: laps.lap(),
             ..Timings::default()
         };
-        let quarantine = workdir::quarantine_of(&quarantine, None);
         let agent = match agent::start_sandbox(&spec, &hold) {
             Ok(agent) => agent,
             Err(err) => {
-                workdirs.push(workdir::finish(workdir, &quarantine, log, None).await?);
+                let checked = finish_dirs(workdir, &quarantine, home, log).await;
+                workdirs.extend(checked?);
                 return Err(err);
             }
         };
@@ -376,6 +394,7 @@ impl Started {
             wall_clock: wall_clock_deadline(manifest, run.since),
             workdir,
             quarantine,
+            home,
             laps,
             timings,
             _dirs: [sockets, stage],
@@ -445,9 +464,10 @@ impl Started {
     }
 
     /// Stops everything in reverse, checks the work directories (into
-    /// `workdirs`, the agent's first), and says how the agent `ended` and
-    /// where the time went. The first error wins: the agent's work
-    /// directory, then the run, then the proxy, then the stdio servers.
+    /// `workdirs`, the agent's first, then its kept home), and says how the
+    /// agent `ended` and where the time went. The first error wins: the
+    /// agent's work directories, then the run, then the proxy, then the
+    /// stdio servers.
     async fn stop(
         mut self,
         ended: Result<i32, RunError>,
@@ -475,7 +495,7 @@ impl Started {
         self.limits.end();
         output.finish(OUTPUT_GRACE).await;
         let mut teardown = self.laps.lap();
-        let checked = workdir::finish(self.workdir, &self.quarantine, &self.log, None).await;
+        let checked = finish_dirs(self.workdir, &self.quarantine, self.home, &self.log).await;
         self.timings.workdir += self.laps.lap();
         let servers_stopped = self.servers.stop(workdirs).await;
         drop(self.gates);
@@ -490,12 +510,32 @@ impl Started {
         };
         teardown += self.laps.lap();
         self.timings.teardown = teardown;
-        workdirs.insert(0, checked?);
+        let checked = checked?;
+        workdirs.splice(0..0, checked);
         let code = ended?;
         recorded?;
         servers_stopped?;
         Ok((code, self.timings))
     }
+}
+
+/// Puts the agent's work directory and its kept home right once the
+/// sandbox is gone: both are checked whatever happens to the other, and
+/// the work directory's error comes first.
+async fn finish_dirs(
+    workdir: Workdir,
+    quarantine: &std::path::Path,
+    home: Option<(Workdir, PathBuf)>,
+    log: &AuditLog,
+) -> Result<Vec<WorkdirChecked>, RunError> {
+    let agent = workdir::finish(workdir, quarantine, log, Dir::Agent).await;
+    let home = match home {
+        Some((home, quarantine)) => Some(workdir::finish(home, &quarantine, log, Dir::Home).await),
+        None => None,
+    };
+    let mut checked = vec![agent?];
+    checked.extend(home.transpose()?);
+    Ok(checked)
 }
 
 /// The agent's proxy, or a stdio server's, failing: either ends the run.

@@ -43,7 +43,7 @@ use crate::hidden::{private_dir, server_private};
 use crate::limits::{RunLimits, ServerLimits, tmpfs_sizes};
 use crate::options::RunOptions;
 use crate::proxy::{PROXY_LISTEN, Proxy, ProxyTrouble};
-use crate::workdir::{self, WorkdirChecked};
+use crate::workdir::{self, Dir, WorkdirChecked};
 
 /// The most of a run's stderr kept per server; the rest is dropped (and
 /// said so in the file).
@@ -177,7 +177,7 @@ impl StdioServers {
             server.bridge.stop().await;
             recorded = recorded.and(server.limits.end().await);
             if let Some(workdir) = server.workdir {
-                let id = Some(server.id.as_str());
+                let id = Dir::Server(server.id.as_str());
                 match workdir::finish(workdir, &server.quarantine, &server.log, id).await {
                     Ok(checked) => workdirs.push(checked),
                     Err(err) => recorded = recorded.and(Err(err)),
@@ -221,9 +221,11 @@ impl Running {
         };
         let stage = private_dir("constle-stage-")?;
         let host_id = HostId::allocate_if_root()?;
-        let quarantine = workdir::quarantine_of(cx.quarantine, Some(&id));
+        let quarantine = workdir::quarantine_of(cx.quarantine, Dir::Server(&id));
         let held = match &stdio.workdir {
-            Some(dir) => Some(workdir::prepare(dir, host_id.as_ref(), cx.log, Some(&id)).await?),
+            Some(dir) => {
+                Some(workdir::prepare(dir, host_id.as_ref(), cx.log, Dir::Server(&id)).await?)
+            }
             None => None,
         };
         let limits = RunLimits::for_server(cx.manifest, &id)?;
@@ -256,6 +258,8 @@ impl Running {
             tmpfs: tmpfs_sizes(cx.manifest),
             workdir_inode: held.as_ref().map(Workdir::inode),
             etc_files: BTreeMap::new(),
+            home: None,
+            home_inode: None,
         };
         dirs.push(stage);
         spec.check_dirs()

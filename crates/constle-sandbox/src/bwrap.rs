@@ -178,10 +178,14 @@ pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>, fds: &Descriptors) -> BwrapArgs
     mount_proc(&mut a);
     mount_dev(&mut a, spec.tmpfs.shm);
     // A private /tmp, and the agent's home, empty at each start (bwrap
-    // makes each as the sandbox's uid, so the home is the agent's alone).
-    // Both before the work directory, which may lie in either.
+    // makes each as the sandbox's uid, so the home is the agent's alone)
+    // unless the spec keeps it in a host directory. Both before the work
+    // directory, which may lie in /tmp (never in a kept home: checked).
     a.tmpfs("1777", spec.tmpfs.tmp, Path::new("/tmp"));
-    a.tmpfs("0700", spec.tmpfs.home, Path::new(AGENT_HOME));
+    match &fds.home {
+        Some(home) => a.bind_fd("--bind-fd", home, Path::new(AGENT_HOME)),
+        None => a.tmpfs("0700", spec.tmpfs.home, Path::new(AGENT_HOME)),
+    }
 
     a.bind_fd("--ro-bind-fd", &fds.exe, Path::new(EXE_INSIDE));
     for ((.., inside), fd) in spec.sockets().zip(&fds.sockets) {
@@ -332,10 +336,13 @@ mod tests {
             tmpfs: TmpfsSizes::DEFAULT,
             workdir_inode: None,
             etc_files: BTreeMap::new(),
+            home: None,
+            home_inode: None,
         };
         let checked = spec.check().unwrap();
         let fds = Descriptors {
             workdir: fd(),
+            home: None,
             exe: fd(),
             sockets: vec![],
             rootfs: vec![],
@@ -404,6 +411,12 @@ mod tests {
             pos(flag);
         }
         assert!(!args.iter().any(|a| a == "--share-net" || a == "--"));
+        // no home kept: nothing bound at the home
+        assert!(
+            !args
+                .windows(3)
+                .any(|w| w[0] == "--bind-fd" && w[2] == AGENT_HOME)
+        );
         let command: Vec<String> = command
             .into_iter()
             .map(|a| a.into_string().unwrap())
@@ -413,5 +426,61 @@ mod tests {
             &command[command.len() - 4..],
             ["--", "python3", "-c", "print(1)"]
         );
+    }
+
+    #[test]
+    fn a_kept_home_is_bound_instead_of_the_tmpfs() {
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["work", "home"] {
+            std::fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        let spec = SandboxSpec {
+            command: vec!["true".into()],
+            workdir: dir.path().join("work"),
+            env: BTreeMap::new(),
+            rootfs: None,
+            relays: vec![],
+            stdio: CommandIo::Inherit,
+            constle_exe: "/usr/bin/true".into(),
+            private: vec![],
+            stage: dir.path().to_path_buf(),
+            cgroup_procs: vec![],
+            host_id: None,
+            tmpfs: TmpfsSizes::DEFAULT,
+            workdir_inode: None,
+            home: Some(dir.path().join("home")),
+            home_inode: None,
+            etc_files: BTreeMap::new(),
+        };
+        let checked = spec.check().unwrap();
+        let fds = Descriptors {
+            workdir: fd(),
+            home: Some(fd()),
+            exe: fd(),
+            sockets: vec![],
+            rootfs: vec![],
+            passwd: None,
+            group: None,
+            etc: vec![],
+            seccomp: vec![],
+        };
+        let args: Vec<String> = bwrap_args(&checked, &fds)
+            .options
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        let bound: Vec<&str> = args
+            .windows(3)
+            .filter(|w| w[0] == "--bind-fd")
+            .map(|w| w[2].as_str())
+            .collect();
+        let work = checked.workdir.path.to_str().unwrap();
+        assert_eq!(bound, [AGENT_HOME, work]);
+        assert_eq!(args.iter().filter(|a| *a == "--tmpfs").count(), 2);
+        assert_eq!(
+            args[args.iter().position(|a| a == "HOME").unwrap() + 1],
+            AGENT_HOME
+        );
+        assert_eq!(fds.all().count(), 3);
     }
 }

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 #[derive(Debug)]
 pub(crate) struct Descriptors {
     pub workdir: OwnedFd,
+    /// The host directory mounted as the agent's home, if any.
+    pub home: Option<OwnedFd>,
     pub exe: OwnedFd,
     /// One per host socket, in [`CheckedSpec::sockets`]'s order.
     pub sockets: Vec<OwnedFd>,
@@ -42,6 +44,7 @@ impl Descriptors {
         });
         [&self.workdir, &self.exe]
             .into_iter()
+            .chain(self.home.iter())
             .chain(&self.sockets)
             .chain(rootfs)
             .chain(self.passwd.iter())

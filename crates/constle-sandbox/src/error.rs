@@ -50,56 +50,68 @@ pub enum SandboxError {
         name: String,
     },
 
-    /// `workdir` is not an absolute path.
-    #[error("workdir {path:?} is not an absolute path")]
+    /// `workdir` (or `home`) is not an absolute path.
+    #[error("{role} {path:?} is not an absolute path")]
     WorkdirNotAbsolute {
+        /// `"workdir"` or `"home"`.
+        role: &'static str,
         /// The path as given.
         path: PathBuf,
     },
 
-    /// `workdir` cannot be resolved (usually: it does not exist).
-    #[error("workdir {path:?} cannot be used: {source}; create it first")]
+    /// `workdir` (or `home`) cannot be resolved (usually: it does not
+    /// exist).
+    #[error("{role} {path:?} cannot be used: {source}; create it first")]
     Workdir {
+        /// `"workdir"` or `"home"`.
+        role: &'static str,
         /// The path as given.
         path: PathBuf,
         /// Why.
         source: io::Error,
     },
 
-    /// `workdir` names another directory than the one the caller holds.
+    /// `workdir` (or `home`) names another directory than the one the
+    /// caller holds.
     #[error(
-        "workdir {path:?} is no longer the directory constle checked before the run (it was moved or replaced); nothing was started"
+        "{role} {path:?} is no longer the directory constle checked before the run (it was moved or replaced); nothing was started"
     )]
     WorkdirReplaced {
+        /// `"workdir"` or `"home"`.
+        role: &'static str,
         /// The resolved path.
         path: PathBuf,
     },
 
-    /// `workdir` exists but is not a directory.
-    #[error("workdir {path:?} is not a directory")]
+    /// `workdir` (or `home`) exists but is not a directory.
+    #[error("{role} {path:?} is not a directory")]
     WorkdirNotDir {
+        /// `"workdir"` or `"home"`.
+        role: &'static str,
         /// The resolved path.
         path: PathBuf,
     },
 
-    /// `workdir` would make more than a work directory writable, or hide a
-    /// part of the sandbox the agent needs.
-    #[error("workdir {path:?} cannot be the sandbox's writable directory: {reason}")]
+    /// `workdir` (or `home`) would make more than a work directory
+    /// writable, or hide a part of the sandbox the agent needs.
+    #[error("{role} {path:?} cannot be the sandbox's writable directory: {reason}")]
     WorkdirForbidden {
+        /// `"workdir"` or `"home"`.
+        role: &'static str,
         /// The resolved path.
         path: PathBuf,
         /// Why not.
         reason: &'static str,
     },
 
-    /// The work directory or the rootfs would show the agent a private host
-    /// path, or let it write one.
+    /// The work directory, the home or the rootfs would show the agent a
+    /// private host path, or let it write one.
     #[error(
         "the {role} {dir:?} {relation} {what} ({private:?}): the agent could read or change it; \
          choose a {role} that neither contains nor lies inside it"
     )]
     Exposes {
-        /// `"workdir"` or `"rootfs"`.
+        /// `"workdir"`, `"home"` or `"rootfs"`.
         role: &'static str,
         /// The directory's real path.
         dir: PathBuf,
@@ -117,7 +129,7 @@ pub enum SandboxError {
          earlier run planted could point the sandbox anywhere; write the real path"
     )]
     ThroughLink {
-        /// `"workdir"` or `"rootfs"`.
+        /// `"workdir"`, `"home"` or `"rootfs"`.
         role: &'static str,
         /// The path as given.
         path: PathBuf,
@@ -149,6 +161,25 @@ pub enum SandboxError {
         path: PathBuf,
         /// How many names the file has.
         links: u64,
+    },
+
+    /// `home` is, holds or lies inside the work directory or the rootfs
+    /// (on real paths), or the work directory lies where the home is
+    /// mounted in the sandbox.
+    #[error(
+        "the home {home:?} {relation} {what} {other:?}: the same files would be mounted twice, \
+         so what the agent writes through one would escape the rules of the other; give the \
+         home a directory of its own"
+    )]
+    HomeOverlaps {
+        /// The home's real path.
+        home: PathBuf,
+        /// `"is"`, `"holds"`, `"lies inside"` or `"would hold"`.
+        relation: &'static str,
+        /// What the other directory is.
+        what: &'static str,
+        /// The other directory's real path.
+        other: PathBuf,
     },
 
     /// With a `rootfs`, the workdir's mount point is missing inside it.

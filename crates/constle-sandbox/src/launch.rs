@@ -7,7 +7,8 @@
 //!    holding the work directory and rootfs open: from here on the sandbox
 //!    mounts these objects, whatever their paths come to name;
 //! 2. as root only: enters a mount namespace of its own, shows the work
-//!    directory to the agent's uid through an idmapped mount (so files the
+//!    directory (and the home, when the spec keeps one) to the agent's uid
+//!    through an idmapped mount (so files the
 //!    agent writes belong on disk to the directory's owner, and the agent
 //!    is nobody the host knows), and gives the agent's uid the relay sockets;
 //! 3. opens everything else bwrap mounts (this executable, the relay
@@ -63,11 +64,15 @@ enum LaunchError {
         source: io::Error,
     },
     #[error(
-        "as root, the agent runs as a uid of its own and sees its work directory {path:?} \
+        "as root, the agent runs as a uid of its own and sees its {role} {path:?} \
          through an idmapped mount, which failed ({source}); the file system may not support \
          idmapped mounts: run constle as an unprivileged user"
     )]
-    Idmap { path: PathBuf, source: io::Error },
+    Idmap {
+        role: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
     #[error(
         "as root, the sandbox needs a host id of its own from {first}–{last} (`constle run` \
          gives one); the plan has {given:?}",
@@ -159,6 +164,11 @@ fn open_mounts(checked: &CheckedSpec<'_>) -> Result<Descriptors, LaunchError> {
     };
     Ok(Descriptors {
         workdir: dup(&checked.workdir.fd)?,
+        home: checked
+            .home
+            .as_ref()
+            .map(|home| dup(&home.fd))
+            .transpose()?,
         exe: open_exe()?,
         sockets: open_sockets(checked)?,
         rootfs: match &checked.rootfs {
@@ -209,7 +219,11 @@ fn confine_as_root(
     stage: &Path,
     fds: &mut Descriptors,
 ) -> Result<(), LaunchError> {
-    let idmapped = idmapped_workdir(&checked.workdir, id)?;
+    let workdir = idmapped(&checked.workdir, "work directory", id)?;
+    let home = match (&checked.home, &fds.home) {
+        (Some(dir), Some(fd)) => Some((idmapped(dir, "home", id)?, fd)),
+        _ => None,
+    };
     for ((name, ..), fd) in checked.sockets().zip(&fds.sockets) {
         fchownat(
             fd,
@@ -221,7 +235,13 @@ fn confine_as_root(
         .map_err(nix_err(format!("cannot hand socket {name} to the agent")))?;
     }
     let stage = Stage::mount(stage)?;
-    fds.workdir = stage.attach(&idmapped, &fds.workdir, "workdir")?;
+    fds.workdir = stage.attach(&workdir, &fds.workdir, "workdir")?;
+    let staged = home
+        .map(|(tree, original)| stage.attach(&tree, original, "home"))
+        .transpose()?;
+    if staged.is_some() {
+        fds.home = staged;
+    }
     fds.exe = stage.bind(&fds.exe, "constle", Kind::File)?;
     for ((name, ..), fd) in checked.sockets().zip(fds.sockets.iter_mut()) {
         *fd = stage.bind(fd, &format!("socket-{name}"), Kind::File)?;
@@ -328,10 +348,11 @@ fn reopen_same(fd: &OwnedFd, at: &Path) -> Result<OwnedFd, LaunchError> {
     }
 }
 
-/// The work directory as the agent's uid `id` sees it: an idmapped,
-/// detached copy of its mount.
-fn idmapped_workdir(workdir: &OpenDir, id: u32) -> Result<OwnedFd, LaunchError> {
+/// A writable directory (the work directory, the home) as the agent's uid
+/// `id` sees it: an idmapped, detached copy of its mount.
+fn idmapped(workdir: &OpenDir, role: &'static str, id: u32) -> Result<OwnedFd, LaunchError> {
     let failed = |source| LaunchError::Idmap {
+        role,
         path: workdir.path.clone(),
         source,
     };

@@ -74,6 +74,8 @@
 //!     tmpfs: TmpfsSizes::DEFAULT,
 //!     workdir_inode: None,
 //!     etc_files: BTreeMap::new(),
+//!     home: None,
+//!     home_inode: None,
 //! };
 //! let status = sandbox_command(&spec)?.status()?; // the agent's status
 //! # Ok(())
@@ -122,7 +124,9 @@
 //!   `passwd` and `group`; a fresh `/proc` with `/proc/sys` and the kernel's
 //!   triggers read-only; a minimal `/dev`; a private, empty `/tmp`; the
 //!   agent's own home [`AGENT_HOME`], an empty tmpfs of mode 0700 that
-//!   belongs to it; the work directory, the only writable host path, as
+//!   belongs to it (or, with [`SandboxSpec::home`], a host directory kept
+//!   from run to run, checked and mounted as the work directory is); the
+//!   work directory, the only writable host path, as
 //!   current directory; and `/run/constle/` with the constle binary and the
 //!   relay sockets, read-only. Nothing else: no home directory of the host
 //!   (so no `$CONSTLE_HOME`, keys or logs), no `/sys`, no `/var`, no `/run`

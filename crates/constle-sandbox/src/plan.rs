@@ -121,6 +121,8 @@ mod tests {
                 tmpfs: TmpfsSizes::DEFAULT,
                 workdir_inode: None,
                 etc_files: BTreeMap::new(),
+                home: None,
+                home_inode: None,
             },
             bwrap: "/usr/bin/bwrap".into(),
         };

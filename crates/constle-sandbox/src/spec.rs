@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::SandboxError;
-use crate::layout::{self, RUN_DIR};
+use crate::layout::{self, AGENT_HOME, RUN_DIR};
 use crate::private::{Private, check_private, check_single_link};
 use crate::resolve::{OpenDir, check_no_link, open_dir};
 
@@ -117,6 +117,19 @@ pub struct SandboxSpec {
     /// only without a `rootfs` (whose `/etc` is its own).
     #[serde(default)]
     pub etc_files: BTreeMap<String, String>,
+    /// A host directory mounted writable at [`AGENT_HOME`] instead of the
+    /// tmpfs there, so that what the agent keeps in its home lasts from run
+    /// to run: a second work directory, checked by the same rules
+    /// (absolute, existing, reached through no link, no system directory,
+    /// showing nothing private), apart from the work directory and the
+    /// rootfs (neither holding nor lying inside either), and holding
+    /// neither the work directory's place in the sandbox nor the constle
+    /// executable.
+    #[serde(with = "crate::plan::opt_path")]
+    pub home: Option<PathBuf>,
+    /// The device and inode [`SandboxSpec::home`] must be, as
+    /// [`SandboxSpec::workdir_inode`] for the work directory.
+    pub home_inode: Option<(u64, u64)>,
 }
 
 /// The most each of the sandbox's file systems in memory may hold, in
@@ -153,14 +166,16 @@ impl Default for TmpfsSizes {
     }
 }
 
-/// A spec whose every part was checked. The work directory and rootfs are
-/// held open: they are what gets mounted.
+/// A spec whose every part was checked. The work directory, the home and
+/// the rootfs are held open: they are what gets mounted.
 #[derive(Debug)]
 pub(crate) struct CheckedSpec<'a> {
     pub command: &'a [String],
     pub workdir: OpenDir,
     pub env: BTreeMap<&'a str, &'a str>,
     pub rootfs: Option<OpenDir>,
+    /// The host directory mounted as the agent's home.
+    pub home: Option<OpenDir>,
     pub relays: Vec<CheckedRelay<'a>>,
     /// The socket of [`CommandIo::Socket`].
     pub stdio: Option<&'a Path>,
@@ -217,7 +232,11 @@ impl SandboxSpec {
     pub(crate) fn check(&self) -> Result<CheckedSpec<'_>, SandboxError> {
         check_command(&self.command)?;
         let env = check_env(&self.env)?;
-        let (workdir, rootfs) = self.check_paths()?;
+        let Dirs {
+            workdir,
+            rootfs,
+            home,
+        } = self.check_paths()?;
         let relays = check_relays(&self.relays)?;
         let stdio = match &self.stdio {
             CommandIo::Inherit => None,
@@ -231,6 +250,7 @@ impl SandboxSpec {
             workdir,
             env,
             rootfs,
+            home,
             relays,
             stdio,
             tmpfs: check_tmpfs(self.tmpfs)?,
@@ -238,22 +258,56 @@ impl SandboxSpec {
         })
     }
 
-    fn check_paths(&self) -> Result<(OpenDir, Option<OpenDir>), SandboxError> {
+    fn check_paths(&self) -> Result<Dirs, SandboxError> {
         check_single_link(&self.private)?;
         let rootfs = match &self.rootfs {
             None => None,
             Some(path) => Some(check_rootfs(path, &self.private)?),
         };
         let workdir = check_workdir(&self.workdir, rootfs.as_ref(), &self.private)?;
-        if self
-            .workdir_inode
-            .is_some_and(|inode| inode != workdir.inode)
-        {
-            return Err(SandboxError::WorkdirReplaced { path: workdir.path });
+        check_held("workdir", &workdir, self.workdir_inode)?;
+        let home = match &self.home {
+            None => None,
+            Some(path) => Some(check_home(path, &workdir, rootfs.as_ref(), &self.private)?),
+        };
+        if let Some(home) = &home {
+            check_held("home", home, self.home_inode)?;
         }
-        check_exe(&self.constle_exe, &workdir.path)?;
+        let writable = [Some(&workdir), home.as_ref()];
+        for (role, dir) in ["workdir", "home"].into_iter().zip(writable) {
+            if let Some(dir) = dir {
+                check_exe(&self.constle_exe, role, &dir.path)?;
+            }
+        }
         check_stage(&self.stage)?;
-        Ok((workdir, rootfs))
+        Ok(Dirs {
+            workdir,
+            rootfs,
+            home,
+        })
+    }
+}
+
+/// The directories a spec mounts, checked and held open.
+struct Dirs {
+    workdir: OpenDir,
+    rootfs: Option<OpenDir>,
+    home: Option<OpenDir>,
+}
+
+/// Refuses a writable directory (`role`) that is not the one the caller
+/// holds, when it holds one.
+fn check_held(
+    role: &'static str,
+    dir: &OpenDir,
+    held: Option<(u64, u64)>,
+) -> Result<(), SandboxError> {
+    match held.is_some_and(|inode| inode != dir.inode) {
+        true => Err(SandboxError::WorkdirReplaced {
+            role,
+            path: dir.path.clone(),
+        }),
+        false => Ok(()),
     }
 }
 
@@ -349,41 +403,108 @@ fn check_rootfs(path: &Path, private: &[Private]) -> Result<OpenDir, SandboxErro
     Ok(rootfs)
 }
 
-pub(crate) fn check_workdir(
+fn check_workdir(
     path: &Path,
     rootfs: Option<&OpenDir>,
     private: &[Private],
 ) -> Result<OpenDir, SandboxError> {
+    let workdir = check_writable("workdir", path, private)?;
+    if let Some(rootfs) = rootfs {
+        check_against_rootfs(&workdir.path, &rootfs.path)?;
+    }
+    Ok(workdir)
+}
+
+/// The agent's home: a writable directory like the work directory, apart
+/// from it and from the rootfs. It is mounted at [`AGENT_HOME`], so the
+/// work directory may not lie there either: its mount point would be made
+/// in the home, on the host.
+fn check_home(
+    path: &Path,
+    workdir: &OpenDir,
+    rootfs: Option<&OpenDir>,
+    private: &[Private],
+) -> Result<OpenDir, SandboxError> {
+    let home = check_writable("home", path, private)?;
+    let others = [
+        Some(("the workdir", &workdir.path)),
+        rootfs.map(|r| ("the rootfs", &r.path)),
+    ];
+    for (what, other) in others.into_iter().flatten() {
+        if let Some(relation) = overlap(&home.path, other) {
+            return Err(SandboxError::HomeOverlaps {
+                home: home.path.clone(),
+                relation,
+                what,
+                other: other.clone(),
+            });
+        }
+    }
+    if workdir.path.starts_with(AGENT_HOME) {
+        return Err(SandboxError::HomeOverlaps {
+            home: home.path.clone(),
+            relation: "would hold",
+            what: "the workdir, which lies under the home's place in the sandbox,",
+            other: workdir.path.clone(),
+        });
+    }
+    Ok(home)
+}
+
+/// How `dir` stands to `other`: `"is"`, `"holds"`, `"lies inside"`, or
+/// `None` when they are apart.
+fn overlap(dir: &Path, other: &Path) -> Option<&'static str> {
+    if dir == other {
+        Some("is")
+    } else if other.starts_with(dir) {
+        Some("holds")
+    } else if dir.starts_with(other) {
+        Some("lies inside")
+    } else {
+        None
+    }
+}
+
+/// A directory the sandbox mounts writable (`role`: `"workdir"` or
+/// `"home"`): absolute, an existing directory, no system directory and
+/// nowhere the sandbox mounts its own file systems, showing nothing
+/// private, reached through no link.
+fn check_writable(
+    role: &'static str,
+    path: &Path,
+    private: &[Private],
+) -> Result<OpenDir, SandboxError> {
     if !path.is_absolute() {
         return Err(SandboxError::WorkdirNotAbsolute {
+            role,
             path: path.to_path_buf(),
         });
     }
-    let workdir = open_dir(path).map_err(|source| match source.raw_os_error() {
+    let dir = open_dir(path).map_err(|source| match source.raw_os_error() {
         Some(code) if code == nix::errno::Errno::ENOTDIR as i32 => SandboxError::WorkdirNotDir {
+            role,
             path: path.to_path_buf(),
         },
         _ => SandboxError::Workdir {
+            role,
             path: path.to_path_buf(),
             source,
         },
     })?;
-    let resolved = &workdir.path;
+    let resolved = &dir.path;
     let forbidden = |reason| SandboxError::WorkdirForbidden {
+        role,
         path: resolved.clone(),
         reason,
     };
-    let normals: Vec<&OsStr> = resolved
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(name) => Some(name),
-            _ => None,
-        })
-        .collect();
-    let Some(top) = normals.first() else {
+    let mut normals = resolved.components().filter_map(|c| match c {
+        Component::Normal(name) => Some(name),
+        _ => None,
+    });
+    let Some(top) = normals.next() else {
         return Err(forbidden("it is the host's root directory"));
     };
-    if normals.len() == 1 && FORBIDDEN_WORKDIRS.iter().any(|f| OsStr::new(f) == *top) {
+    if normals.next().is_none() && FORBIDDEN_WORKDIRS.iter().any(|f| OsStr::new(f) == top) {
         return Err(forbidden(
             "it is a system directory; use a project directory instead",
         ));
@@ -394,23 +515,17 @@ pub(crate) fn check_workdir(
     {
         return Err(forbidden("the sandbox mounts its own file systems there"));
     }
-    check_private("workdir", resolved, private)?;
-    check_no_link("workdir", path, &workdir)?;
-    if let Some(rootfs) = rootfs {
-        check_against_rootfs(resolved, &normals, &rootfs.path)?;
-    }
-    Ok(workdir)
+    check_private(role, resolved, private)?;
+    check_no_link(role, path, &dir)?;
+    Ok(dir)
 }
 
 /// The rootfs and the work directory may not hold one another: a workdir
 /// holding the rootfs would let the agent rewrite its own system files for
 /// the next run, and the other way round the workdir would be shadowed.
-fn check_against_rootfs(
-    workdir: &Path,
-    normals: &[&OsStr],
-    rootfs: &Path,
-) -> Result<(), SandboxError> {
+fn check_against_rootfs(workdir: &Path, rootfs: &Path) -> Result<(), SandboxError> {
     let forbidden = |reason| SandboxError::WorkdirForbidden {
+        role: "workdir",
         path: workdir.to_path_buf(),
         reason,
     };
@@ -420,9 +535,18 @@ fn check_against_rootfs(
     if workdir.starts_with(rootfs) {
         return Err(forbidden("it lies inside the rootfs"));
     }
+    let normals: Vec<&OsStr> = workdir
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name),
+            _ => None,
+        })
+        .collect();
     // The top-level entries of the rootfs are mounted read-only, so a
     // mount point below one of them must already exist in the rootfs.
-    let top = normals[0];
+    let Some(top) = normals.first().copied() else {
+        return Ok(());
+    };
     let top_in_rootfs = rootfs.join(top);
     if !layout::ROOTFS_SKIPPED.iter().any(|s| OsStr::new(s) == top)
         && std::fs::symlink_metadata(&top_in_rootfs).is_ok()
@@ -542,7 +666,9 @@ fn check_stage(path: &Path) -> Result<(), SandboxError> {
     Ok(())
 }
 
-fn check_exe(path: &Path, workdir: &Path) -> Result<(), SandboxError> {
+/// The constle executable: a file outside `dir`, the agent's writable
+/// `role` directory.
+fn check_exe(path: &Path, role: &str, dir: &Path) -> Result<(), SandboxError> {
     let err = |reason: String| SandboxError::ConstleExe {
         path: path.to_path_buf(),
         reason,
@@ -555,10 +681,10 @@ fn check_exe(path: &Path, workdir: &Path) -> Result<(), SandboxError> {
         return Err(err("it is not a regular file".into()));
     }
     // The host runs this file too: the agent must not be able to change it.
-    if path.canonicalize().is_ok_and(|p| p.starts_with(workdir)) {
-        return Err(err(
-            "it lies inside the workdir, where the agent could change it".into(),
-        ));
+    if path.canonicalize().is_ok_and(|p| p.starts_with(dir)) {
+        return Err(err(format!(
+            "it lies inside the {role}, where the agent could change it"
+        )));
     }
     Ok(())
 }
@@ -615,6 +741,8 @@ mod check_tests {
             tmpfs: TmpfsSizes::DEFAULT,
             workdir_inode: None,
             etc_files: BTreeMap::new(),
+            home: None,
+            home_inode: None,
         };
         base.check().unwrap();
 
@@ -769,6 +897,8 @@ mod check_tests {
             tmpfs: TmpfsSizes::DEFAULT,
             workdir_inode: None,
             etc_files: BTreeMap::new(),
+            home: None,
+            home_inode: None,
         };
         assert_ne!(top, "tmp");
         // Not in the rootfs at all: the sandbox creates the mount point.
@@ -824,6 +954,8 @@ mod check_tests {
             tmpfs: TmpfsSizes::DEFAULT,
             workdir_inode: None,
             etc_files: BTreeMap::new(),
+            home: None,
+            home_inode: None,
         };
         spec(work.clone()).check().unwrap();
         for (workdir, relation) in [
@@ -857,6 +989,167 @@ mod check_tests {
         assert!(matches!(
             with_rootfs.check(),
             Err(SandboxError::Exposes { role: "rootfs", .. })
+        ));
+    }
+}
+
+#[cfg(test)]
+mod home_tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// A spec with work directory `root/work` and home `root/home`, both
+    /// made.
+    fn spec(root: &Path) -> SandboxSpec {
+        for dir in ["work", "home"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        SandboxSpec {
+            command: vec!["true".into()],
+            workdir: root.join("work"),
+            env: BTreeMap::new(),
+            rootfs: None,
+            relays: vec![],
+            stdio: CommandIo::Inherit,
+            constle_exe: "/usr/bin/true".into(),
+            private: vec![],
+            stage: root.to_path_buf(),
+            cgroup_procs: vec![],
+            host_id: None,
+            tmpfs: TmpfsSizes::DEFAULT,
+            workdir_inode: None,
+            home: Some(root.join("home")),
+            home_inode: None,
+            etc_files: BTreeMap::new(),
+        }
+    }
+
+    fn refused(spec: &SandboxSpec) -> SandboxError {
+        spec.check().unwrap_err()
+    }
+
+    #[test]
+    fn a_home_is_checked_as_a_work_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let ok = spec(&root);
+        let checked = ok.check().unwrap();
+        assert_eq!(checked.home.unwrap().path, root.join("home"));
+
+        let with = |home: PathBuf| SandboxSpec {
+            home: Some(home),
+            ..ok.clone()
+        };
+        assert!(matches!(
+            refused(&with("relative".into())),
+            SandboxError::WorkdirNotAbsolute { role: "home", .. }
+        ));
+        assert!(matches!(
+            refused(&with(root.join("missing"))),
+            SandboxError::Workdir { role: "home", .. }
+        ));
+        std::fs::write(root.join("file"), b"").unwrap();
+        assert!(matches!(
+            refused(&with(root.join("file"))),
+            SandboxError::WorkdirNotDir { role: "home", .. }
+        ));
+        for system in ["/", "/etc", "/home", "/tmp", "/proc/self", "/dev"] {
+            assert!(
+                matches!(
+                    refused(&with(system.into())),
+                    SandboxError::WorkdirForbidden { role: "home", .. }
+                ),
+                "{system}"
+            );
+        }
+        // A link planted where the home is named.
+        std::fs::create_dir(root.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere"), root.join("planted")).unwrap();
+        assert!(matches!(
+            refused(&with(root.join("planted"))),
+            SandboxError::ThroughLink { role: "home", .. }
+        ));
+        let mut private = ok.clone();
+        private.private = vec![Private {
+            what: "CONSTLE_HOME".into(),
+            path: root.join("home/.constle"),
+        }];
+        assert!(matches!(
+            refused(&private),
+            SandboxError::Exposes { role: "home", .. }
+        ));
+    }
+
+    #[test]
+    fn a_home_stands_apart_from_the_work_directory_and_the_rootfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let ok = spec(&root);
+        std::fs::create_dir_all(root.join("work/sub")).unwrap();
+        for (home, relation) in [
+            (root.join("work"), "is"),
+            (root.join("work/sub"), "lies inside"),
+        ] {
+            let s = SandboxSpec {
+                home: Some(home.clone()),
+                ..ok.clone()
+            };
+            match refused(&s) {
+                SandboxError::HomeOverlaps { relation: r, .. } => assert_eq!(r, relation),
+                other => panic!("{home:?}: {other:?}"),
+            }
+        }
+        let holds = SandboxSpec {
+            workdir: root.join("home/work"),
+            ..ok.clone()
+        };
+        std::fs::create_dir_all(root.join("home/work")).unwrap();
+        assert!(matches!(
+            refused(&holds),
+            SandboxError::HomeOverlaps {
+                relation: "holds",
+                ..
+            }
+        ));
+        std::fs::create_dir_all(root.join("rootfs/usr")).unwrap();
+        let in_rootfs = SandboxSpec {
+            rootfs: Some(root.join("rootfs")),
+            home: Some(root.join("rootfs/usr")),
+            ..ok.clone()
+        };
+        assert!(matches!(
+            refused(&in_rootfs),
+            SandboxError::HomeOverlaps {
+                what: "the rootfs",
+                ..
+            }
+        ));
+        let exe = root.join("home/constle");
+        std::fs::write(&exe, b"").unwrap();
+        let exe_inside = SandboxSpec {
+            constle_exe: exe,
+            ..ok.clone()
+        };
+        match refused(&exe_inside) {
+            SandboxError::ConstleExe { reason, .. } => assert!(reason.contains("the home")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_home_replaced_after_its_check_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let mut s = spec(&root);
+        let held = open_dir(&root.join("home")).unwrap().inode;
+        s.home_inode = Some(held);
+        s.check().unwrap();
+        std::fs::rename(root.join("home"), root.join("old-home")).unwrap();
+        std::fs::create_dir(root.join("home")).unwrap();
+        assert!(matches!(
+            refused(&s),
+            SandboxError::WorkdirReplaced { role: "home", .. }
         ));
     }
 }

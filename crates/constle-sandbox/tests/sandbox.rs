@@ -211,6 +211,8 @@ impl Fixture {
             tmpfs: TmpfsSizes::DEFAULT,
             workdir_inode: None,
             etc_files: BTreeMap::new(),
+            home: None,
+            home_inode: None,
         }
     }
 

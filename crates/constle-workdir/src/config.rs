@@ -242,6 +242,80 @@ pub const RULES: &[Rule] = &[
     ),
 ];
 
+/// The directories at the top of a kept home (`sandbox.home`) that are
+/// coding agents' own homes rather than a project's settings: what they
+/// hold is mostly the agent's sessions and history, which must last for
+/// continue and resume to work, so they are read entry by entry under
+/// [`HOME_RULES`] instead of set aside whole as [`RULES`] would.
+pub(crate) const AGENT_HOMES: &[&str] = &[".claude", ".codex"];
+
+/// What in an agent's own home ([`AGENT_HOMES`]) makes something run or
+/// obeys a program: set aside when the agent added or changed it, like
+/// [`RULES`] in a work directory. Everything else there (sessions,
+/// history, caches, instructions such as `CLAUDE.md`) is kept.
+/// Kept in this order in `docs/sandbox.md`.
+pub const HOME_RULES: &[Rule] = &[
+    rule(
+        InDir(".claude", "settings.json"),
+        "Claude Code user settings",
+        "hooks, `apiKeyHelper`, status line and environment name programs every session runs",
+    ),
+    rule(
+        InDir(".claude", "settings.local.json"),
+        "Claude Code user settings",
+        "as `.claude/settings.json`",
+    ),
+    rule(
+        InDir(".claude", "hooks"),
+        "Claude Code hook scripts",
+        "the programs hooks run",
+    ),
+    rule(
+        InDir(".claude", "commands"),
+        "Claude Code commands",
+        "slash commands, which can run shell commands",
+    ),
+    rule(
+        InDir(".claude", "agents"),
+        "Claude Code subagents",
+        "subagents with their own tools and prompts",
+    ),
+    rule(
+        InDir(".claude", "skills"),
+        "Claude Code skills",
+        "instructions and scripts a session loads",
+    ),
+    rule(
+        InDir(".claude", "plugins"),
+        "Claude Code plugins",
+        "hooks, commands, agents and MCP servers",
+    ),
+    rule(
+        InDir(".codex", "config.toml"),
+        "Codex configuration",
+        "`notify` and MCP servers name programs Codex runs, and model providers where it sends requests",
+    ),
+    rule(
+        InDir(".codex", "prompts"),
+        "Codex custom prompts",
+        "commands a session runs",
+    ),
+    rule(
+        InDir(".codex", "rules"),
+        "Codex command rules",
+        "which commands Codex runs without asking",
+    ),
+];
+
+/// The rule of [`HOME_RULES`] for the entry `name` of the agent's home
+/// `dir` (one of [`AGENT_HOMES`]), if any.
+pub(crate) fn home_rule(dir: &[u8], name: &[u8]) -> Option<&'static Rule> {
+    HOME_RULES.iter().find(|rule| match rule.pattern {
+        InDir(d, n) => d.as_bytes() == dir && n.as_bytes() == name,
+        Name(_) => false,
+    })
+}
+
 /// What git reads in a repository's directory (`.git`, a bare repository,
 /// a linked worktree's or a submodule's directory).
 pub const GIT_RULES: &[(&str, &str)] = &[
@@ -305,7 +379,7 @@ mod tests {
     #[test]
     fn docs_list_every_rule_as_it_is() {
         let docs = include_str!("../../../docs/sandbox.md");
-        for rule in RULES {
+        for rule in RULES.iter().chain(HOME_RULES) {
             let path = match rule.pattern {
                 Name(n) => n.to_owned(),
                 InDir(dir, n) => format!("{dir}/{n}"),
@@ -316,8 +390,22 @@ mod tests {
     }
 
     #[test]
+    fn a_home_rule_names_an_entry_of_an_agents_home() {
+        for rule in HOME_RULES {
+            let InDir(dir, name) = rule.pattern else {
+                panic!("{rule:?}");
+            };
+            assert!(AGENT_HOMES.contains(&dir), "{rule:?}");
+            assert!(home_rule(dir.as_bytes(), name.as_bytes()).is_some());
+        }
+        assert!(home_rule(b".claude", b"projects").is_none());
+        assert!(home_rule(b".codex", b"sessions").is_none());
+        assert!(home_rule(b".codex", b"settings.json").is_none());
+    }
+
+    #[test]
     fn every_rule_says_what_and_why() {
-        for rule in RULES {
+        for rule in RULES.iter().chain(HOME_RULES) {
             assert!(!rule.what.is_empty() && !rule.why.is_empty(), "{rule:?}");
         }
     }

@@ -11,7 +11,10 @@
 //!   configuration and hooks, editors', shells' and package managers' files
 //!   that act when a directory is opened: [`config::RULES`]) is moved out
 //!   of the work directory into a quarantine, and what was there before is
-//!   put back. A git configuration file is kept when the agent only added
+//!   put back. A directory kept as the agent's home
+//!   ([`Workdir::prepare_home`]) is checked the same way, but for the
+//!   coding agents' own homes at its top (`.claude/`, `.codex/`), where
+//!   only [`config::HOME_RULES`] is configuration and the sessions stay. A git configuration file is kept when the agent only added
 //!   settings an agent needs (`user.name`, a branch's upstream), and
 //!   rewritten without the rest otherwise.
 //! - **Permissions**: nothing is left writable by group or others that was
@@ -66,6 +69,7 @@ use nix::sys::stat::{Mode, fstat};
 pub use error::WorkdirError;
 pub use tidy::{Action, Report, SetAside};
 
+use place::Place;
 use snapshot::Before;
 
 /// Whose rights the agent has on the work directory's existing files.
@@ -105,6 +109,19 @@ impl Workdir {
     /// compares with, and, acting as the owner, keeps the owner's read-only
     /// entries from the agent.
     pub fn prepare(path: &Path, acting: Acting) -> Result<Workdir, WorkdirError> {
+        Workdir::prepare_as(path, acting, Place::Plain)
+    }
+
+    /// As [`Workdir::prepare`], for a directory kept as the agent's home
+    /// (`sandbox.home`): the same checks and rules, but for the coding
+    /// agents' own homes at its top (`.claude/`, `.codex/`), whose sessions
+    /// are kept and of which only what [`config::HOME_RULES`] names is
+    /// executable configuration.
+    pub fn prepare_home(path: &Path, acting: Acting) -> Result<Workdir, WorkdirError> {
+        Workdir::prepare_as(path, acting, Place::Home)
+    }
+
+    fn prepare_as(path: &Path, acting: Acting, place: Place) -> Result<Workdir, WorkdirError> {
         let dir = open_root(path)?;
         match dir.try_lock() {
             Ok(()) => {}
@@ -119,7 +136,7 @@ impl Workdir {
             .try_clone()
             .map_err(|e| WorkdirError::io(path, e))?
             .into();
-        let before = Before::take(&root, path, acting)?;
+        let before = Before::take(&root, path, acting, place)?;
         Ok(Workdir {
             path: path.to_path_buf(),
             dir,

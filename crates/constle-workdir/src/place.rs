@@ -14,6 +14,12 @@ use crate::walk::{Entry, Listing};
 pub(crate) enum Place {
     /// Ordinary files of the project.
     Plain,
+    /// The top of a kept home: read as [`Place::Plain`], but for the
+    /// coding agents' own homes in it ([`config::AGENT_HOMES`]).
+    Home,
+    /// A coding agent's own home at the top of a kept home (`.claude`):
+    /// only the entries [`config::HOME_RULES`] names are configuration.
+    AgentHome(&'static [u8]),
     /// Below executable configuration (`.vscode/`, …).
     Config(&'static Rule),
     /// A repository's directory (`.git`, a bare repository, a linked
@@ -41,7 +47,7 @@ pub(crate) fn classify(
     hooks: &BTreeSet<PathBuf>,
 ) -> (Vec<Class>, Vec<(usize, Place)>) {
     let place = match listing.context {
-        Place::Plain if is_git_dir(listing.entries) => &Place::GitDir,
+        Place::Plain | Place::Home if is_git_dir(listing.entries) => &Place::GitDir,
         place => place,
     };
     let parent = listing.path.file_name().map(|n| n.as_encoded_bytes());
@@ -62,6 +68,14 @@ pub(crate) fn classify(
 fn one(place: &Place, parent: Option<&[u8]>, entry: &Entry, in_hooks: bool) -> (Class, Place) {
     let name = entry.name_bytes();
     match place {
+        Place::Home => match config::AGENT_HOMES.iter().find(|d| d.as_bytes() == name) {
+            Some(dir) => (Class::Plain, Place::AgentHome(dir.as_bytes())),
+            None => one(&Place::Plain, parent, entry, in_hooks),
+        },
+        Place::AgentHome(dir) => match config::home_rule(dir, name) {
+            Some(rule) => (Class::Config(rule.what), Place::Config(rule)),
+            None => (Class::Plain, Place::Plain),
+        },
         Place::Config(rule) => (Class::Config(rule.what), Place::Config(rule)),
         // Git runs a hook by its exact name; the `*.sample` files `git
         // init` writes are never run.

@@ -49,6 +49,9 @@ pub(crate) enum Saved {
 /// The work directory before the run.
 #[derive(Debug)]
 pub(crate) struct Before {
+    /// How the root's entries are read: [`Place::Plain`] for a work
+    /// directory, [`Place::Home`] for a kept home.
+    pub place: Place,
     /// The root's device and inode, owner and permission bits.
     pub inode: Inode,
     pub owner: (u32, u32),
@@ -84,6 +87,7 @@ impl Before {
         root: &OwnedFd,
         path: &Path,
         acting: Acting,
+        place: Place,
     ) -> Result<Before, WorkdirError> {
         let st = fstat(root).map_err(|e| WorkdirError::io(path, e))?;
         if st.st_uid == KEEPER_ID {
@@ -93,6 +97,7 @@ impl Before {
             });
         }
         let mut before = Before {
+            place,
             inode: inode(&st),
             owner: (st.st_uid, st.st_gid),
             root_mode: st.st_mode & 0o7777,
@@ -134,7 +139,7 @@ impl Before {
         gathered: &mut Gathered,
     ) -> Result<(), WorkdirError> {
         let no_hooks = BTreeSet::new();
-        walk::walk(root, Path::new(""), Place::Plain, |listing| {
+        walk::walk(root, Path::new(""), self.place, |listing| {
             let (classes, subdirs) = place::classify(listing, &no_hooks);
             for (entry, class) in listing.entries.iter().zip(classes) {
                 self.note(listing, entry, class, acts_as, gathered)?;

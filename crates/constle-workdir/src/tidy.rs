@@ -91,7 +91,7 @@ pub(crate) fn after_run(
         quarantine: &mut quarantine,
         report: &mut report,
     };
-    walk::walk(root, Path::new(""), Place::Plain, |listing| {
+    walk::walk(root, Path::new(""), before.place, |listing| {
         let (classes, subdirs) = place::classify(listing, &before.hooks);
         for (entry, class) in listing.entries.iter().zip(classes) {
             tidy.entry(listing, entry, class)?;

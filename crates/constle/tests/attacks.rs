@@ -543,6 +543,8 @@ struct Agent {
     limits: Option<String>,
     /// `sandbox.tmpfs`' lines, indented under it.
     tmpfs: Option<String>,
+    /// `sandbox.home`.
+    home: Option<String>,
     env: Vec<(String, String)>,
     did: Option<String>,
     /// The command is one of [`PROBES`], to be copied in first.
@@ -557,6 +559,7 @@ impl Agent {
             rootfs: None,
             limits: None,
             tmpfs: None,
+            home: None,
             env: Vec::new(),
             did: None,
             probe: false,
@@ -599,6 +602,11 @@ impl Agent {
         self
     }
 
+    fn home(mut self, home: &str) -> Agent {
+        self.home = Some(home.into());
+        self
+    }
+
     fn env(mut self, name: &str, value: impl fmt::Display) -> Agent {
         self.env.push((name.into(), value.to_string()));
         self
@@ -626,6 +634,9 @@ impl Agent {
         }
         if let Some(tmpfs) = &self.tmpfs {
             y += &format!("  tmpfs:\n{tmpfs}");
+        }
+        if let Some(home) = &self.home {
+            y += &format!("  home: {}\n", q(home));
         }
         if !self.env.is_empty() {
             y += "  env:\n";
@@ -2511,6 +2522,83 @@ fn mode(path: &Path) -> u32 {
     fs::symlink_metadata(path).unwrap().mode() & 0o7777
 }
 
+/// Attack: persistence through a kept home (`sandbox.home`). The first run
+/// leaves state, a session, a shell startup file and Claude Code hooks in
+/// its home; the second finds the state and the session, and neither
+/// startup file nor hooks, which are in the quarantine. A link planted at
+/// the home's path is refused before anything starts.
+fn a_kept_home(who: Who) {
+    let arena = Arena::new(who);
+    let home = arena.path("agent-home");
+    let first = arena.run(
+        &Agent::sh(
+            "test \"$HOME\" = /home/agent && cd && echo kept > .state \
+         && echo 'echo evil' > .bashrc && mkdir -p .claude/projects/p \
+         && echo session > .claude/projects/p/s.jsonl \
+         && echo '{\"hooks\": {}}' > .claude/settings.json",
+        )
+        .home("./agent-home"),
+    );
+    first.assert_code(0);
+    assert!(
+        first
+            .err()
+            .contains("made now, mode 0700 (it did not exist)"),
+        "{first}"
+    );
+    assert_eq!(mode(&home), 0o700);
+    assert_eq!(fs::read_to_string(home.join(".state")).unwrap(), "kept\n");
+    let runs: Vec<PathBuf> = fs::read_dir(arena.home().join("quarantine"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    let [run] = &runs[..] else {
+        panic!("one run, one quarantine: {runs:?}");
+    };
+    for planted in [".bashrc", ".claude/settings.json"] {
+        assert!(
+            run.join("home").join(planted).exists(),
+            "{planted}\n{first}"
+        );
+        assert!(!home.join(planted).exists(), "{planted}");
+    }
+    assert!(first.err().contains("the agent's home"), "{first}");
+    let log = fs::read_dir(arena.home().join("logs"))
+        .unwrap()
+        .flatten()
+        .map(|e| fs::read_to_string(e.path()).unwrap())
+        .collect::<String>();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"workdir_quarantined\"") && l.contains("\"home\":true")),
+        "{log}"
+    );
+
+    let second = arena.run(
+        &Agent::sh(
+            "cd && cat .state .claude/projects/p/s.jsonl && test ! -e .bashrc \
+         && test ! -e .claude/settings.json && echo clean",
+        )
+        .home("./agent-home"),
+    );
+    second.assert_code(0);
+    assert_eq!(second.out(), "kept\nsession\nclean\n", "{second}");
+
+    fs::rename(&home, arena.dir.path().join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink(arena.dir.path().join("elsewhere"), &home).unwrap();
+    let linked = arena.run(&Agent::sh("cd && echo written > .state").home("./agent-home"));
+    linked.assert_code(125);
+    assert!(
+        linked.err().contains("goes through a symbolic link"),
+        "{linked}"
+    );
+    assert_eq!(
+        fs::read_to_string(arena.dir.path().join("elsewhere/.state")).unwrap(),
+        "kept\n"
+    );
+}
+
 as_root_and_user!(
     ready:
     git_and_editor_traps,
@@ -2519,6 +2607,7 @@ as_root_and_user!(
     hard_linked_inputs,
     memory_file_systems_past_their_bounds,
     one_run_per_work_directory,
+    a_kept_home,
 );
 
 as_root_and_user!(ready_as_root: read_only_inputs);

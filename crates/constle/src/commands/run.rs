@@ -41,7 +41,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let made = match constle_run::make_default_workdir(&manifest) {
+    let made = constle_run::make_default_workdir(&manifest)
+        .and_then(|workdir| Ok((workdir, constle_run::make_home(&manifest)?)));
+    let (made, home_made) = match made {
         Ok(made) => made,
         Err(err) => {
             crate::terminal::error(&format!("constle run: {err}; nothing was started"));
@@ -50,17 +52,18 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     };
     let mut summary = constle_run::plan(&manifest);
     if made.is_some() {
-        for item in &mut summary {
-            if let Item::Enforced {
-                part: "workdir",
-                detail,
-            } = item
-            {
-                *detail = format!(
-                    "made now, mode 0700 (the Agentfile names no workdir, and the default did not exist); {detail}"
-                );
-            }
-        }
+        say_made(
+            &mut summary,
+            "workdir",
+            "made now, mode 0700 (the Agentfile names no workdir, and the default did not exist)",
+        );
+    }
+    if home_made.is_some() {
+        say_made(
+            &mut summary,
+            "home",
+            "made now, mode 0700 (it did not exist)",
+        );
     }
     summary.extend(runtime.block_on(constle_run::spend_plan(&manifest, &options.home)));
     print_summary(manifest.name.as_str(), &summary);
@@ -85,6 +88,17 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Exited(
         u8::try_from(report.exit_code).unwrap_or(RUN_FAILED),
     ))
+}
+
+/// Puts `note` before the detail of the summary's `part` line.
+fn say_made(summary: &mut [Item], part: &str, note: &str) {
+    for item in summary {
+        if let Item::Enforced { part: p, detail } = item
+            && *p == part
+        {
+            *detail = format!("{note}; {detail}");
+        }
+    }
 }
 
 fn print_summary(agent: &str, items: &[Item]) {
@@ -117,6 +131,10 @@ fn print_workdir(checked: &WorkdirChecked) {
     let err = Stream::Err;
     let report = &checked.report;
     let whose = match &checked.server {
+        None if checked.home => format!(
+            "the agent's home {}",
+            escape(&checked.workdir.to_string_lossy())
+        ),
         None => format!(
             "the work directory {}",
             escape(&checked.workdir.to_string_lossy())
