@@ -553,3 +553,45 @@ for name, path, body, headers in [
     assert_eq!(calls[0].header("authorization"), None);
     assert_eq!(case.events("llm_call").len(), 1);
 }
+
+/// With `sandbox.home`, Claude Code's sessions outlive the run: `claude -c`
+/// in the next run continues the conversation the first one had.
+#[test]
+fn claude_code_continues_its_session_in_a_kept_home() {
+    if !ready("Claude Code continuing in a kept home", &["claude"]) {
+        return;
+    }
+    let case = Case::new();
+    let provider = provider();
+    let claude = |extra: &[&'static str]| {
+        let mut command = vec!["claude"];
+        command.extend_from_slice(extra);
+        command.extend([
+            "-p",
+            "Run the command you are told to.",
+            "--allowedTools",
+            "Bash",
+            "--model",
+            "sim-model",
+        ]);
+        let body = agentfile(&provider, "anthropic", &command, "", ("3", "15"), "");
+        body.replace("  workdir: ./work\n", "  workdir: ./work\n  home: ./agent-home\n")
+    };
+    let first = run(&case, &claude(&[]));
+    assert_eq!(first.status.code(), Some(0), "{}", common::report(&first));
+    let asked = model_calls(&provider, "/v1/messages").len();
+    let second = run(&case, &claude(&["-c"]));
+    assert_eq!(second.status.code(), Some(0), "{}", common::report(&second));
+    let calls = model_calls(&provider, "/v1/messages");
+    let continued = &calls[asked].body["messages"];
+    let turns = continued.as_array().map_or(0, Vec::len);
+    assert!(
+        turns > 1,
+        "the second run carries the first's conversation: {continued}"
+    );
+    assert!(
+        continued.to_string().contains(PRINTED),
+        "the first run's tool output is in it: {continued}"
+    );
+    assert_key_nowhere(&case, &second);
+}
