@@ -20,6 +20,26 @@ use constle_testkit::{require_e2e, require_nothing_missing, require_root, requir
 const KEY: &str = "sk-sim-REAL-7f3c91d2e8a4b6";
 /// What every client in the sandbox holds instead.
 const PLACEHOLDER: &str = "constle-gate-holds-the-key";
+/// Claude Code, headless, allowed its Bash tool.
+const CLAUDE: [&str; 7] = [
+    "claude",
+    "-p",
+    "Run the command you are told to.",
+    "--allowedTools",
+    "Bash",
+    "--model",
+    "sim-model",
+];
+/// Codex CLI with no base URL and no sandbox flag: what Constle writes in
+/// the sandbox's /etc/codex is all it needs.
+const CODEX: [&str; 6] = [
+    "codex",
+    "exec",
+    "--skip-git-repo-check",
+    "-m",
+    "sim-model",
+    "Run the command you are told to.",
+];
 /// What the model asks to run: proof it ran in the sandbox (uid 1000), and
 /// everything the tool's process could read of its environment.
 const COMMAND: &str = "echo tool-ran-$((6*7)); id -u > ran-as; env > tool-env; \
@@ -148,15 +168,7 @@ fn claude_code_runs_through_the_gate_without_the_key() {
     }
     let case = Case::new();
     let provider = provider();
-    let command = [
-        "claude",
-        "-p",
-        "Run the command you are told to.",
-        "--allowedTools",
-        "Bash",
-        "--model",
-        "sim-model",
-    ];
+    let command = CLAUDE;
     let body = agentfile(&provider, "anthropic", &command, "", ("3", "15"), "");
     let out = run(&case, &body);
     assert_gated_tool_loop(&case, &provider, &out, "/v1/messages");
@@ -173,15 +185,7 @@ fn codex_runs_through_the_gate_with_no_flags_of_its_own() {
     }
     let case = Case::new();
     let provider = provider();
-    // No base URL, no sandbox flag: what Constle writes in /etc/codex.
-    let command = [
-        "codex",
-        "exec",
-        "--skip-git-repo-check",
-        "-m",
-        "sim-model",
-        "Run the command you are told to.",
-    ];
+    let command = CODEX;
     let body = agentfile(&provider, "openai", &command, "", ("3", "15"), "");
     let out = run(&case, &body);
     assert_gated_tool_loop(&case, &provider, &out, "/v1/responses");
@@ -319,15 +323,7 @@ fn a_cap_reached_mid_run_ends_claude_code_with_the_providers_error() {
         return;
     }
     let case = Case::new();
-    let command = [
-        "claude",
-        "-p",
-        "Run the command you are told to.",
-        "--allowedTools",
-        "Bash",
-        "--model",
-        "sim-model",
-    ];
+    let command = CLAUDE;
     let said = a_cap_reached_mid_run(&case, "anthropic", &command, "", "/v1/messages");
     assert!(
         said.contains(&format!("API Error: 402 {CAP_SAID}")),
@@ -341,14 +337,7 @@ fn a_cap_reached_mid_run_ends_codex_with_the_providers_error() {
         return;
     }
     let case = Case::new();
-    let command = [
-        "codex",
-        "exec",
-        "--skip-git-repo-check",
-        "-m",
-        "sim-model",
-        "Run the command you are told to.",
-    ];
+    let command = CODEX;
     let said = a_cap_reached_mid_run(&case, "openai", &command, "", "/v1/responses");
     // Codex shows its own words for an exhausted quota, not the message.
     assert!(said.contains("ERROR: Quota exceeded."), "{said}");
@@ -566,16 +555,12 @@ fn claude_code_continues_its_session_in_a_kept_home() {
     let claude = |extra: &[&'static str]| {
         let mut command = vec!["claude"];
         command.extend_from_slice(extra);
-        command.extend([
-            "-p",
-            "Run the command you are told to.",
-            "--allowedTools",
-            "Bash",
-            "--model",
-            "sim-model",
-        ]);
+        command.extend_from_slice(&CLAUDE[1..]);
         let body = agentfile(&provider, "anthropic", &command, "", ("3", "15"), "");
-        body.replace("  workdir: ./work\n", "  workdir: ./work\n  home: ./agent-home\n")
+        body.replace(
+            "  workdir: ./work\n",
+            "  workdir: ./work\n  home: ./agent-home\n",
+        )
     };
     let first = run(&case, &claude(&[]));
     assert_eq!(first.status.code(), Some(0), "{}", common::report(&first));
