@@ -21,11 +21,15 @@
 //!    key the gate holds, and `accept-encoding: identity` (so the usage
 //!    can be read as it passes).
 //! 7. The provider's status and headers come back (less hop-by-hop
-//!    headers, `set-cookie` and `content-length`), and its body is relayed
-//!    chunk by chunk as it arrives, while [`crate::usage`] reads the usage
-//!    from it. When the body has ended, was cut (the provider or the agent
-//!    went away, the shutoff thrown), the call is settled through the
-//!    [`Meter`].
+//!    headers, `set-cookie`, `content-length`, and any header holding the
+//!    key, [`crate::echo`]). An SSE body is relayed event by event as each
+//!    completes, and cut before an event holding the key; any other body
+//!    once whole (at most [`MAX_BODY_BYTES`]), or, if it holds the key, a
+//!    502 `llm_upstream_echoed_key` instead. [`crate::usage`] reads the
+//!    usage from what passes. When the body has ended, was cut (the
+//!    provider or the agent went away, the shutoff thrown), the call is
+//!    settled through the [`Meter`]. Whatever is withheld for holding the
+//!    key is recorded through the [`Recorder`].
 //!
 //! A provider that cannot be reached, or sends no response headers within
 //! the response timeout ([`DEFAULT_RESPONSE_TIMEOUT`]), is answered with
@@ -42,7 +46,7 @@ use axum::serve::Listener;
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Either, Full, StreamBody};
-use hyper::body::Incoming;
+use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
@@ -52,6 +56,7 @@ use tokio_util::sync::CancellationToken;
 use zeroize::Zeroizing;
 
 use crate::config::{Api, Prices, Provider};
+use crate::echo::{self, Cut, Events};
 use crate::error::GateError;
 use crate::inspect::{MAX_BODY_BYTES, Refusal, inspect};
 use crate::loopback::addressed_to_loopback;
@@ -294,17 +299,18 @@ impl Inner {
         self.remembered().tokens.get(id).copied()
     }
 
+    /// What the audit log keeps of refusing `asked` for `reason`.
+    fn record(&self, asked: &Asked<'_>, reason: Reason, model: Option<String>) -> Refused {
+        let mut record = Refused::new(&self.provider.id, reason, asked.method.as_str(), asked.path);
+        record.kind = asked.kind;
+        record.model = model;
+        record.transport = asked.transport;
+        record
+    }
+
     /// Records `refusal` of `asked`, then answers it.
     async fn refuse(&self, asked: &Asked<'_>, refusal: &Refusal, too_large: bool) -> Response {
-        let mut record = Refused::new(
-            &self.provider.id,
-            refusal.reason,
-            asked.method.as_str(),
-            asked.path,
-        );
-        record.kind = asked.kind;
-        record.model.clone_from(&refusal.model);
-        record.transport = asked.transport;
+        let record = self.record(asked, refusal.reason, refusal.model.clone());
         self.recorder.refused(&record).await;
         let status = shape::status(self.provider.api, refusal.reason, too_large);
         self.error(status, refusal.reason.as_str(), &refusal.message)
@@ -493,6 +499,7 @@ async fn forward(
     started: Instant,
 ) -> Response {
     let kind = call.kind;
+    let model = call.model.clone();
     let held = match inner.meter.reserve(&call).await {
         Ok(held) => held,
         Err(refused) => {
@@ -525,11 +532,23 @@ async fn forward(
         Ok(Err(_)) => return upstream_failure(&inner, StatusCode::BAD_GATEWAY),
         Err(_) => return upstream_failure(&inner, StatusCode::GATEWAY_TIMEOUT),
     };
-    settle.status = Some(response.status().as_u16());
-    settle.request_id = request_id(response.headers());
-    settle.streamed = is_event_stream(response.headers());
+    let (mut parts, body) = response.into_parts();
+    let echoed = inner.record(asked, Reason::UpstreamEchoedKey, Some(model));
+    if echo::drop_headers_holding(&mut parts.headers, inner.provider.key.expose().as_bytes()) {
+        inner.recorder.refused(&echoed).await;
+    }
+    settle.status = Some(parts.status.as_u16());
+    settle.request_id = request_id(&parts.headers);
+    settle.streamed = is_event_stream(&parts.headers);
     settle.tracker = Some(Tracker::new(inner.provider.api, kind, settle.streamed));
-    relay(response, settle)
+    for name in &DROPPED_RESPONSE_HEADERS {
+        parts.headers.remove(name);
+    }
+    if settle.streamed {
+        relay_events(parts, body, settle, echoed)
+    } else {
+        relay_whole(parts, body, settle, echoed).await
+    }
 }
 
 /// The provider could not be reached or did not answer in time; the
@@ -566,45 +585,113 @@ fn request_id(headers: &HeaderMap) -> Option<String> {
     })
 }
 
-/// The provider's response, its body relayed chunk by chunk as it
-/// arrives while `settle`'s tracker reads it.
-fn relay(response: hyper::Response<Incoming>, settle: Settlement) -> Response {
-    let (parts, body) = response.into_parts();
-    let shutoff = settle.inner.shutoff.clone();
-    let state = (body, settle, shutoff, false);
-    let frames =
-        futures_util::stream::unfold(state, |(mut body, mut settle, shutoff, done)| async move {
-            if done {
-                return None;
-            }
-            let frame = tokio::select! {
-                frame = body.frame() => frame,
-                () = shutoff.cancelled() => return None,
-            };
-            match frame {
-                Some(Ok(frame)) => {
-                    if let Some(chunk) = frame.data_ref()
-                        && let Some(tracker) = settle.tracker.as_mut()
-                    {
-                        tracker.push(chunk);
-                    }
-                    Some((Ok(frame), (body, settle, shutoff, false)))
-                }
-                Some(Err(err)) => Some((
-                    Err(std::io::Error::other(err)),
-                    (body, settle, shutoff, true),
-                )),
-                None => None,
-            }
-        });
+/// A response that is not a stream, relayed once it is whole and known
+/// not to hold the key (else a 502 in the provider's shape, recorded).
+async fn relay_whole(
+    parts: hyper::http::response::Parts,
+    body: Incoming,
+    mut settle: Settlement,
+    echoed: Refused,
+) -> Response {
+    let inner = Arc::clone(&settle.inner);
+    let read = tokio::select! {
+        read = read_limited(body) => read,
+        () = inner.shutoff.cancelled() => Err(false),
+    };
+    let Ok(body) = read else {
+        return upstream_failure(&inner, StatusCode::BAD_GATEWAY);
+    };
+    if let Some(tracker) = settle.tracker.as_mut() {
+        tracker.push(&body);
+    }
+    if echo::holds(&body, inner.provider.key.expose().as_bytes()) {
+        inner.recorder.refused(&echoed).await;
+        let what = format!(
+            "an answer from provider {:?} that held its key; the Constle gate did not relay it",
+            inner.provider.id
+        );
+        let status = shape::status(inner.provider.api, Reason::UpstreamEchoedKey, false);
+        return inner.error(status, Reason::UpstreamEchoedKey.as_str(), &what);
+    }
+    let mut out = hyper::Response::new(Either::Left(Full::new(body)));
+    *out.status_mut() = parts.status;
+    *out.headers_mut() = parts.headers;
+    out
+}
+
+/// An SSE response, relayed event by event as each completes, while the
+/// settlement's tracker reads it.
+fn relay_events(
+    parts: hyper::http::response::Parts,
+    body: Incoming,
+    settle: Settlement,
+    echoed: Refused,
+) -> Response {
+    let relay = EventRelay {
+        body,
+        settle,
+        events: Events::default(),
+        echoed,
+        done: false,
+    };
+    let frames = futures_util::stream::unfold(relay, EventRelay::next);
     let mut out = hyper::Response::new(Either::Right(StreamBody::new(frames).boxed_unsync()));
     *out.status_mut() = parts.status;
-    let mut headers = parts.headers;
-    for name in &DROPPED_RESPONSE_HEADERS {
-        headers.remove(name);
-    }
-    *out.headers_mut() = headers;
+    *out.headers_mut() = parts.headers;
     out
+}
+
+/// One SSE stream from the provider on its way to the agent.
+struct EventRelay {
+    body: Incoming,
+    settle: Settlement,
+    events: Events,
+    /// Recorded if the stream is cut for holding the key.
+    echoed: Refused,
+    done: bool,
+}
+
+impl EventRelay {
+    /// The next run of whole events for the agent; `None` once the stream
+    /// has ended, was cut (an event holding the key, the shutoff), or the
+    /// agent went away (then this is dropped, and the call settled).
+    async fn next(mut self) -> Option<(Result<Frame<Bytes>, std::io::Error>, EventRelay)> {
+        let inner = Arc::clone(&self.settle.inner);
+        let key = inner.provider.key.expose().as_bytes();
+        while !self.done {
+            let frame = tokio::select! {
+                frame = self.body.frame() => frame,
+                () = inner.shutoff.cancelled() => return None,
+            };
+            let passed = match frame {
+                Some(Ok(frame)) => match frame.data_ref() {
+                    Some(chunk) => self.events.push(chunk, key),
+                    None => continue,
+                },
+                Some(Err(err)) => {
+                    self.done = true;
+                    return Some((Err(std::io::Error::other(err)), self));
+                }
+                None => {
+                    self.done = true;
+                    std::mem::take(&mut self.events).finish(key)
+                }
+            };
+            if let Some(tracker) = self.settle.tracker.as_mut() {
+                tracker.push(&passed.bytes);
+            }
+            if let Some(cut) = passed.cut {
+                self.done = true;
+                if cut == Cut::Echoed {
+                    inner.recorder.refused(&self.echoed).await;
+                }
+            }
+            if !passed.bytes.is_empty() {
+                return Some((Ok(Frame::data(passed.bytes)), self));
+            }
+        }
+        None
+    }
 }
 
 /// Settles one reserved call when dropped: after the response has passed,

@@ -56,8 +56,11 @@
 //!
 //! # Settlement
 //!
-//! The response passes to the agent as it arrives, chunk by chunk, while
-//! the gate reads the usage from it ([`Usage`]). When it has passed (or
+//! The response passes to the agent as it arrives, an SSE stream event by
+//! event (a JSON body once whole), while the gate reads the usage from it
+//! ([`Usage`]). Nothing that holds the key passes: a provider echoing it
+//! (an error quoting it) has that header dropped, that body answered with
+//! a 502 `llm_upstream_echoed_key`, that stream cut before the event. When it has passed (or
 //! was cut) the call is settled ([`Meter::settle`]): to the reported usage
 //! at the model's prices, or to the whole reservation when no final usage
 //! came. A call refused before it left costs nothing.
@@ -81,6 +84,7 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod echo;
 mod error;
 mod http;
 mod inspect;
