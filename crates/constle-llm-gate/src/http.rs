@@ -36,22 +36,18 @@
 //! 502 or 504 in the provider's shape (retryable: that is the provider's
 //! failure, not a cap), and the call is settled with no usage.
 
-use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::serve::Listener;
 use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Either, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
-use rust_decimal::Decimal;
-use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use zeroize::Zeroizing;
 
@@ -60,18 +56,14 @@ use crate::echo::{self, Cut, Events};
 use crate::error::GateError;
 use crate::inspect::{MAX_BODY_BYTES, Refusal, inspect};
 use crate::loopback::addressed_to_loopback;
-use crate::meter::{Call, Held, Meter, Recorder, Settled, Unmetered, Unrecorded};
+use crate::meter::{Call, Meter, Recorder, Unmetered, Unrecorded};
 use crate::reason::Reason;
 use crate::refused::{Refused, Transport};
-use crate::route::{Kind, Route, route, upstream_path_and_query};
+use crate::route::{Route, route, upstream_path_and_query};
 use crate::shape;
-use crate::upstream::{self, Client};
+use crate::state::{Asked, Inner, Remembered, Response, Settlement, json_response};
+use crate::upstream;
 use crate::usage::Tracker;
-
-/// What the agent gets back: a whole body, or the provider's, relayed.
-type Body = Either<Full<Bytes>, UnsyncBoxBody<Bytes, std::io::Error>>;
-
-type Response = hyper::Response<Body>;
 
 /// Agent headers forwarded to the provider (besides `x-stainless-*`, the
 /// SDKs' telemetry); no other is: not `authorization`, `x-api-key`,
@@ -90,11 +82,6 @@ pub const FORWARDED_REQUEST_HEADERS: [&str; 7] = [
 /// [`Gate::with_response_timeout`] says otherwise: ten minutes, as long as
 /// the SDKs themselves wait for a non-streamed answer.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// How many completed Responses the gate remembers for
-/// `previous_response_id`; the oldest is forgotten past it (and a call
-/// continuing it is then refused, never let through unbounded).
-pub const MAX_REMEMBERED_RESPONSES: usize = 4096;
 
 /// Response headers never relayed: hop-by-hop, cookies, and the length
 /// (the relay sets its own framing).
@@ -130,20 +117,6 @@ impl fmt::Debug for Gate {
             .field("api", &self.inner.provider.api)
             .finish_non_exhaustive()
     }
-}
-
-struct Inner {
-    provider: Provider,
-    /// The upstream base, without a trailing `/`.
-    base: String,
-    /// The header carrying the key, marked sensitive.
-    key: (HeaderName, HeaderValue),
-    client: Client,
-    meter: Arc<dyn Meter>,
-    recorder: Arc<dyn Recorder>,
-    shutoff: CancellationToken,
-    response_timeout: Duration,
-    responses: Mutex<Remembered>,
 }
 
 impl Gate {
@@ -258,123 +231,30 @@ where
         .await;
 }
 
-/// The completed Responses this gate saw, by id: their tokens, which a
-/// call continuing one reads again.
-#[derive(Default)]
-struct Remembered {
-    tokens: HashMap<String, u64>,
-    order: VecDeque<String>,
-}
-
-impl Remembered {
-    fn insert(&mut self, id: String, tokens: u64) {
-        if self.tokens.insert(id.clone(), tokens).is_none() {
-            self.order.push_back(id);
-        }
-        while self.order.len() > MAX_REMEMBERED_RESPONSES {
-            if let Some(oldest) = self.order.pop_front() {
-                self.tokens.remove(&oldest);
-            }
-        }
-    }
-}
-
-/// What one request asked, for its record if it is refused.
-struct Asked<'a> {
-    method: &'a Method,
-    path: &'a str,
-    kind: Option<Kind>,
-    transport: Transport,
-}
-
-impl Inner {
-    fn remembered(&self) -> std::sync::MutexGuard<'_, Remembered> {
-        // A holder that panicked left a whole entry or none.
-        self.responses
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn previous(&self, id: &str) -> Option<u64> {
-        self.remembered().tokens.get(id).copied()
-    }
-
-    /// What the audit log keeps of refusing `asked` for `reason`.
-    fn record(&self, asked: &Asked<'_>, reason: Reason, model: Option<String>) -> Refused {
-        let mut record = Refused::new(&self.provider.id, reason, asked.method.as_str(), asked.path);
-        record.kind = asked.kind;
-        record.model = model;
-        record.transport = asked.transport;
-        record
-    }
-
-    /// Records `refusal` of `asked`, then answers it.
-    async fn refuse(&self, asked: &Asked<'_>, refusal: &Refusal, too_large: bool) -> Response {
-        let record = self.record(asked, refusal.reason, refusal.model.clone());
-        self.recorder.refused(&record).await;
-        let status = shape::status(self.provider.api, refusal.reason, too_large);
-        self.error(status, refusal.reason.as_str(), &refusal.message)
-    }
-
-    /// An error in the provider's shape, which no client retries.
-    fn error(&self, status: StatusCode, code: &str, message: &str) -> Response {
-        let body = shape::body(self.provider.api, status, code, message);
-        let mut response = json_response(status, body.to_string());
-        response
-            .headers_mut()
-            .insert("x-should-retry", HeaderValue::from_static("false"));
-        response
-    }
-
-    fn closed(&self) -> Option<Refusal> {
-        self.shutoff.is_cancelled().then(|| {
-            Refusal::new(
-                Reason::GateClosed,
-                "a call after the run stopped model calls",
-                None,
-            )
-        })
-    }
-
-    /// The declared models, as OpenAI's `GET /v1/models` lists models.
-    fn models(&self) -> Response {
-        let data: Vec<Value> = self
-            .provider
-            .models
-            .keys()
-            .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "constle"}))
-            .collect();
-        json_response(
-            StatusCode::OK,
-            json!({"object": "list", "data": data}).to_string(),
-        )
-    }
-
-    /// The request to the provider for `inspected` at `path_and_query`,
-    /// with the agent headers the gate forwards and its key.
-    fn upstream_request(
-        &self,
-        path_and_query: &str,
-        agent: &HeaderMap,
-        body: Vec<u8>,
-    ) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
-        let mut request = Request::builder()
-            .method(Method::POST)
-            .uri(format!("{}{path_and_query}", self.base))
-            .body(Full::new(Bytes::from(body)))?;
-        let headers = request.headers_mut();
-        *headers = forwarded(agent);
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        headers.insert(
-            header::ACCEPT_ENCODING,
-            HeaderValue::from_static("identity"),
-        );
-        headers.insert(self.key.0.clone(), self.key.1.clone());
-        Ok(request)
-    }
+/// The request to the provider for `inspected` at `path_and_query`,
+/// with the agent headers the gate forwards and its key.
+fn upstream_request(
+    inner: &Inner,
+    path_and_query: &str,
+    agent: &HeaderMap,
+    body: Vec<u8>,
+) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(format!("{}{path_and_query}", inner.base))
+        .body(Full::new(Bytes::from(body)))?;
+    let headers = request.headers_mut();
+    *headers = forwarded(agent);
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
+    headers.insert(inner.key.0.clone(), inner.key.1.clone());
+    Ok(request)
 }
 
 /// The agent headers the gate forwards.
@@ -455,7 +335,7 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
         worst_case_usd: inspected.worst_case_usd,
         stream: inspected.stream,
     };
-    let upstream = inner.upstream_request(&path_and_query, &parts.headers, inspected.body);
+    let upstream = upstream_request(&inner, &path_and_query, &parts.headers, inspected.body);
     forward(inner, &asked, call, inspected.prices, upstream, started).await
 }
 
@@ -692,62 +572,4 @@ impl EventRelay {
         }
         None
     }
-}
-
-/// Settles one reserved call when dropped: after the response has passed,
-/// was cut, or never came. In `Drop`, so that no way out of a call (an
-/// agent that hangs up mid-stream included) leaves a reservation open.
-struct Settlement {
-    inner: Arc<Inner>,
-    held: Option<Held>,
-    call: Option<Call>,
-    prices: Prices,
-    started: Instant,
-    /// Whether the request left for the provider: one that did not costs
-    /// nothing.
-    sent: bool,
-    streamed: bool,
-    status: Option<u16>,
-    request_id: Option<String>,
-    tracker: Option<Tracker>,
-}
-
-impl Drop for Settlement {
-    fn drop(&mut self) {
-        let (Some(held), Some(call)) = (self.held.take(), self.call.take()) else {
-            return;
-        };
-        let reading = self.tracker.take().map(Tracker::finish).unwrap_or_default();
-        // A response continued later is read again; its tokens bound that.
-        if let (Some(id), Some(usage)) = (&reading.completed, reading.usage) {
-            self.inner.remembered().insert(id.clone(), usage.total());
-        }
-        let cost_usd = match reading.usage {
-            _ if !self.sent => Decimal::ZERO,
-            Some(usage) => usage.cost(&self.prices).unwrap_or(call.worst_case_usd),
-            None => call.worst_case_usd,
-        };
-        let settled = Settled {
-            usage: reading.usage,
-            cost_usd,
-            streamed: self.streamed,
-            status: self.status,
-            request_id: self.request_id.take(),
-            duration: self.started.elapsed(),
-        };
-        let meter = Arc::clone(&self.inner.meter);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { meter.settle(held, call, settled).await });
-        }
-    }
-}
-
-fn json_response(status: StatusCode, body: String) -> Response {
-    let mut response = hyper::Response::new(Either::Left(Full::new(Bytes::from(body))));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
 }

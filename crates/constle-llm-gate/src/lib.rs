@@ -95,14 +95,13 @@ mod reason;
 mod refused;
 mod route;
 mod shape;
+mod state;
 mod upstream;
 mod usage;
 
 pub use config::{Api, Key, Prices, Provider};
 pub use error::GateError;
-pub use http::{
-    DEFAULT_RESPONSE_TIMEOUT, FORWARDED_REQUEST_HEADERS, Gate, MAX_REMEMBERED_RESPONSES,
-};
+pub use http::{DEFAULT_RESPONSE_TIMEOUT, FORWARDED_REQUEST_HEADERS, Gate};
 pub use inspect::{Inspected, MAX_BODY_BYTES, MAX_CHOICES, Refusal, inspect};
 pub use media::{DOCUMENT_TOKENS, IMAGE_TOKENS};
 pub use meter::{
@@ -112,6 +111,7 @@ pub use meter::{
 pub use reason::Reason;
 pub use refused::{MAX_RECORDED_BYTES, Refused, Transport};
 pub use route::Kind;
+pub use state::MAX_REMEMBERED_RESPONSES;
 /// The shutoff [`Gate::with_shutoff`] takes.
 pub use tokio_util::sync::CancellationToken;
 pub use usage::Usage;
