@@ -12,7 +12,7 @@
 //! 3. A method and path the API lists ([`crate::route`]), else 404
 //!    `llm_path_not_allowed`. `GET …/models` is answered by the gate with
 //!    the declared models. The Responses WebSocket (`GET /v1/responses`
-//!    with an Upgrade) is not served yet: 426, `llm_path_not_allowed`.
+//!    with an Upgrade) goes to [`crate::socket`].
 //! 4. The body read (at most [`MAX_BODY_BYTES`]) and [`inspect`]ed.
 //! 5. The [`Meter`] reserves the worst case, or refuses (403).
 //! 6. The shutoff checked again, then the inspected body is sent to the
@@ -61,6 +61,7 @@ use crate::reason::Reason;
 use crate::refused::{Refused, Transport};
 use crate::route::{Route, route, upstream_path_and_query};
 use crate::shape;
+use crate::socket;
 use crate::state::{Asked, Inner, Remembered, Response, Settlement, json_response};
 use crate::upstream;
 use crate::usage::Tracker;
@@ -126,12 +127,14 @@ impl Gate {
         let base = base(&provider.upstream)?;
         let key = key_header(&provider)?;
         let client = upstream::client().map_err(GateError::Client)?;
+        let connector = upstream::connector().map_err(GateError::Client)?;
         Ok(Gate {
             inner: Inner {
                 provider,
                 base,
                 key,
                 client,
+                connector,
                 meter: Arc::new(Unmetered),
                 recorder: Arc::new(Unrecorded),
                 shutoff: CancellationToken::new(),
@@ -298,7 +301,9 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
     };
     let (kind, upstream_path) = match route {
         Route::Models => return inner.models(),
-        Route::ResponsesSocket => return socket_refused(&inner, &asked).await,
+        Route::ResponsesSocket => {
+            return socket::upgrade(inner, Request::from_parts(parts, body)).await;
+        }
         Route::Call {
             kind,
             upstream_path,
@@ -337,20 +342,6 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
     };
     let upstream = upstream_request(&inner, &path_and_query, &parts.headers, inspected.body);
     forward(inner, &asked, call, inspected.prices, upstream, started).await
-}
-
-/// The Responses WebSocket is not served yet: 426 Upgrade Required,
-/// which no client retries, and on which Codex goes on over HTTP
-/// (`POST /v1/responses`, SSE), where every rule applies.
-async fn socket_refused(inner: &Inner, asked: &Asked<'_>) -> Response {
-    let what = "the Responses WebSocket, which this gate does not serve (use POST /v1/responses)";
-    let refusal = Refusal::new(Reason::PathNotAllowed, what, None);
-    let _ = inner.refuse(asked, &refusal, false).await;
-    inner.error(
-        StatusCode::UPGRADE_REQUIRED,
-        refusal.reason.as_str(),
-        &refusal.message,
-    )
 }
 
 /// Reads the agent's body, at most one chunk past [`MAX_BODY_BYTES`];

@@ -5,7 +5,8 @@
 //! the provider reports, and has every call and refusal recorded.
 //!
 //! The policy core ([`inspect`]) is a pure function, no I/O; [`Gate`] is
-//! the HTTP side built on it, with a [`Meter`] where the run's spend
+//! the HTTP side built on it (and the Responses API's WebSocket mode,
+//! each `response.create` message inspected as a POST body), with a [`Meter`] where the run's spend
 //! ledger plugs in (and records `llm_call`), a [`Recorder`] where the
 //! audit log records the gate's own refusals (`llm_refused`), and a
 //! shutoff ([`Gate::with_shutoff`]) that stops all forwarding at once.
@@ -95,6 +96,7 @@ mod reason;
 mod refused;
 mod route;
 mod shape;
+mod socket;
 mod state;
 mod upstream;
 mod usage;

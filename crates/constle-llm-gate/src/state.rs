@@ -24,7 +24,7 @@ use crate::reason::Reason;
 use crate::refused::{Refused, Transport};
 use crate::route::Kind;
 use crate::shape;
-use crate::upstream::Client;
+use crate::upstream::{Client, Connector};
 use crate::usage::Tracker;
 
 /// What the agent gets back: a whole body, or the provider's, relayed.
@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     /// The header carrying the key, marked sensitive.
     pub(crate) key: (HeaderName, HeaderValue),
     pub(crate) client: Client,
+    /// The Responses WebSocket's way to the provider.
+    pub(crate) connector: Connector,
     pub(crate) meter: Arc<dyn Meter>,
     pub(crate) recorder: Arc<dyn Recorder>,
     pub(crate) shutoff: CancellationToken,

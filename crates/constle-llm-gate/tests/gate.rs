@@ -619,8 +619,9 @@ async fn the_shutoff_stops_all_forwarding_and_models_are_the_declared_ones() {
         serde_json::from_str(&text(h.send("GET", "/v1/models", None).await).await).unwrap();
     assert_eq!(models["data"][0]["id"], "m");
     assert_eq!(models["data"].as_array().unwrap().len(), 1);
+    // A GET of the Responses path that is no WebSocket upgrade.
     let socket = h.send("GET", "/v1/responses", None).await;
-    assert_eq!(socket.status(), StatusCode::UPGRADE_REQUIRED);
+    assert_eq!(socket.status(), StatusCode::NOT_FOUND);
     assert_eq!(
         h.recorded.0.lock().unwrap()[0].reason,
         Reason::PathNotAllowed
