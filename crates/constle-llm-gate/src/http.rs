@@ -12,7 +12,7 @@
 //! 3. A method and path the API lists ([`crate::route`]), else 404
 //!    `llm_path_not_allowed`. `GET …/models` is answered by the gate with
 //!    the declared models. The Responses WebSocket (`GET /v1/responses`
-//!    with an Upgrade) is not served yet: 426, `llm_path_not_allowed`.
+//!    with an Upgrade) goes to [`crate::socket`].
 //! 4. The body read (at most [`MAX_BODY_BYTES`]) and [`inspect`]ed.
 //! 5. The [`Meter`] reserves the worst case, or refuses (403).
 //! 6. The shutoff checked again, then the inspected body is sent to the
@@ -21,52 +21,50 @@
 //!    key the gate holds, and `accept-encoding: identity` (so the usage
 //!    can be read as it passes).
 //! 7. The provider's status and headers come back (less hop-by-hop
-//!    headers, `set-cookie` and `content-length`), and its body is relayed
-//!    chunk by chunk as it arrives, while [`crate::usage`] reads the usage
-//!    from it. When the body has ended, was cut (the provider or the agent
-//!    went away, the shutoff thrown), the call is settled through the
-//!    [`Meter`].
+//!    headers, `set-cookie`, `content-length`, and any header holding the
+//!    key, [`crate::echo`]). An SSE body is relayed event by event as each
+//!    completes, and cut before an event holding the key; any other body
+//!    once whole (at most [`MAX_BODY_BYTES`]), or, if it holds the key, a
+//!    502 `llm_upstream_echoed_key` instead. [`crate::usage`] reads the
+//!    usage from what passes. When the body has ended, was cut (the
+//!    provider or the agent went away, the shutoff thrown), the call is
+//!    settled through the [`Meter`]. Whatever is withheld for holding the
+//!    key is recorded through the [`Recorder`].
 //!
 //! A provider that cannot be reached, or sends no response headers within
 //! the response timeout ([`DEFAULT_RESPONSE_TIMEOUT`]), is answered with
 //! 502 or 504 in the provider's shape (retryable: that is the provider's
 //! failure, not a cap), and the call is settled with no usage.
 
-use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::serve::Listener;
 use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Either, Full, StreamBody};
-use hyper::body::Incoming;
+use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
-use rust_decimal::Decimal;
-use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use zeroize::Zeroizing;
 
 use crate::config::{Api, Prices, Provider};
+use crate::echo::{self, Cut, Events};
 use crate::error::GateError;
 use crate::inspect::{MAX_BODY_BYTES, Refusal, inspect};
 use crate::loopback::addressed_to_loopback;
-use crate::meter::{Call, Held, Meter, Recorder, Settled, Unmetered, Unrecorded};
+use crate::meter::{Call, Meter, Recorder, Unmetered, Unrecorded};
 use crate::reason::Reason;
 use crate::refused::{Refused, Transport};
-use crate::route::{Kind, Route, route, upstream_path_and_query};
+use crate::route::{Route, route, upstream_path_and_query};
 use crate::shape;
-use crate::upstream::{self, Client};
+use crate::socket;
+use crate::state::{Asked, Inner, Remembered, Response, Settlement, json_response};
+use crate::upstream;
 use crate::usage::Tracker;
-
-/// What the agent gets back: a whole body, or the provider's, relayed.
-type Body = Either<Full<Bytes>, UnsyncBoxBody<Bytes, std::io::Error>>;
-
-type Response = hyper::Response<Body>;
 
 /// Agent headers forwarded to the provider (besides `x-stainless-*`, the
 /// SDKs' telemetry); no other is: not `authorization`, `x-api-key`,
@@ -85,11 +83,6 @@ pub const FORWARDED_REQUEST_HEADERS: [&str; 7] = [
 /// [`Gate::with_response_timeout`] says otherwise: ten minutes, as long as
 /// the SDKs themselves wait for a non-streamed answer.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// How many completed Responses the gate remembers for
-/// `previous_response_id`; the oldest is forgotten past it (and a call
-/// continuing it is then refused, never let through unbounded).
-pub const MAX_REMEMBERED_RESPONSES: usize = 4096;
 
 /// Response headers never relayed: hop-by-hop, cookies, and the length
 /// (the relay sets its own framing).
@@ -127,20 +120,6 @@ impl fmt::Debug for Gate {
     }
 }
 
-struct Inner {
-    provider: Provider,
-    /// The upstream base, without a trailing `/`.
-    base: String,
-    /// The header carrying the key, marked sensitive.
-    key: (HeaderName, HeaderValue),
-    client: Client,
-    meter: Arc<dyn Meter>,
-    recorder: Arc<dyn Recorder>,
-    shutoff: CancellationToken,
-    response_timeout: Duration,
-    responses: Mutex<Remembered>,
-}
-
 impl Gate {
     /// A gate forwarding to `provider.upstream` with `provider.key`,
     /// unmetered and unrecorded until told otherwise.
@@ -148,12 +127,14 @@ impl Gate {
         let base = base(&provider.upstream)?;
         let key = key_header(&provider)?;
         let client = upstream::client().map_err(GateError::Client)?;
+        let connector = upstream::connector().map_err(GateError::Client)?;
         Ok(Gate {
             inner: Inner {
                 provider,
                 base,
                 key,
                 client,
+                connector,
                 meter: Arc::new(Unmetered),
                 recorder: Arc::new(Unrecorded),
                 shutoff: CancellationToken::new(),
@@ -253,122 +234,30 @@ where
         .await;
 }
 
-/// The completed Responses this gate saw, by id: their tokens, which a
-/// call continuing one reads again.
-#[derive(Default)]
-struct Remembered {
-    tokens: HashMap<String, u64>,
-    order: VecDeque<String>,
-}
-
-impl Remembered {
-    fn insert(&mut self, id: String, tokens: u64) {
-        if self.tokens.insert(id.clone(), tokens).is_none() {
-            self.order.push_back(id);
-        }
-        while self.order.len() > MAX_REMEMBERED_RESPONSES {
-            if let Some(oldest) = self.order.pop_front() {
-                self.tokens.remove(&oldest);
-            }
-        }
-    }
-}
-
-/// What one request asked, for its record if it is refused.
-struct Asked<'a> {
-    method: &'a Method,
-    path: &'a str,
-    kind: Option<Kind>,
-    transport: Transport,
-}
-
-impl Inner {
-    fn remembered(&self) -> std::sync::MutexGuard<'_, Remembered> {
-        // A holder that panicked left a whole entry or none.
-        self.responses
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn previous(&self, id: &str) -> Option<u64> {
-        self.remembered().tokens.get(id).copied()
-    }
-
-    /// Records `refusal` of `asked`, then answers it.
-    async fn refuse(&self, asked: &Asked<'_>, refusal: &Refusal, too_large: bool) -> Response {
-        let mut record = Refused::new(
-            &self.provider.id,
-            refusal.reason,
-            asked.method.as_str(),
-            asked.path,
-        );
-        record.kind = asked.kind;
-        record.model.clone_from(&refusal.model);
-        record.transport = asked.transport;
-        self.recorder.refused(&record).await;
-        let status = shape::status(self.provider.api, refusal.reason, too_large);
-        self.error(status, refusal.reason.as_str(), &refusal.message)
-    }
-
-    /// An error in the provider's shape, which no client retries.
-    fn error(&self, status: StatusCode, code: &str, message: &str) -> Response {
-        let body = shape::body(self.provider.api, status, code, message);
-        let mut response = json_response(status, body.to_string());
-        response
-            .headers_mut()
-            .insert("x-should-retry", HeaderValue::from_static("false"));
-        response
-    }
-
-    fn closed(&self) -> Option<Refusal> {
-        self.shutoff.is_cancelled().then(|| {
-            Refusal::new(
-                Reason::GateClosed,
-                "a call after the run stopped model calls",
-                None,
-            )
-        })
-    }
-
-    /// The declared models, as OpenAI's `GET /v1/models` lists models.
-    fn models(&self) -> Response {
-        let data: Vec<Value> = self
-            .provider
-            .models
-            .keys()
-            .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "constle"}))
-            .collect();
-        json_response(
-            StatusCode::OK,
-            json!({"object": "list", "data": data}).to_string(),
-        )
-    }
-
-    /// The request to the provider for `inspected` at `path_and_query`,
-    /// with the agent headers the gate forwards and its key.
-    fn upstream_request(
-        &self,
-        path_and_query: &str,
-        agent: &HeaderMap,
-        body: Vec<u8>,
-    ) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
-        let mut request = Request::builder()
-            .method(Method::POST)
-            .uri(format!("{}{path_and_query}", self.base))
-            .body(Full::new(Bytes::from(body)))?;
-        let headers = request.headers_mut();
-        *headers = forwarded(agent);
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        headers.insert(
-            header::ACCEPT_ENCODING,
-            HeaderValue::from_static("identity"),
-        );
-        headers.insert(self.key.0.clone(), self.key.1.clone());
-        Ok(request)
-    }
+/// The request to the provider for `inspected` at `path_and_query`,
+/// with the agent headers the gate forwards and its key.
+fn upstream_request(
+    inner: &Inner,
+    path_and_query: &str,
+    agent: &HeaderMap,
+    body: Vec<u8>,
+) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(format!("{}{path_and_query}", inner.base))
+        .body(Full::new(Bytes::from(body)))?;
+    let headers = request.headers_mut();
+    *headers = forwarded(agent);
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
+    headers.insert(inner.key.0.clone(), inner.key.1.clone());
+    Ok(request)
 }
 
 /// The agent headers the gate forwards.
@@ -412,7 +301,9 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
     };
     let (kind, upstream_path) = match route {
         Route::Models => return inner.models(),
-        Route::ResponsesSocket => return socket_refused(&inner, &asked).await,
+        Route::ResponsesSocket => {
+            return socket::upgrade(inner, Request::from_parts(parts, body)).await;
+        }
         Route::Call {
             kind,
             upstream_path,
@@ -449,22 +340,8 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
         worst_case_usd: inspected.worst_case_usd,
         stream: inspected.stream,
     };
-    let upstream = inner.upstream_request(&path_and_query, &parts.headers, inspected.body);
+    let upstream = upstream_request(&inner, &path_and_query, &parts.headers, inspected.body);
     forward(inner, &asked, call, inspected.prices, upstream, started).await
-}
-
-/// The Responses WebSocket is not served yet: 426 Upgrade Required,
-/// which no client retries, and on which Codex goes on over HTTP
-/// (`POST /v1/responses`, SSE), where every rule applies.
-async fn socket_refused(inner: &Inner, asked: &Asked<'_>) -> Response {
-    let what = "the Responses WebSocket, which this gate does not serve (use POST /v1/responses)";
-    let refusal = Refusal::new(Reason::PathNotAllowed, what, None);
-    let _ = inner.refuse(asked, &refusal, false).await;
-    inner.error(
-        StatusCode::UPGRADE_REQUIRED,
-        refusal.reason.as_str(),
-        &refusal.message,
-    )
 }
 
 /// Reads the agent's body, at most one chunk past [`MAX_BODY_BYTES`];
@@ -493,6 +370,7 @@ async fn forward(
     started: Instant,
 ) -> Response {
     let kind = call.kind;
+    let model = call.model.clone();
     let held = match inner.meter.reserve(&call).await {
         Ok(held) => held,
         Err(refused) => {
@@ -525,11 +403,23 @@ async fn forward(
         Ok(Err(_)) => return upstream_failure(&inner, StatusCode::BAD_GATEWAY),
         Err(_) => return upstream_failure(&inner, StatusCode::GATEWAY_TIMEOUT),
     };
-    settle.status = Some(response.status().as_u16());
-    settle.request_id = request_id(response.headers());
-    settle.streamed = is_event_stream(response.headers());
+    let (mut parts, body) = response.into_parts();
+    let echoed = inner.record(asked, Reason::UpstreamEchoedKey, Some(model));
+    if echo::drop_headers_holding(&mut parts.headers, inner.provider.key.expose().as_bytes()) {
+        inner.recorder.refused(&echoed).await;
+    }
+    settle.status = Some(parts.status.as_u16());
+    settle.request_id = request_id(&parts.headers);
+    settle.streamed = is_event_stream(&parts.headers);
     settle.tracker = Some(Tracker::new(inner.provider.api, kind, settle.streamed));
-    relay(response, settle)
+    for name in &DROPPED_RESPONSE_HEADERS {
+        parts.headers.remove(name);
+    }
+    if settle.streamed {
+        relay_events(parts, body, settle, echoed)
+    } else {
+        relay_whole(parts, body, settle, echoed).await
+    }
 }
 
 /// The provider could not be reached or did not answer in time; the
@@ -566,101 +456,111 @@ fn request_id(headers: &HeaderMap) -> Option<String> {
     })
 }
 
-/// The provider's response, its body relayed chunk by chunk as it
-/// arrives while `settle`'s tracker reads it.
-fn relay(response: hyper::Response<Incoming>, settle: Settlement) -> Response {
-    let (parts, body) = response.into_parts();
-    let shutoff = settle.inner.shutoff.clone();
-    let state = (body, settle, shutoff, false);
-    let frames =
-        futures_util::stream::unfold(state, |(mut body, mut settle, shutoff, done)| async move {
-            if done {
-                return None;
-            }
-            let frame = tokio::select! {
-                frame = body.frame() => frame,
-                () = shutoff.cancelled() => return None,
-            };
-            match frame {
-                Some(Ok(frame)) => {
-                    if let Some(chunk) = frame.data_ref()
-                        && let Some(tracker) = settle.tracker.as_mut()
-                    {
-                        tracker.push(chunk);
-                    }
-                    Some((Ok(frame), (body, settle, shutoff, false)))
-                }
-                Some(Err(err)) => Some((
-                    Err(std::io::Error::other(err)),
-                    (body, settle, shutoff, true),
-                )),
-                None => None,
-            }
-        });
-    let mut out = hyper::Response::new(Either::Right(StreamBody::new(frames).boxed_unsync()));
-    *out.status_mut() = parts.status;
-    let mut headers = parts.headers;
-    for name in &DROPPED_RESPONSE_HEADERS {
-        headers.remove(name);
+/// A response that is not a stream, relayed once it is whole and known
+/// not to hold the key (else a 502 in the provider's shape, recorded).
+async fn relay_whole(
+    parts: hyper::http::response::Parts,
+    body: Incoming,
+    mut settle: Settlement,
+    echoed: Refused,
+) -> Response {
+    let inner = Arc::clone(&settle.inner);
+    let read = tokio::select! {
+        read = read_limited(body) => read,
+        () = inner.shutoff.cancelled() => Err(false),
+    };
+    let Ok(body) = read else {
+        return upstream_failure(&inner, StatusCode::BAD_GATEWAY);
+    };
+    if let Some(tracker) = settle.tracker.as_mut() {
+        tracker.push(&body);
     }
-    *out.headers_mut() = headers;
+    if echo::holds(&body, inner.provider.key.expose().as_bytes()) {
+        inner.recorder.refused(&echoed).await;
+        let what = format!(
+            "an answer from provider {:?} that held its key; the Constle gate did not relay it",
+            inner.provider.id
+        );
+        let status = shape::status(inner.provider.api, Reason::UpstreamEchoedKey, false);
+        return inner.error(status, Reason::UpstreamEchoedKey.as_str(), &what);
+    }
+    let mut out = hyper::Response::new(Either::Left(Full::new(body)));
+    *out.status_mut() = parts.status;
+    *out.headers_mut() = parts.headers;
     out
 }
 
-/// Settles one reserved call when dropped: after the response has passed,
-/// was cut, or never came. In `Drop`, so that no way out of a call (an
-/// agent that hangs up mid-stream included) leaves a reservation open.
-struct Settlement {
-    inner: Arc<Inner>,
-    held: Option<Held>,
-    call: Option<Call>,
-    prices: Prices,
-    started: Instant,
-    /// Whether the request left for the provider: one that did not costs
-    /// nothing.
-    sent: bool,
-    streamed: bool,
-    status: Option<u16>,
-    request_id: Option<String>,
-    tracker: Option<Tracker>,
+/// An SSE response, relayed event by event as each completes, while the
+/// settlement's tracker reads it.
+fn relay_events(
+    parts: hyper::http::response::Parts,
+    body: Incoming,
+    settle: Settlement,
+    echoed: Refused,
+) -> Response {
+    let relay = EventRelay {
+        body,
+        settle,
+        events: Events::default(),
+        echoed,
+        done: false,
+    };
+    let frames = futures_util::stream::unfold(relay, EventRelay::next);
+    let mut out = hyper::Response::new(Either::Right(StreamBody::new(frames).boxed_unsync()));
+    *out.status_mut() = parts.status;
+    *out.headers_mut() = parts.headers;
+    out
 }
 
-impl Drop for Settlement {
-    fn drop(&mut self) {
-        let (Some(held), Some(call)) = (self.held.take(), self.call.take()) else {
-            return;
-        };
-        let reading = self.tracker.take().map(Tracker::finish).unwrap_or_default();
-        // A response continued later is read again; its tokens bound that.
-        if let (Some(id), Some(usage)) = (&reading.completed, reading.usage) {
-            self.inner.remembered().insert(id.clone(), usage.total());
+/// One SSE stream from the provider on its way to the agent.
+struct EventRelay {
+    body: Incoming,
+    settle: Settlement,
+    events: Events,
+    /// Recorded if the stream is cut for holding the key.
+    echoed: Refused,
+    done: bool,
+}
+
+impl EventRelay {
+    /// The next run of whole events for the agent; `None` once the stream
+    /// has ended, was cut (an event holding the key, the shutoff), or the
+    /// agent went away (then this is dropped, and the call settled).
+    async fn next(mut self) -> Option<(Result<Frame<Bytes>, std::io::Error>, EventRelay)> {
+        let inner = Arc::clone(&self.settle.inner);
+        let key = inner.provider.key.expose().as_bytes();
+        while !self.done {
+            let frame = tokio::select! {
+                frame = self.body.frame() => frame,
+                () = inner.shutoff.cancelled() => return None,
+            };
+            let passed = match frame {
+                Some(Ok(frame)) => match frame.data_ref() {
+                    Some(chunk) => self.events.push(chunk, key),
+                    None => continue,
+                },
+                Some(Err(err)) => {
+                    self.done = true;
+                    return Some((Err(std::io::Error::other(err)), self));
+                }
+                None => {
+                    self.done = true;
+                    std::mem::take(&mut self.events).finish(key)
+                }
+            };
+            if let Some(tracker) = self.settle.tracker.as_mut() {
+                tracker.push(&passed.bytes);
+            }
+            if let Some(cut) = passed.cut {
+                self.done = true;
+                if cut == Cut::Echoed {
+                    inner.recorder.refused(&self.echoed).await;
+                }
+            }
+            if !passed.bytes.is_empty() {
+                return Some((Ok(Frame::data(passed.bytes)), self));
+            }
         }
-        let cost_usd = match reading.usage {
-            _ if !self.sent => Decimal::ZERO,
-            Some(usage) => usage.cost(&self.prices).unwrap_or(call.worst_case_usd),
-            None => call.worst_case_usd,
-        };
-        let settled = Settled {
-            usage: reading.usage,
-            cost_usd,
-            streamed: self.streamed,
-            status: self.status,
-            request_id: self.request_id.take(),
-            duration: self.started.elapsed(),
-        };
-        let meter = Arc::clone(&self.inner.meter);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { meter.settle(held, call, settled).await });
-        }
+        None
     }
-}
-
-fn json_response(status: StatusCode, body: String) -> Response {
-    let mut response = hyper::Response::new(Either::Left(Full::new(Bytes::from(body))));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
 }

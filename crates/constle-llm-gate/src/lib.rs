@@ -5,7 +5,8 @@
 //! the provider reports, and has every call and refusal recorded.
 //!
 //! The policy core ([`inspect`]) is a pure function, no I/O; [`Gate`] is
-//! the HTTP side built on it, with a [`Meter`] where the run's spend
+//! the HTTP side built on it (and the Responses API's WebSocket mode,
+//! each `response.create` message inspected as a POST body), with a [`Meter`] where the run's spend
 //! ledger plugs in (and records `llm_call`), a [`Recorder`] where the
 //! audit log records the gate's own refusals (`llm_refused`), and a
 //! shutoff ([`Gate::with_shutoff`]) that stops all forwarding at once.
@@ -56,8 +57,11 @@
 //!
 //! # Settlement
 //!
-//! The response passes to the agent as it arrives, chunk by chunk, while
-//! the gate reads the usage from it ([`Usage`]). When it has passed (or
+//! The response passes to the agent as it arrives, an SSE stream event by
+//! event (a JSON body once whole), while the gate reads the usage from it
+//! ([`Usage`]). Nothing that holds the key passes: a provider echoing it
+//! (an error quoting it) has that header dropped, that body answered with
+//! a 502 `llm_upstream_echoed_key`, that stream cut before the event. When it has passed (or
 //! was cut) the call is settled ([`Meter::settle`]): to the reported usage
 //! at the model's prices, or to the whole reservation when no final usage
 //! came. A call refused before it left costs nothing.
@@ -81,6 +85,7 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod echo;
 mod error;
 mod http;
 mod inspect;
@@ -91,14 +96,14 @@ mod reason;
 mod refused;
 mod route;
 mod shape;
+mod socket;
+mod state;
 mod upstream;
 mod usage;
 
 pub use config::{Api, Key, Prices, Provider};
 pub use error::GateError;
-pub use http::{
-    DEFAULT_RESPONSE_TIMEOUT, FORWARDED_REQUEST_HEADERS, Gate, MAX_REMEMBERED_RESPONSES,
-};
+pub use http::{DEFAULT_RESPONSE_TIMEOUT, FORWARDED_REQUEST_HEADERS, Gate};
 pub use inspect::{Inspected, MAX_BODY_BYTES, MAX_CHOICES, Refusal, inspect};
 pub use media::{DOCUMENT_TOKENS, IMAGE_TOKENS};
 pub use meter::{
@@ -108,6 +113,7 @@ pub use meter::{
 pub use reason::Reason;
 pub use refused::{MAX_RECORDED_BYTES, Refused, Transport};
 pub use route::Kind;
+pub use state::MAX_REMEMBERED_RESPONSES;
 /// The shutoff [`Gate::with_shutoff`] takes.
 pub use tokio_util::sync::CancellationToken;
 pub use usage::Usage;

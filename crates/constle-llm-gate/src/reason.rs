@@ -29,6 +29,9 @@ pub enum Reason {
     GateClosed,
     /// The request is not addressed to loopback (DNS rebinding).
     HostRefused,
+    /// The provider's answer held the key (an error quoting it, a debug
+    /// field): withheld from the agent (HTTP 502, or the stream cut).
+    UpstreamEchoedKey,
 }
 
 impl Reason {
@@ -45,6 +48,7 @@ impl Reason {
             Reason::LedgerUnavailable => "llm_ledger_unavailable",
             Reason::GateClosed => "llm_gate_closed",
             Reason::HostRefused => "llm_host_refused",
+            Reason::UpstreamEchoedKey => "llm_upstream_echoed_key",
         }
     }
 }

@@ -17,7 +17,8 @@
 //! retries a 403 six times). Closed gates and requests not addressed to
 //! loopback are 403. The rest are what the providers answer for the same
 //! mistake: 404 for an unknown path or model, 413 for a body too large,
-//! 400 otherwise.
+//! 400 otherwise. An answer withheld because it held the key is 502, the
+//! provider's failure (its error `type` `api_error` or `server_error`).
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
@@ -35,6 +36,7 @@ pub(crate) fn status(api: Api, reason: Reason, too_large: bool) -> StatusCode {
             Api::OpenAi | Api::OpenAiCompatible => StatusCode::TOO_MANY_REQUESTS,
         },
         Reason::GateClosed | Reason::HostRefused => StatusCode::FORBIDDEN,
+        Reason::UpstreamEchoedKey => StatusCode::BAD_GATEWAY,
         _ => StatusCode::BAD_REQUEST,
     }
 }

@@ -13,8 +13,10 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 /// The pooled client: keep-alive connections to the provider, reused
 /// across calls, closed after 90 s unused.
-pub(crate) type Client =
-    hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub(crate) type Client = hyper_util::client::legacy::Client<Connector, Full<Bytes>>;
+
+/// TCP, or TLS over it, to the provider.
+pub(crate) type Connector = HttpsConnector<HttpConnector>;
 
 /// Longest wait for the provider to accept a TCP connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -23,19 +25,24 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// platform's verifier (the system trust store), named explicitly so no
 /// process-wide default provider is needed.
 pub(crate) fn client() -> std::io::Result<Client> {
-    let mut tcp = HttpConnector::new();
-    tcp.enforce_http(false);
-    tcp.set_nodelay(true);
-    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    let connector = HttpsConnectorBuilder::new()
-        .with_provider_and_platform_verifier(rustls::crypto::aws_lc_rs::default_provider())?
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(tcp);
     Ok(
         hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector),
+            .build(connector()?),
     )
+}
+
+/// The connector under [`client`], also the Responses WebSocket's way to
+/// the provider: the same TLS, no proxy.
+pub(crate) fn connector() -> std::io::Result<Connector> {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    Ok(HttpsConnectorBuilder::new()
+        .with_provider_and_platform_verifier(rustls::crypto::aws_lc_rs::default_provider())?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp))
 }

@@ -205,7 +205,7 @@ impl Tracker {
     }
 
     /// One event's JSON, of either API (the `type` inside names it).
-    fn event(&mut self, event: &Value) {
+    pub(crate) fn event(&mut self, event: &Value) {
         match (self.api, event.get("type").and_then(Value::as_str)) {
             (Api::Anthropic, Some("message_start")) => {
                 if let Some(usage) = event.get("message").and_then(|m| m.get("usage")) {

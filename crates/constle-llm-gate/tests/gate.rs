@@ -619,8 +619,9 @@ async fn the_shutoff_stops_all_forwarding_and_models_are_the_declared_ones() {
         serde_json::from_str(&text(h.send("GET", "/v1/models", None).await).await).unwrap();
     assert_eq!(models["data"][0]["id"], "m");
     assert_eq!(models["data"].as_array().unwrap().len(), 1);
+    // A GET of the Responses path that is no WebSocket upgrade.
     let socket = h.send("GET", "/v1/responses", None).await;
-    assert_eq!(socket.status(), StatusCode::UPGRADE_REQUIRED);
+    assert_eq!(socket.status(), StatusCode::NOT_FOUND);
     assert_eq!(
         h.recorded.0.lock().unwrap()[0].reason,
         Reason::PathNotAllowed
@@ -634,4 +635,114 @@ async fn the_shutoff_stops_all_forwarding_and_models_are_the_declared_ones() {
     assert!(text(response).await.contains("llm_gate_closed"));
     assert!(h.seen.try_recv().is_err());
     assert_eq!(h.recorded.0.lock().unwrap()[0].reason, Reason::GateClosed);
+}
+
+#[tokio::test]
+async fn a_json_answer_echoing_the_key_is_withheld_recorded_and_settled() {
+    let reply: Reply = Arc::new(|_| {
+        let mut body = anthropic_message();
+        body["debug"] = json!(format!("authenticated with {KEY}"));
+        json_reply(
+            200,
+            body,
+            &[("request-id", "req_echo"), ("x-debug-key", KEY)],
+        )
+    });
+    let mut h = harness(Api::Anthropic, reply, false).await;
+    let response = h
+        .post(
+            "/v1/messages",
+            &json!({"model": "m", "max_tokens": 5, "messages": []}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    assert!(response.headers().get("x-debug-key").is_none());
+    let text = text(response).await;
+    assert!(!text.contains(KEY), "{text}");
+    let error: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(error["error"]["type"], "api_error");
+    let recorded = h.recorded.0.lock().unwrap().clone();
+    assert!(!recorded.is_empty());
+    assert!(
+        recorded
+            .iter()
+            .all(|r| r.reason == Reason::UpstreamEchoedKey)
+    );
+    assert_eq!(recorded[0].model.as_deref(), Some("m"));
+    assert_eq!(
+        Reason::UpstreamEchoedKey.as_str(),
+        "llm_upstream_echoed_key"
+    );
+    // The provider answered: settled as usual, to the usage it reported.
+    let (_, settled) = h.settled().await;
+    assert_eq!(settled.status, Some(200));
+    assert!(settled.usage.is_some());
+}
+
+#[tokio::test]
+async fn a_header_echoing_the_key_is_dropped_and_the_answer_passes() {
+    let reply: Reply = Arc::new(|_| {
+        json_reply(
+            200,
+            anthropic_message(),
+            &[("x-debug-key", &format!("got {KEY}")), ("request-id", KEY)],
+        )
+    });
+    let mut h = harness(Api::Anthropic, reply, false).await;
+    let response = h
+        .post(
+            "/v1/messages",
+            &json!({"model": "m", "max_tokens": 5, "messages": []}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.headers().get("x-debug-key").is_none());
+    assert!(response.headers().get("request-id").is_none());
+    assert!(text(response).await.contains("msg_1"));
+    assert_eq!(
+        h.recorded.0.lock().unwrap()[0].reason,
+        Reason::UpstreamEchoedKey
+    );
+    let (_, settled) = h.settled().await;
+    assert_eq!(settled.request_id, None, "the log never holds the key");
+}
+
+#[tokio::test]
+async fn a_stream_is_cut_before_the_event_echoing_the_key_even_split_across_chunks() {
+    let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n";
+    let echo = format!(
+        "event: error\ndata: {{\"type\":\"error\",\"error\":{{\"message\":\"invalid x-api-key {KEY}\"}}}}\n\n"
+    );
+    let delta = "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":4}}\n\n";
+    // Split inside the key: each half alone holds no key.
+    let split = echo.find(KEY).unwrap() + 5;
+    let (a, b) = echo.split_at(split);
+    let chunks = [
+        start.to_owned(),
+        a.to_owned(),
+        b.to_owned(),
+        delta.to_owned(),
+    ];
+    let reply: Reply =
+        Arc::new(move |_| sse_all(&chunks.iter().map(String::as_str).collect::<Vec<_>>()));
+    let mut h = harness(Api::Anthropic, reply, false).await;
+    let response = h
+        .post(
+            "/v1/messages",
+            &json!({"model": "m", "max_tokens": 5, "stream": true, "messages": []}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = text(response).await;
+    assert_eq!(
+        text, start,
+        "the events before it pass, nothing of it or after"
+    );
+    assert_eq!(
+        h.recorded.0.lock().unwrap()[0].reason,
+        Reason::UpstreamEchoedKey
+    );
+    let (call, settled) = h.settled().await;
+    assert_eq!(settled.usage, None);
+    assert_eq!(settled.cost_usd, call.worst_case_usd);
 }
