@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # The main job, end to end on the example agent: make its keys, validate its
-# Agentfile, run it in the sandbox against a simulated outside world, verify
+# Agentfile, run it in the sandbox against a simulated outside world, show
+# what its model provider received and what the model gate recorded, verify
 # the signed audit log of the run, show it, and show what verification says
 # after one byte of it is changed.
+#
+# The model provider is examples/simulated_anthropic.py on loopback: the
+# agent reaches it only through the model gate, which holds the key the
+# quickstart makes up here.
 #
 # The "outside world" is a network namespace holding a documentation address
 # (203.0.113.0/24) with a listener on port 443; the proxy resolves the
@@ -66,8 +71,16 @@ serve webhook_url "$root/target/release/examples/simulated_approver" \
   "$CONSTLE_HOME/keys/approver/approver.pem"
 export HUMAN_GATE_WEBHOOK_URL=$webhook_url
 
+# The model provider (host side), and the key only the model gate holds:
+# the agent gets a placeholder, and the provider writes down every key it
+# receives.
+model_record=$work/model-provider.log
+serve llm_url python3 "$root/examples/simulated_anthropic.py" "$model_record"
+model_key=sk-ant-quickstart-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+export SIMULATED_ANTHROPIC_KEY=$model_key
+
 sed -e "s|@AGENT_DID@|$agent_did|" -e "s|@APPROVER_DID@|$approver_did|" -e "s|@MCP_URL@|$mcp_url|" \
-  "$agentdir/agent.template.yaml" > "$agentfile"
+  -e "s|@LLM_URL@|$llm_url|" "$agentdir/agent.template.yaml" > "$agentfile"
 
 step constle validate agent.yaml
 $constle validate "$agentfile"
@@ -86,10 +99,27 @@ if [ "$status" -ne 0 ]; then
   exit 1
 fi
 
+step "what the model provider received (the gate held SIMULATED_ANTHROPIC_KEY=$model_key)"
+cat "$model_record"
+if ! grep -q "x-api-key=$model_key\$" "$model_record" || grep -qv "x-api-key=$model_key\$" "$model_record"; then
+  echo "quickstart: the provider did not receive the gate's key on every call" >&2
+  exit 1
+fi
+if grep -q claude-opus "$model_record"; then
+  echo "quickstart: the undeclared model reached the provider" >&2
+  exit 1
+fi
+
 step constle spend show agent.yaml
 $constle spend show "$agentfile"
 
 log=$CONSTLE_HOME/logs/invoice-processor-$(date -u +%F).jsonl
+step "constle audit show $(basename "$log") | grep llm_"
+$constle audit show "$log" | grep -E ' llm_(reserved|call|refused) '
+if ! grep -q '"reason":"llm_model_not_declared"' "$log"; then
+  echo "quickstart: no refusal of the undeclared model in the log" >&2
+  exit 1
+fi
 step constle audit verify --agentfile=agent.yaml "$(basename "$log")"
 $constle audit verify --agentfile="$agentfile" "$log"
 

@@ -10,6 +10,12 @@ With an MCP server declared, it then works through the gate at
 one, calls the gated `pay_invoice` (which waits for a person), and tries an
 undeclared tool, which the gate refuses.
 
+With a model provider declared (`llm.providers`, id `anthropic`), it then
+asks the model through the model gate at `CONSTLE_LLM_ANTHROPIC_URL` (the
+same URL as `ANTHROPIC_BASE_URL`) with the Messages API, holding only the
+placeholder key the sandbox was given: once as JSON, once streamed, and
+once for a model the Agentfile does not declare, which the gate refuses.
+
 Given HOST:PORT arguments instead, it asks the proxy for each and prints
 `TARGET STATUS [FIRST LINE FROM THE SERVER]`, one line each (the test suite
 uses this to try every rule from inside the sandbox).
@@ -129,6 +135,53 @@ def use_tools(url: str) -> None:
     print(f"agent: call delete_everything -> {mcp.call('delete_everything', {})}")
 
 
+MODEL = "claude-sonnet-5-5"
+UNDECLARED_MODEL = "claude-opus-5-5"
+
+
+def ask_model(url: str, model: str, stream: bool) -> str:
+    """One Messages API call as an SDK makes it (the key it was given in
+    `x-api-key`), and what came back: the text and the usage, or the
+    error the gate or the provider answered."""
+    body = {"model": model, "max_tokens": 256, "stream": stream,
+            "messages": [{"role": "user", "content": "Say hello."}]}
+    headers = {"Content-Type": "application/json", "anthropic-version": "2023-06-01",
+               "x-api-key": os.environ.get("ANTHROPIC_API_KEY", "")}
+    request = urllib.request.Request(f"{url}/v1/messages", json.dumps(body).encode(), headers)
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with direct.open(request, timeout=60) as response:
+            answer = response.read().decode()
+    except urllib.error.HTTPError as error:
+        refusal = json.loads(error.read())["error"]
+        return f"refused ({error.code} {refusal['type']}): {refusal['message']}"
+    text, tokens_in, tokens_out = read_stream(answer) if stream else read_message(answer)
+    return f"{text!r} ({tokens_in} tokens in, {tokens_out} out)"
+
+
+def read_message(answer: str) -> tuple[str, int, int]:
+    message = json.loads(answer)
+    usage = message["usage"]
+    return message["content"][0]["text"], usage["input_tokens"], usage["output_tokens"]
+
+
+def read_stream(answer: str) -> tuple[str, int, int]:
+    """The text and the usage of a streamed message: the input count is in
+    `message_start`, the final output count in the last `message_delta`."""
+    events = [json.loads(line[5:]) for line in answer.splitlines() if line.startswith("data:")]
+    text = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+    start = next(e for e in events if e["type"] == "message_start")
+    last = [e for e in events if e["type"] == "message_delta"][-1]
+    return text, start["message"]["usage"]["input_tokens"], last["usage"]["output_tokens"]
+
+
+def use_model(url: str) -> None:
+    print(f"agent: the model key this sandbox holds -> {os.environ.get('ANTHROPIC_API_KEY')!r}")
+    print(f"agent: ask {MODEL} -> {ask_model(url, MODEL, stream=False)}")
+    print(f"agent: ask {MODEL}, streamed -> {ask_model(url, MODEL, stream=True)}")
+    print(f"agent: ask {UNDECLARED_MODEL} -> {ask_model(url, UNDECLARED_MODEL, stream=False)}")
+
+
 def demo() -> None:
     if "HTTPS_PROXY" not in os.environ:
         print("agent: no HTTPS_PROXY: this run has no egress at all")
@@ -141,6 +194,8 @@ def demo() -> None:
         print(f"agent: direct connection to {address} port 443 -> {directly(address, 443)}")
     if "CONSTLE_MCP_ACCOUNTING_URL" in os.environ:
         use_tools(os.environ["CONSTLE_MCP_ACCOUNTING_URL"])
+    if "CONSTLE_LLM_ANTHROPIC_URL" in os.environ:
+        use_model(os.environ["CONSTLE_LLM_ANTHROPIC_URL"])
 
 
 def main() -> int:
