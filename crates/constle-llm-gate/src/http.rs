@@ -62,7 +62,9 @@ use crate::refused::{Refused, Transport};
 use crate::route::{Route, route, upstream_path_and_query};
 use crate::shape;
 use crate::socket;
-use crate::state::{Asked, Inner, Remembered, Response, Settlement, json_response};
+use crate::state::{
+    Asked, INTAKE_TIMEOUT, Inner, MAX_INTAKE, Remembered, Response, Settlement, json_response,
+};
 use crate::upstream;
 use crate::usage::Tracker;
 
@@ -140,6 +142,7 @@ impl Gate {
                 shutoff: CancellationToken::new(),
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
                 responses: Mutex::new(Remembered::default()),
+                intake: tokio::sync::Semaphore::new(MAX_INTAKE),
             },
         })
     }
@@ -311,7 +314,11 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
     };
     asked.kind = Some(kind);
     let started = Instant::now();
-    let body = match read_limited(body).await {
+    // Held until the body is inspected and rewritten: the turn bounds the
+    // memory the bodies take while they are read and parsed.
+    let turn = inner.intake.acquire().await;
+    let read = tokio::time::timeout(INTAKE_TIMEOUT, read_limited(body)).await;
+    let body = match read.unwrap_or(Err(false)) {
         Ok(body) => body,
         Err(too_large) => {
             let what = if too_large {
@@ -328,7 +335,7 @@ async fn handle(inner: Arc<Inner>, request: Request<Incoming>) -> Response {
         Ok(inspected) => inspected,
         Err(refusal) => return inner.refuse(&asked, &refusal, too_large).await,
     };
-    drop(body);
+    drop((body, turn));
     let path_and_query = upstream_path_and_query(upstream_path, query);
     let call = Call {
         provider: inner.provider.id.clone(),

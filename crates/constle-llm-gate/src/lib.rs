@@ -113,7 +113,7 @@ pub use meter::{
 pub use reason::Reason;
 pub use refused::{MAX_RECORDED_BYTES, Refused, Transport};
 pub use route::Kind;
-pub use state::MAX_REMEMBERED_RESPONSES;
+pub use state::{INTAKE_TIMEOUT, MAX_INTAKE, MAX_REMEMBERED_RESPONSES};
 /// The shutoff [`Gate::with_shutoff`] takes.
 pub use tokio_util::sync::CancellationToken;
 pub use usage::Usage;

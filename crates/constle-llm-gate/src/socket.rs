@@ -266,10 +266,12 @@ impl Relay {
         }
         let inner = Arc::clone(&self.inner);
         let started = Instant::now();
+        let turn = inner.intake.acquire().await;
         let inspected = inspect(&inner.provider, Kind::Responses, text, &|id| {
             inner.previous(id)
         })
         .map_err(|refusal| (refusal, false))?;
+        drop(turn);
         let call = Call {
             provider: inner.provider.id.clone(),
             model: inspected.model.clone(),

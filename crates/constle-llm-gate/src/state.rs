@@ -51,7 +51,20 @@ pub(crate) struct Inner {
     pub(crate) shutoff: CancellationToken,
     pub(crate) response_timeout: Duration,
     pub(crate) responses: Mutex<Remembered>,
+    /// Turns to read and inspect a body ([`MAX_INTAKE`] at once).
+    pub(crate) intake: tokio::sync::Semaphore,
 }
+
+/// How many bodies the gate reads and inspects at once. A body is up to
+/// [`crate::MAX_BODY_BYTES`], and its parsed form several times that, all
+/// in constle's memory, which no limit of the sandbox's covers: without
+/// a bound, an agent opening many connections at once could take the
+/// host's memory. The agent's calls beyond it wait their turn.
+pub const MAX_INTAKE: usize = 4;
+
+/// How long one body may take to arrive; one slower is refused, so that
+/// a connection trickling bytes holds no turn for long.
+pub const INTAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The completed Responses this gate saw, by id: their tokens, which a
 /// call continuing one reads again.

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use constle_llm_gate::{
-    Api, Call, CancellationToken, DoneFuture, Gate, Held, Key, Meter, MeterRefusal, Prices,
-    Provider, Reason, Recorder, Refused, ReserveFuture, Settled, Usage,
+    Api, Call, CancellationToken, DoneFuture, Gate, Held, Key, MAX_INTAKE, Meter, MeterRefusal,
+    Prices, Provider, Reason, Recorder, Refused, ReserveFuture, Settled, Usage,
 };
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -745,4 +745,35 @@ async fn a_stream_is_cut_before_the_event_echoing_the_key_even_split_across_chun
     let (call, settled) = h.settled().await;
     assert_eq!(settled.usage, None);
     assert_eq!(settled.cost_usd, call.worst_case_usd);
+}
+
+/// Bodies are read and inspected at most `MAX_INTAKE` at a time: uploads
+/// that never finish hold every turn, and the next call waits (its body
+/// is not read into constle's memory) until one of them goes away.
+#[tokio::test]
+async fn bodies_are_taken_in_a_few_at_a_time() {
+    use tokio::io::AsyncWriteExt as _;
+    let h = harness(Api::Anthropic, ok_anthropic(), false).await;
+    let mut stalled = Vec::new();
+    for _ in 0..MAX_INTAKE {
+        let mut stream = tokio::net::TcpStream::connect(h.gate).await.unwrap();
+        let head = format!(
+            "POST /v1/messages HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n{{",
+            h.gate
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stalled.push(stream);
+    }
+    // Let the gate take each stalled upload's turn.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let call = json!({"model": "m", "max_tokens": 5, "messages": []});
+    let waiting = h.post("/v1/messages", &call);
+    tokio::pin!(waiting);
+    let early = tokio::time::timeout(Duration::from_millis(500), &mut waiting).await;
+    assert!(early.is_err(), "a call went ahead of the stalled uploads");
+    drop(stalled.pop());
+    let answered = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("a turn came free");
+    assert_eq!(answered.status(), StatusCode::OK);
 }
