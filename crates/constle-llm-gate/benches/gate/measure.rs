@@ -188,18 +188,17 @@ pub struct Round {
     pub gate_cpu: Duration,
 }
 
+/// Every path's rounds of one kind of call.
+pub type Rounds = Vec<(Path, Vec<Round>)>;
+
 /// Every path's rounds of one kind of call, by path.
-pub async fn scenario(
-    config: &Config,
-    scenario: Scenario,
-    targets: &Targets,
-) -> Vec<(Path, Vec<Round>)> {
+pub async fn scenario(config: &Config, scenario: Scenario, targets: &Targets) -> Rounds {
     let body = Bytes::from(scenario.body(config.tokens));
     for path in Path::ALL {
         let target = targets.of(scenario.api, path);
         round(config, config.warmup, scenario, &target, &body).await;
     }
-    let mut rounds: Vec<(Path, Vec<Round>)> = Path::ALL.iter().map(|&p| (p, Vec::new())).collect();
+    let mut rounds: Rounds = Path::ALL.iter().map(|&p| (p, Vec::new())).collect();
     for r in 0..config.rounds {
         let mut order: Vec<usize> = (0..rounds.len()).collect();
         if r % 2 == 1 {

@@ -8,7 +8,7 @@ use constle_testkit::bench::Samples;
 use serde_json::{Value, json};
 
 use crate::client::Timing;
-use crate::measure::{Config, Path, Round};
+use crate::measure::{Config, Path, Round, Rounds};
 use crate::scenario::Scenario;
 
 /// The aims (issue 24).
@@ -189,7 +189,7 @@ fn aims(scenario: Scenario, summaries: &[Summary]) -> String {
 }
 
 /// Every table's numbers, as one JSON line.
-pub fn json(config: &Config, tables: &[(Scenario, Vec<(Path, Vec<Round>)>)]) -> String {
+pub fn json(config: &Config, tables: &[(Scenario, Rounds)]) -> String {
     let tables: Vec<Value> = tables
         .iter()
         .map(|(scenario, rounds)| {
