@@ -186,7 +186,13 @@ impl Tracker {
                 .unwrap_or(&self.buf[start..end]);
             if line.is_empty() {
                 let data = std::mem::take(&mut self.data);
-                if let Ok(event) = serde_json::from_slice::<Value>(&data) {
+                // Only an event that names `usage` can carry it: the token
+                // deltas, nearly all of a stream, are not parsed at all.
+                let usage = memchr::memmem::find(&data, b"\"usage\"").is_some();
+                if let Some(event) = usage
+                    .then(|| serde_json::from_slice::<Value>(&data).ok())
+                    .flatten()
+                {
                     self.event(&event);
                 }
             } else if let Some(value) = line.strip_prefix(b"data:") {
