@@ -17,6 +17,42 @@ const ID_HEADER: &str = "x-request-id";
 
 /// The answer to `POST /v1/responses`.
 pub fn responses(script: &Script, body: &Value) -> Response {
+    let (response, item, reply) = response(script, body);
+    if streamed(body) {
+        reply::sse(responses_events(&response, &item, &reply), ID_HEADER)
+    } else {
+        reply::json(StatusCode::OK, &response, ID_HEADER)
+    }
+}
+
+/// The events of the response to `body` (a `POST /v1/responses` body, or
+/// a WebSocket `response.create` message), as a stream sends them.
+pub fn response_events(script: &Script, body: &Value) -> Vec<Event> {
+    let (response, item, reply) = response(script, body);
+    responses_events(&response, &item, &reply)
+}
+
+/// The events of a warmup (a WebSocket `response.create` with `generate:
+/// false`, which Codex CLI sends first): the response created and
+/// completed with no output, its input counted and nothing generated.
+pub fn warmup_events(script: &Script, body: &Value) -> Vec<Event> {
+    let (mut response, ..) = response(script, body);
+    response["output"] = json!([]);
+    let usage = &mut response["usage"];
+    usage["output_tokens"] = json!(0);
+    usage["total_tokens"] = usage["input_tokens"].clone();
+    let mut pending = response.clone();
+    pending["status"] = json!("in_progress");
+    pending["usage"] = Value::Null;
+    numbered(vec![
+        ("response.created", json!({ "response": pending })),
+        ("response.completed", json!({ "response": response })),
+    ])
+}
+
+/// The whole response to `body`, its one output item, and the reply it
+/// carries.
+fn response(script: &Script, body: &Value) -> (Value, Value, Reply) {
     let tools = body.get("tools").and_then(Value::as_array);
     let names = tools.into_iter().flatten().filter_map(|t| {
         let name = t.get("name").and_then(Value::as_str)?;
@@ -43,11 +79,7 @@ pub fn responses(script: &Script, body: &Value) -> Response {
         "error": null,
         "incomplete_details": null,
     });
-    if streamed(body) {
-        reply::sse(&responses_events(&response, &item, &reply), ID_HEADER)
-    } else {
-        reply::json(StatusCode::OK, &response, ID_HEADER)
-    }
+    (response, item, reply)
 }
 
 /// The answer to `POST /v1/chat/completions`.
@@ -80,7 +112,7 @@ pub fn chat_completions(script: &Script, body: &Value) -> Response {
         return reply::json(StatusCode::OK, &completion, ID_HEADER);
     }
     let include_usage = body.pointer("/stream_options/include_usage") == Some(&json!(true));
-    reply::sse(&chat_events(&completion, include_usage), ID_HEADER)
+    reply::sse(chat_events(&completion, include_usage), ID_HEADER)
 }
 
 /// The answer to `GET /v1/models`: the script's models.
@@ -100,10 +132,18 @@ pub fn models(script: &Script) -> Response {
 /// An error in OpenAI's shape: `kind` is both its `type` and its `code`
 /// (`not_found`, `invalid_request_error`, …).
 pub fn error(status: StatusCode, kind: &str, message: &str) -> Response {
-    let body = json!({
-        "error": { "message": message, "type": kind, "param": null, "code": kind },
-    });
+    let body = json!({ "error": error_object(kind, message) });
     reply::json(status, &body, ID_HEADER)
+}
+
+/// The same error as the Responses WebSocket sends it: an `error` event
+/// carrying the status HTTP would have had.
+pub fn error_event(status: StatusCode, kind: &str, message: &str) -> Value {
+    json!({ "type": "error", "status": status.as_u16(), "error": error_object(kind, message) })
+}
+
+fn error_object(kind: &str, message: &str) -> Value {
+    json!({ "message": message, "type": kind, "param": null, "code": kind })
 }
 
 fn model(body: &Value) -> &str {
@@ -211,6 +251,11 @@ fn responses_events(response: &Value, item: &Value, reply: &Reply) -> Vec<Event>
         json!({ "output_index": 0, "item": item }),
     ));
     events.push(("response.completed", json!({ "response": response })));
+    numbered(events)
+}
+
+/// Each event's data with its `type` and `sequence_number` added.
+fn numbered(events: Vec<(&'static str, Value)>) -> Vec<Event> {
     events
         .into_iter()
         .enumerate()
