@@ -243,6 +243,15 @@ fn codex_runs_through_the_gate_with_no_flags_of_its_own() {
         refused.is_empty(),
         "the upgrade is not refused: {refused:?}"
     );
+    // Each turn continued the response before it, which the gate let
+    // through only having seen that one complete.
+    let messages = model_calls(&provider, &RESPONSES_SOCKET);
+    let continued: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m.body["previous_response_id"].as_str())
+        .collect();
+    assert_eq!(continued.len(), messages.len() - 1, "{messages:?}");
+    assert!(continued.windows(2).all(|w| w[0] != w[1]), "{continued:?}");
 }
 
 /// A Python agent of `tests/agents` on the SDKs, copied into the work

@@ -6,6 +6,8 @@
 //! `stream_options.include_usage` asks for it), `GET /v1/models`, and
 //! errors in OpenAI's shape (`{"error":{"message","type","param","code"}}`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
@@ -61,7 +63,7 @@ fn response(script: &Script, body: &Value) -> (Value, Value, Reply) {
     let reply = next_reply(script, last_responses_output(body), names);
     let item = output_item(&reply);
     let response = json!({
-        "id": "resp_sim_01",
+        "id": response_id(),
         "object": "response",
         "created_at": 0,
         "status": "completed",
@@ -80,6 +82,14 @@ fn response(script: &Script, body: &Value) -> (Value, Value, Reply) {
         "incomplete_details": null,
     });
     (response, item, reply)
+}
+
+/// A new response's id (`resp_sim_1`, `resp_sim_2`, …): distinct, as the
+/// API's are, so that a client continuing one (`previous_response_id`)
+/// names which.
+fn response_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("resp_sim_{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The answer to `POST /v1/chat/completions`.
