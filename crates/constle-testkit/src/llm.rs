@@ -19,27 +19,29 @@
 //! | `POST /v1/messages` (any query, e.g. `?beta=true`) | a message, JSON or SSE |
 //! | `POST /v1/messages/count_tokens` | the script's input tokens |
 //! | `POST /v1/responses` | a response, JSON or SSE |
+//! | `GET /v1/responses` with a WebSocket upgrade | the Responses WebSocket: each `response.create` answered with the SSE path's events, one message each |
 //! | `POST /v1/chat/completions`, `POST /chat/completions` | a completion, JSON or SSE |
 //! | `GET /v1/models`, `GET /models` | the script's models |
-//! | anything else, including `GET /v1/responses` (Codex's WebSocket) | 404 in the API's error shape |
+//! | anything else | 404 in the API's error shape |
 //!
-//! The Responses WebSocket transport is not spoken: Codex CLI tries it
-//! first and, after its retries, falls back to `POST /v1/responses`.
+//! A stream is sent event by event, each its own chunk (or WebSocket
+//! message). On the WebSocket, each message is recorded with method `WS`
+//! and the upgrade's path and headers.
 
 mod anthropic;
 mod openai;
 mod record;
 mod reply;
 mod script;
+mod socket;
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::Value;
 
@@ -57,7 +59,7 @@ pub struct ModelProvider {
 
 struct Provider {
     script: Script,
-    recorder: Recorder,
+    recorder: Arc<Recorder>,
 }
 
 impl ModelProvider {
@@ -66,7 +68,7 @@ impl ModelProvider {
     pub fn start(script: Script) -> io::Result<ModelProvider> {
         let state = Arc::new(Provider {
             script,
-            recorder: Recorder::default(),
+            recorder: Arc::default(),
         });
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -102,31 +104,31 @@ impl ModelProvider {
     }
 }
 
+/// The most of a request body the provider reads.
+const MAX_BODY_BYTES: usize = 64 << 20;
+
 /// Records the request, then answers it by its method and path.
-async fn answer(
-    State(provider): State<Arc<Provider>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn answer(State(provider): State<Arc<Provider>>, request: Request) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .unwrap_or_default();
     let parsed = serde_json::from_slice::<Value>(&body).ok();
-    provider.recorder.push(RecordedRequest {
-        method: method.to_string(),
-        path: uri
-            .path_and_query()
-            .map_or_else(|| uri.path().to_owned(), ToString::to_string),
-        headers: headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        body: parsed.clone().unwrap_or(Value::Null),
-    });
+    let (method, uri) = (parts.method.clone(), parts.uri.clone());
+    let recorded = RecordedRequest::new(
+        method.as_str(),
+        &uri,
+        &parts.headers,
+        parsed.clone().unwrap_or(Value::Null),
+    );
+    provider.recorder.push(recorded.clone());
+    if (&method, uri.path()) == (&Method::GET, "/v1/responses") {
+        let recorder = Arc::clone(&provider.recorder);
+        let script = provider.script.clone();
+        if let Some(accepted) = socket::accept(&mut parts, script, recorder, recorded) {
+            return accepted;
+        }
+    }
     let script = &provider.script;
     let anthropic_path = uri.path().starts_with("/v1/messages");
     match (method, uri.path(), parsed) {

@@ -1,18 +1,56 @@
 //! The simulated model provider itself, through a plain HTTP/1.1 client:
 //! each API's shape, JSON and streamed, the scripted tool call then final
-//! message, the usage, and what it records.
+//! message, the usage, and what it records; and its Responses WebSocket
+//! through a WebSocket client.
 
-#![allow(clippy::expect_used, reason = "test helpers panic on setup failure")]
+#![allow(
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers panic on setup failure"
+)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
 use constle_testkit::llm::{ModelProvider, Script};
+use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 /// One request over its own connection: the status, headers (lowercase)
-/// and body of the answer.
+/// and body of the answer (its chunks joined, when chunked).
 fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    let (status, head, body) = send_raw(addr, method, path, headers, body);
+    match head.contains("transfer-encoding: chunked") {
+        true => (status, head, chunks(&body).concat()),
+        false => (status, head, body),
+    }
+}
+
+/// The chunks of a chunked body, in order, without their framing.
+fn chunks(mut body: &str) -> Vec<String> {
+    let mut chunks = Vec::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").expect("a chunk size");
+        let size = usize::from_str_radix(size, 16).expect("a hex size");
+        if size == 0 {
+            return chunks;
+        }
+        chunks.push(rest[..size].to_owned());
+        body = &rest[size + 2..];
+    }
+}
+
+/// [`send`], the body as it came on the wire.
+fn send_raw(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -199,7 +237,11 @@ fn responses_json_and_stream_call_exec_command_then_finish() {
         response["output"][0],
         {"type": "function_call_output", "call_id": "call_sim_01", "output": "hi\n"},
     ]});
-    let events = events(&post(p.addr(), "/v1/responses", &second).2);
+    let (_, head, raw) = send_raw(p.addr(), "POST", "/v1/responses", &[], &second.to_string());
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    let chunks = chunks(&raw);
+    let events = events(&chunks.concat());
+    assert_eq!(chunks.len(), events.len(), "each event its own chunk");
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names.first(), Some(&"response.created"));
     assert_eq!(names.last(), Some(&"response.completed"));
@@ -303,4 +345,103 @@ fn models_count_tokens_and_errors_in_each_shape() {
         "every request recorded, refused ones too"
     );
     assert_eq!(p.requests()[3].header("Upgrade"), Some("websocket"));
+}
+
+/// The text messages a socket sends until one of type `last`, parsed.
+async fn read_until<S>(socket: &mut S, last: &str) -> Vec<Value>
+where
+    S: futures_util::Stream<Item = Result<Message, WsError>> + Unpin,
+{
+    let mut events = Vec::new();
+    while let Some(message) = socket.next().await {
+        let Message::Text(text) = message.expect("a message") else {
+            continue;
+        };
+        let event = parse(text.as_str());
+        let done = event["type"] == last;
+        events.push(event);
+        if done {
+            return events;
+        }
+    }
+    panic!("the socket closed before {last}: {events:?}");
+}
+
+#[test]
+fn the_responses_websocket_answers_each_create_with_the_stream_events() {
+    let p = provider();
+    let url = format!("ws://{}/v1/responses", p.addr());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut request = url.into_client_request().expect("a request");
+        let bearer = HeaderValue::from_static("Bearer sk-ws");
+        request.headers_mut().insert("authorization", bearer);
+        let tcp = tokio::net::TcpStream::connect(p.addr())
+            .await
+            .expect("connect");
+        let (mut socket, _) = tokio_tungstenite::client_async(request, tcp)
+            .await
+            .expect("the upgrade is accepted");
+        let tools = json!([{"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]);
+        // A warmup generates nothing.
+        let warmup = json!({"type": "response.create", "model": "gpt-x", "generate": false, "tools": tools, "input": "go"});
+        socket
+            .send(Message::text(warmup.to_string()))
+            .await
+            .expect("send");
+        let events = read_until(&mut socket, "response.completed").await;
+        let types: Vec<&Value> = events.iter().map(|e| &e["type"]).collect();
+        assert_eq!(types, ["response.created", "response.completed"]);
+        assert_eq!(events[1]["response"]["output"], json!([]));
+        assert_eq!(events[1]["response"]["usage"]["output_tokens"], 0);
+
+        let create = json!({"type": "response.create", "model": "gpt-x", "stream": true, "tools": tools, "input": "go"});
+        socket
+            .send(Message::text(create.to_string()))
+            .await
+            .expect("send");
+        let events = read_until(&mut socket, "response.completed").await;
+        assert_eq!(events[0]["type"], "response.created");
+        for (n, event) in events.iter().enumerate() {
+            assert_eq!(event["sequence_number"], n, "{event}");
+        }
+        let done = &events[events.len() - 1]["response"];
+        assert_eq!(done["output"][0]["name"], "exec_command");
+        assert_eq!(done["usage"]["output_tokens"], 50);
+
+        // Anything but response.create gets an error; the socket stays open.
+        let other = json!({"type": "response.cancel"}).to_string();
+        socket.send(Message::text(other)).await.expect("send");
+        let error = read_until(&mut socket, "error").await;
+        assert_eq!(error.len(), 1, "{error:?}");
+        assert_eq!(error[0]["status"], 400);
+        assert_eq!(error[0]["error"]["type"], "invalid_request_error");
+
+        let output = json!({"type": "function_call_output", "call_id": "call_sim_01", "output": "hi\n"});
+        let next = json!({"type": "response.create", "model": "gpt-x", "tools": tools, "input": [output]});
+        socket
+            .send(Message::text(next.to_string()))
+            .await
+            .expect("send");
+        let events = read_until(&mut socket, "response.completed").await;
+        let done = &events[events.len() - 1]["response"];
+        assert_eq!(
+            done["output"][0]["content"][0]["text"],
+            "the command printed: hi\n"
+        );
+        socket.close(None).await.expect("close");
+    });
+    let seen = p.requests();
+    let methods: Vec<&str> = seen.iter().map(|r| r.method.as_str()).collect();
+    assert_eq!(methods, ["GET", "WS", "WS", "WS", "WS"]);
+    for request in &seen {
+        assert_eq!(request.path, "/v1/responses");
+        assert_eq!(request.api_key(), Some("sk-ws"), "{request:?}");
+    }
+    assert_eq!(seen[2].model(), Some("gpt-x"));
+    assert!(seen[2].streamed());
+    assert_eq!(seen[3].body["type"], "response.cancel");
 }

@@ -1,6 +1,7 @@
 //! Each real client `scripts/setup.sh` installs completes the tool loop
 //! against the simulated provider directly (no Constle): Claude Code
-//! headless, `codex exec`, and a tiny agent on each official Python SDK.
+//! headless, `codex exec` (over the Responses WebSocket), and a tiny agent
+//! on each official Python SDK.
 //! Each runs with a fresh HOME, only the variables it needs, the
 //! placeholder key Constle gives agents, and a proxy variable pointing at a
 //! closed loopback port, so nothing it tries beyond the provider can leave
@@ -56,8 +57,9 @@ fn run(command: &mut Command) -> Output {
 }
 
 /// The provider saw at least the tool call and the answer to it, every
-/// request with the placeholder key, on `route`.
-fn assert_tool_loop(provider: &ModelProvider, output: &Output, route: &str) {
+/// request with the placeholder key, as `method` on `route` (`WS`: as
+/// messages on the Responses WebSocket).
+fn assert_tool_loop(provider: &ModelProvider, output: &Output, method: &str, route: &str) {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout.contains("the command printed: ") && stdout.contains(PRINTED),
@@ -66,7 +68,7 @@ fn assert_tool_loop(provider: &ModelProvider, output: &Output, route: &str) {
     let model_calls: Vec<_> = provider
         .requests()
         .into_iter()
-        .filter(|r| r.method == "POST" && r.route() == route)
+        .filter(|r| r.method == method && r.route() == route)
         .collect();
     assert!(
         model_calls.len() >= 2,
@@ -100,7 +102,7 @@ fn claude_code_headless_runs_its_bash_tool() {
             "--allowedTools",
             "Bash",
         ]));
-    assert_tool_loop(&provider, &output, "/v1/messages");
+    assert_tool_loop(&provider, &output, "POST", "/v1/messages");
     let first = &provider.requests()[0];
     assert_eq!(first.path, "/v1/messages?beta=true");
     assert!(first.streamed());
@@ -133,12 +135,20 @@ fn codex_exec_runs_its_exec_command_tool() {
             "features.plugins=false",
         ])
         .arg("Run the command you are told to."));
-    assert_tool_loop(&provider, &output, "/v1/responses");
-    let tried_websocket = provider
-        .requests()
+    // Codex speaks the Responses WebSocket, and never falls back to HTTP.
+    assert_tool_loop(&provider, &output, "WS", "/v1/responses");
+    let requests = provider.requests();
+    let posts = requests.iter().filter(|r| r.method == "POST").count();
+    assert_eq!(posts, 0, "{requests:?}");
+    // It opens with a warmup, then continues each response in the next.
+    let messages: Vec<_> = requests.iter().filter(|r| r.method == "WS").collect();
+    assert_eq!(messages[0].body["generate"], false, "{:?}", messages[0]);
+    let continued: Vec<&str> = messages[1..]
         .iter()
-        .any(|r| r.method == "GET" && r.header("upgrade") == Some("websocket"));
-    assert!(tried_websocket, "Codex tries the Responses WebSocket first");
+        .filter_map(|m| m.body["previous_response_id"].as_str())
+        .collect();
+    assert_eq!(continued.len(), messages.len() - 1, "{messages:?}");
+    assert!(continued.windows(2).all(|w| w[0] != w[1]), "{continued:?}");
 }
 
 /// A Python SDK agent from `tests/agents/`, with the SDKs on PYTHONPATH.
@@ -175,8 +185,8 @@ fn the_openai_sdk_runs_the_responses_and_chat_tool_loops() {
     let output = run(python_agent("openai_agent.py", home.path())
         .env("OPENAI_BASE_URL", format!("{}/v1", provider.url()))
         .env("OPENAI_API_KEY", PLACEHOLDER));
-    assert_tool_loop(&provider, &output, "/v1/responses");
-    assert_tool_loop(&provider, &output, "/v1/chat/completions");
+    assert_tool_loop(&provider, &output, "POST", "/v1/responses");
+    assert_tool_loop(&provider, &output, "POST", "/v1/chat/completions");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout.contains("responses: the command printed: tool-ran-42\n usage: 50"),
@@ -198,7 +208,7 @@ fn the_anthropic_sdk_runs_the_messages_tool_loop() {
     let output = run(python_agent("anthropic_agent.py", home.path())
         .env("ANTHROPIC_BASE_URL", provider.url())
         .env("ANTHROPIC_API_KEY", PLACEHOLDER));
-    assert_tool_loop(&provider, &output, "/v1/messages");
+    assert_tool_loop(&provider, &output, "POST", "/v1/messages");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout.contains("messages: the command printed: tool-ran-42\n usage: 50"),

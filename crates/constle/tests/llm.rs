@@ -85,26 +85,60 @@ fn run(case: &Case, body: &str) -> Output {
         .unwrap()
 }
 
-fn model_calls(provider: &ModelProvider, route: &str) -> Vec<RecordedRequest> {
+/// How a client reaches the provider: as `method` on `route` there (`WS`:
+/// a message on the Responses WebSocket), with `transport` and `status` in
+/// the gate's `llm_call`, and whether it opens with a warmup call (Codex's
+/// `generate: false`, which generates nothing).
+struct Via {
+    method: &'static str,
+    route: &'static str,
+    transport: &'static str,
+    status: u16,
+    warmup: bool,
+}
+
+const MESSAGES: Via = Via {
+    method: "POST",
+    route: "/v1/messages",
+    transport: "http",
+    status: 200,
+    warmup: false,
+};
+const RESPONSES: Via = Via {
+    method: "POST",
+    route: "/v1/responses",
+    ..MESSAGES
+};
+/// Codex: the Responses WebSocket, the status its upgrade got.
+const RESPONSES_SOCKET: Via = Via {
+    method: "WS",
+    route: "/v1/responses",
+    transport: "websocket",
+    status: 101,
+    warmup: true,
+};
+
+fn model_calls(provider: &ModelProvider, via: &Via) -> Vec<RecordedRequest> {
     provider
         .requests()
         .into_iter()
-        .filter(|r| r.method == "POST" && r.route() == route)
+        .filter(|r| r.method == via.method && r.route() == via.route)
         .collect()
 }
 
 /// The tool loop completed through the gate: the final message quotes the
 /// tool's output, the provider saw only the real key, the tool ran in the
 /// sandbox, and the key is nowhere the agent or the operator can read it.
-fn assert_gated_tool_loop(case: &Case, provider: &ModelProvider, out: &Output, route: &str) {
+fn assert_gated_tool_loop(case: &Case, provider: &ModelProvider, out: &Output, via: &Via) {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", common::report(out));
     assert!(
         stdout.contains("the command printed: ") && stdout.contains(PRINTED),
         "{stdout}"
     );
-    let calls = model_calls(provider, route);
-    assert!(calls.len() >= 2, "a tool call and an answer: {calls:?}");
+    let calls = model_calls(provider, via);
+    let least = 2 + usize::from(via.warmup);
+    assert!(calls.len() >= least, "a tool call and an answer: {calls:?}");
     for call in &calls {
         assert_eq!(call.api_key(), Some(KEY), "{call:?}");
     }
@@ -115,13 +149,14 @@ fn assert_gated_tool_loop(case: &Case, provider: &ModelProvider, out: &Output, r
     assert_key_nowhere(case, out);
     let reserved = case.events("llm_reserved");
     let settled = case.events("llm_call");
-    assert!(reserved.len() >= 2, "{reserved:?}");
+    assert!(reserved.len() >= least, "{reserved:?}");
     assert_eq!(reserved.len(), settled.len(), "{settled:?}");
     for call in &settled {
         assert_eq!(call["provider"], "sim");
         assert_eq!(call["model"], "sim-model");
         assert_eq!(call["usage_reported"], true, "{call}");
-        assert_eq!(call["status"], 200);
+        assert_eq!(call["status"], via.status, "{call}");
+        assert_eq!(call["transport"], via.transport, "{call}");
     }
     let (status, said) = case.audit_verify(&case.path("agent.yaml"), &case.log_file());
     assert_eq!(status, Some(0), "{said}");
@@ -171,9 +206,9 @@ fn claude_code_runs_through_the_gate_without_the_key() {
     let command = CLAUDE;
     let body = agentfile(&provider, "anthropic", &command, "", ("3", "15"), "");
     let out = run(&case, &body);
-    assert_gated_tool_loop(&case, &provider, &out, "/v1/messages");
+    assert_gated_tool_loop(&case, &provider, &out, &MESSAGES);
     // Claude Code asks for far more output than the Agentfile allows.
-    for call in model_calls(&provider, "/v1/messages") {
+    for call in model_calls(&provider, &MESSAGES) {
         assert_eq!(call.max_tokens(), Some(4096), "{call:?}");
     }
 }
@@ -188,15 +223,35 @@ fn codex_runs_through_the_gate_with_no_flags_of_its_own() {
     let command = CODEX;
     let body = agentfile(&provider, "openai", &command, "", ("3", "15"), "");
     let out = run(&case, &body);
-    assert_gated_tool_loop(&case, &provider, &out, "/v1/responses");
-    // Its WebSocket attempts were refused by the gate, and recorded.
+    // Over the Responses WebSocket through the gate, which holds the key
+    // the socket to the provider was opened with; never over HTTP.
+    assert_gated_tool_loop(&case, &provider, &out, &RESPONSES_SOCKET);
+    let posts = model_calls(&provider, &RESPONSES);
+    assert!(posts.is_empty(), "{posts:?}");
+    let upgrades: Vec<_> = provider
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET")
+        .collect();
+    assert!(!upgrades.is_empty(), "{upgrades:?}");
+    for upgrade in &upgrades {
+        assert_eq!(upgrade.header("upgrade"), Some("websocket"));
+        assert_eq!(upgrade.api_key(), Some(KEY), "{upgrade:?}");
+    }
     let refused = case.events("llm_refused");
     assert!(
-        refused
-            .iter()
-            .all(|r| r["reason"] == "llm_path_not_allowed" && r["http_method"] == "GET"),
-        "{refused:?}"
+        refused.is_empty(),
+        "the upgrade is not refused: {refused:?}"
     );
+    // Each turn continued the response before it, which the gate let
+    // through only having seen that one complete.
+    let messages = model_calls(&provider, &RESPONSES_SOCKET);
+    let continued: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m.body["previous_response_id"].as_str())
+        .collect();
+    assert_eq!(continued.len(), messages.len() - 1, "{messages:?}");
+    assert!(continued.windows(2).all(|w| w[0] != w[1]), "{continued:?}");
 }
 
 /// A Python agent of `tests/agents` on the SDKs, copied into the work
@@ -232,9 +287,13 @@ fn the_openai_sdk_runs_responses_and_chat_through_the_gate() {
     let command: Vec<&str> = command.iter().map(String::as_str).collect();
     let body = agentfile(&provider, "openai", &command, SDK_ENV, ("3", "15"), "");
     let out = run(&case, &body);
-    assert_gated_tool_loop(&case, &provider, &out, "/v1/responses");
+    assert_gated_tool_loop(&case, &provider, &out, &RESPONSES);
     // The gate asked for the chat stream's usage.
-    let chat = model_calls(&provider, "/v1/chat/completions");
+    let chat = Via {
+        route: "/v1/chat/completions",
+        ..RESPONSES
+    };
+    let chat = model_calls(&provider, &chat);
     assert!(chat.len() >= 2, "{chat:?}");
     assert!(
         chat.iter()
@@ -254,7 +313,7 @@ fn the_anthropic_sdk_runs_messages_through_the_gate() {
     let command: Vec<&str> = command.iter().map(String::as_str).collect();
     let body = agentfile(&provider, "anthropic", &command, SDK_ENV, ("3", "15"), "");
     let out = run(&case, &body);
-    assert_gated_tool_loop(&case, &provider, &out, "/v1/messages");
+    assert_gated_tool_loop(&case, &provider, &out, &MESSAGES);
 }
 
 /// Each call holds 1.00 USD of output (1000 tokens at 1000 USD per
@@ -263,17 +322,12 @@ fn the_anthropic_sdk_runs_messages_through_the_gate() {
 /// spent + 1.00) would pass the cap and is refused in the provider's
 /// shape; the client shows it as the provider's, stops at once (no retry
 /// reaches the gate) and exits non-zero, which is the run's exit status.
-/// Returns what the run printed.
+/// A warmup before the first call (Codex's) settles to nothing. Returns
+/// what the run printed.
 /// What the gate says of the refused call.
 const CAP_SAID: &str = "spend cap max_per_run_usd (1.04 USD) would be passed: 0.05 spent + 1.00 for this call; the Constle gate did not forward it";
 
-fn a_cap_reached_mid_run(
-    case: &Case,
-    api: &str,
-    command: &[&str],
-    env: &str,
-    route: &str,
-) -> String {
+fn a_cap_reached_mid_run(case: &Case, api: &str, command: &[&str], env: &str, via: &Via) -> String {
     let provider = provider();
     let spending = "spending:\n  max_per_run_usd: \"1.04\"\n";
     let body = agentfile(&provider, api, command, env, ("0", "1000"), spending)
@@ -281,21 +335,23 @@ fn a_cap_reached_mid_run(
     let out = run(case, &body);
     let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{said}");
-    assert_eq!(model_calls(&provider, route).len(), 1);
-    // Codex's WebSocket attempts are refused too; the call is refused once.
-    let refused: Vec<_> = case
-        .events("llm_refused")
-        .into_iter()
-        .filter(|r| r["http_method"] != "GET")
-        .collect();
+    let forwarded = 1 + usize::from(via.warmup);
+    assert_eq!(model_calls(&provider, via).len(), forwarded);
+    let refused = case.events("llm_refused");
     assert_eq!(refused.len(), 1, "no retry: {refused:?}");
     assert_eq!(refused[0]["reason"], "llm_spend_refused");
     assert_eq!(refused[0]["cap"], "max_per_run_usd");
     assert_eq!(refused[0]["reserved_usd"], "1.00");
+    assert_eq!(refused[0]["transport"], via.transport);
     let settled = case.events("llm_call");
-    assert_eq!(settled.len(), 1, "{settled:?}");
-    assert_eq!(settled[0]["cost_usd"], "0.05");
-    assert_eq!(settled[0]["run_usd"], "0.05");
+    assert_eq!(settled.len(), forwarded, "{settled:?}");
+    if via.warmup {
+        assert_eq!(settled[0]["output_tokens"], 0, "{settled:?}");
+        assert_eq!(settled[0]["run_usd"], "0.00", "{settled:?}");
+    }
+    let last = &settled[forwarded - 1];
+    assert_eq!(last["cost_usd"], "0.05", "{last}");
+    assert_eq!(last["run_usd"], "0.05", "{last}");
     assert_eq!(case.log().last().unwrap()["exit_status"], 1);
     assert_key_nowhere(case, &out);
     said
@@ -309,7 +365,7 @@ fn a_cap_reached_mid_run_ends_an_sdk_agent_with_the_providers_error() {
     let case = Case::new();
     let command = python_agent(&case, "anthropic_agent.py");
     let command: Vec<&str> = command.iter().map(String::as_str).collect();
-    let said = a_cap_reached_mid_run(&case, "anthropic", &command, SDK_ENV, "/v1/messages");
+    let said = a_cap_reached_mid_run(&case, "anthropic", &command, SDK_ENV, &MESSAGES);
     assert!(
         said.contains(&format!("PaymentRequiredError: 402 {CAP_SAID}")),
         "{said}"
@@ -324,7 +380,7 @@ fn a_cap_reached_mid_run_ends_claude_code_with_the_providers_error() {
     }
     let case = Case::new();
     let command = CLAUDE;
-    let said = a_cap_reached_mid_run(&case, "anthropic", &command, "", "/v1/messages");
+    let said = a_cap_reached_mid_run(&case, "anthropic", &command, "", &MESSAGES);
     assert!(
         said.contains(&format!("API Error: 402 {CAP_SAID}")),
         "{said}"
@@ -338,9 +394,15 @@ fn a_cap_reached_mid_run_ends_codex_with_the_providers_error() {
     }
     let case = Case::new();
     let command = CODEX;
-    let said = a_cap_reached_mid_run(&case, "openai", &command, "", "/v1/responses");
-    // Codex shows its own words for an exhausted quota, not the message.
-    assert!(said.contains("ERROR: Quota exceeded."), "{said}");
+    let said = a_cap_reached_mid_run(&case, "openai", &command, "", &RESPONSES_SOCKET);
+    // The refusal came as an `error` event on the socket; Codex shows its
+    // own words for an exhausted quota, not the message, and stops there:
+    // no retry, no fallback to HTTP (either would be refused again).
+    assert!(
+        said.contains("ERROR: Quota exceeded. Check your plan and billing details."),
+        "{said}"
+    );
+    assert!(said.contains(PRINTED), "the first call's tool ran: {said}");
 }
 
 /// Many calls at once against a cap: whatever order they are held in, no
@@ -392,7 +454,7 @@ with concurrent.futures.ThreadPoolExecutor(24) as pool:
     let refused = case.events("llm_refused");
     assert_eq!(reserved.len(), settled.len());
     assert_eq!(reserved.len() + refused.len(), 48);
-    assert_eq!(model_calls(&provider, "/v1/messages").len(), reserved.len());
+    assert_eq!(model_calls(&provider, &MESSAGES).len(), reserved.len());
     assert!(!refused.is_empty(), "the cap refused some");
     let charged: rust_decimal::Decimal = settled.iter().map(|c| usd(&c["cost_usd"])).sum();
     assert_eq!(
@@ -458,7 +520,7 @@ fn an_exfiltration_the_model_asks_for_is_refused_and_logged() {
         blocked.iter().any(|b| b["host"] == "exfil.example"),
         "{blocked:?}"
     );
-    for call in model_calls(&provider, "/v1/messages") {
+    for call in model_calls(&provider, &MESSAGES) {
         assert_eq!(call.api_key(), Some(KEY), "{call:?}");
     }
     assert_key_nowhere(&case, &out);
@@ -536,7 +598,7 @@ for name, path, body, headers in [
             "llm_host_refused"
         ]
     );
-    let calls = model_calls(&provider, "/v1/messages");
+    let calls = model_calls(&provider, &MESSAGES);
     assert_eq!(calls.len(), 1, "only the allowed call: {calls:?}");
     assert_eq!(calls[0].api_key(), Some(KEY));
     assert_eq!(calls[0].header("authorization"), None);
@@ -564,10 +626,10 @@ fn claude_code_continues_its_session_in_a_kept_home() {
     };
     let first = run(&case, &claude(&[]));
     assert_eq!(first.status.code(), Some(0), "{}", common::report(&first));
-    let asked = model_calls(&provider, "/v1/messages").len();
+    let asked = model_calls(&provider, &MESSAGES).len();
     let second = run(&case, &claude(&["-c"]));
     assert_eq!(second.status.code(), Some(0), "{}", common::report(&second));
-    let calls = model_calls(&provider, "/v1/messages");
+    let calls = model_calls(&provider, &MESSAGES);
     let continued = &calls[asked].body["messages"];
     let turns = continued.as_array().map_or(0, Vec::len);
     assert!(

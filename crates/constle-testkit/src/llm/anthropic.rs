@@ -37,7 +37,7 @@ pub fn messages(script: &Script, body: &Value) -> Response {
         "usage": usage(script, script.usage.output_tokens),
     });
     if body.get("stream").and_then(Value::as_bool) == Some(true) {
-        reply::sse(&stream_events(script, &message, &reply), ID_HEADER)
+        reply::sse(stream_events(script, &message, &reply), ID_HEADER)
     } else {
         reply::json(StatusCode::OK, &message, ID_HEADER)
     }

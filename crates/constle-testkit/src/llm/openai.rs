@@ -6,6 +6,8 @@
 //! `stream_options.include_usage` asks for it), `GET /v1/models`, and
 //! errors in OpenAI's shape (`{"error":{"message","type","param","code"}}`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
@@ -17,6 +19,42 @@ const ID_HEADER: &str = "x-request-id";
 
 /// The answer to `POST /v1/responses`.
 pub fn responses(script: &Script, body: &Value) -> Response {
+    let (response, item, reply) = response(script, body);
+    if streamed(body) {
+        reply::sse(responses_events(&response, &item, &reply), ID_HEADER)
+    } else {
+        reply::json(StatusCode::OK, &response, ID_HEADER)
+    }
+}
+
+/// The events of the response to `body` (a `POST /v1/responses` body, or
+/// a WebSocket `response.create` message), as a stream sends them.
+pub fn response_events(script: &Script, body: &Value) -> Vec<Event> {
+    let (response, item, reply) = response(script, body);
+    responses_events(&response, &item, &reply)
+}
+
+/// The events of a warmup (a WebSocket `response.create` with `generate:
+/// false`, which Codex CLI sends first): the response created and
+/// completed with no output, its input counted and nothing generated.
+pub fn warmup_events(script: &Script, body: &Value) -> Vec<Event> {
+    let (mut response, ..) = response(script, body);
+    response["output"] = json!([]);
+    let usage = &mut response["usage"];
+    usage["output_tokens"] = json!(0);
+    usage["total_tokens"] = usage["input_tokens"].clone();
+    let mut pending = response.clone();
+    pending["status"] = json!("in_progress");
+    pending["usage"] = Value::Null;
+    numbered(vec![
+        ("response.created", json!({ "response": pending })),
+        ("response.completed", json!({ "response": response })),
+    ])
+}
+
+/// The whole response to `body`, its one output item, and the reply it
+/// carries.
+fn response(script: &Script, body: &Value) -> (Value, Value, Reply) {
     let tools = body.get("tools").and_then(Value::as_array);
     let names = tools.into_iter().flatten().filter_map(|t| {
         let name = t.get("name").and_then(Value::as_str)?;
@@ -25,7 +63,7 @@ pub fn responses(script: &Script, body: &Value) -> Response {
     let reply = next_reply(script, last_responses_output(body), names);
     let item = output_item(&reply);
     let response = json!({
-        "id": "resp_sim_01",
+        "id": response_id(),
         "object": "response",
         "created_at": 0,
         "status": "completed",
@@ -43,11 +81,15 @@ pub fn responses(script: &Script, body: &Value) -> Response {
         "error": null,
         "incomplete_details": null,
     });
-    if streamed(body) {
-        reply::sse(&responses_events(&response, &item, &reply), ID_HEADER)
-    } else {
-        reply::json(StatusCode::OK, &response, ID_HEADER)
-    }
+    (response, item, reply)
+}
+
+/// A new response's id (`resp_sim_1`, `resp_sim_2`, …): distinct, as the
+/// API's are, so that a client continuing one (`previous_response_id`)
+/// names which.
+fn response_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("resp_sim_{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The answer to `POST /v1/chat/completions`.
@@ -80,7 +122,7 @@ pub fn chat_completions(script: &Script, body: &Value) -> Response {
         return reply::json(StatusCode::OK, &completion, ID_HEADER);
     }
     let include_usage = body.pointer("/stream_options/include_usage") == Some(&json!(true));
-    reply::sse(&chat_events(&completion, include_usage), ID_HEADER)
+    reply::sse(chat_events(&completion, include_usage), ID_HEADER)
 }
 
 /// The answer to `GET /v1/models`: the script's models.
@@ -100,10 +142,18 @@ pub fn models(script: &Script) -> Response {
 /// An error in OpenAI's shape: `kind` is both its `type` and its `code`
 /// (`not_found`, `invalid_request_error`, …).
 pub fn error(status: StatusCode, kind: &str, message: &str) -> Response {
-    let body = json!({
-        "error": { "message": message, "type": kind, "param": null, "code": kind },
-    });
+    let body = json!({ "error": error_object(kind, message) });
     reply::json(status, &body, ID_HEADER)
+}
+
+/// The same error as the Responses WebSocket sends it: an `error` event
+/// carrying the status HTTP would have had.
+pub fn error_event(status: StatusCode, kind: &str, message: &str) -> Value {
+    json!({ "type": "error", "status": status.as_u16(), "error": error_object(kind, message) })
+}
+
+fn error_object(kind: &str, message: &str) -> Value {
+    json!({ "message": message, "type": kind, "param": null, "code": kind })
 }
 
 fn model(body: &Value) -> &str {
@@ -211,6 +261,11 @@ fn responses_events(response: &Value, item: &Value, reply: &Reply) -> Vec<Event>
         json!({ "output_index": 0, "item": item }),
     ));
     events.push(("response.completed", json!({ "response": response })));
+    numbered(events)
+}
+
+/// Each event's data with its `type` and `sequence_number` added.
+fn numbered(events: Vec<(&'static str, Value)>) -> Vec<Event> {
     events
         .into_iter()
         .enumerate()

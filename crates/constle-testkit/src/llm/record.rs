@@ -2,12 +2,14 @@
 
 use std::sync::Mutex;
 
+use axum::http::{HeaderMap, Uri};
 use serde_json::Value;
 
 /// One request as it arrived.
 #[derive(Clone, Debug)]
 pub struct RecordedRequest {
-    /// `GET`, `POST`, …
+    /// `GET`, `POST`, …, or `WS` for a message on the Responses WebSocket
+    /// (with the path and headers of the upgrade that opened it).
     pub method: String,
     /// The path with its query (`/v1/messages?beta=true`).
     pub path: String,
@@ -18,6 +20,27 @@ pub struct RecordedRequest {
 }
 
 impl RecordedRequest {
+    /// A request to `uri` with these headers and body (`Value::Null` when
+    /// there is none).
+    pub fn new(method: &str, uri: &Uri, headers: &HeaderMap, body: Value) -> RecordedRequest {
+        RecordedRequest {
+            method: method.to_owned(),
+            path: uri
+                .path_and_query()
+                .map_or_else(|| uri.path().to_owned(), ToString::to_string),
+            headers: headers
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.as_str().to_owned(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+            body,
+        }
+    }
+
     /// The first header called `name` (any case).
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();

@@ -1,6 +1,9 @@
-//! HTTP answers shared by both APIs: JSON, Server-Sent Events, and the
-//! request-id header each provider sends.
+//! HTTP answers shared by both APIs: JSON, Server-Sent Events (streamed
+//! event by event), and the request-id header each provider sends.
 
+use std::convert::Infallible;
+
+use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
@@ -20,8 +23,13 @@ pub fn json(status: StatusCode, body: &Value, id_header: &'static str) -> Respon
 
 /// A `text/event-stream` answer of these events: each an optional
 /// `event:` name and its JSON `data:`, or a raw `data:` line (`[DONE]`).
-pub fn sse(events: &[Event], id_header: &'static str) -> Response {
-    let body: String = events.iter().map(Event::encode).collect();
+/// Each event is its own chunk of a streamed body, as a provider sends
+/// them, so that whoever relays the stream sees them arrive one by one.
+pub fn sse(events: Vec<Event>, id_header: &'static str) -> Response {
+    let chunks = events
+        .into_iter()
+        .map(|event| Ok::<_, Infallible>(event.encode()));
+    let body = Body::from_stream(futures_util::stream::iter(chunks));
     let mut response = (
         StatusCode::OK,
         [
@@ -46,6 +54,14 @@ pub enum Event {
 }
 
 impl Event {
+    /// Its JSON data; `None` for `[DONE]`.
+    pub fn data(&self) -> Option<&Value> {
+        match self {
+            Event::Named(_, data) | Event::Data(data) => Some(data),
+            Event::Done => None,
+        }
+    }
+
     fn encode(&self) -> String {
         match self {
             Event::Named(name, data) => format!("event: {name}\ndata: {data}\n\n"),
