@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::error::{RunError, io};
-use crate::llm_spend::ModelLog;
+use crate::llm_spend::{ModelBook, ModelLog};
 use crate::mcp::host_var;
 use crate::stop::ModelStop;
 
@@ -107,6 +107,8 @@ fn provider(declared: &LlmProvider) -> Result<Provider, RunError> {
 /// The running model gates. Dropping them stops accepting connections;
 /// closing them ([`ModelGates::close`]) stops every one forwarding.
 pub(crate) struct ModelGates {
+    /// What charges and records the gates' calls; `None` without gates.
+    book: Option<ModelBook>,
     relays: Vec<Relay>,
     env: BTreeMap<String, String>,
     etc_files: BTreeMap<String, String>,
@@ -127,6 +129,7 @@ impl ModelGates {
         let shutoff = CancellationToken::new();
         let log = log.stopping(&shutoff, stops);
         let mut gates = ModelGates {
+            book: Some(log.clone()),
             relays: Vec::new(),
             env: BTreeMap::new(),
             etc_files: BTreeMap::new(),
@@ -169,6 +172,7 @@ impl ModelGates {
     /// No model gates: the Agentfile declares no provider.
     pub(crate) fn none() -> ModelGates {
         ModelGates {
+            book: None,
             relays: Vec::new(),
             env: BTreeMap::new(),
             etc_files: BTreeMap::new(),
@@ -207,6 +211,15 @@ impl ModelGates {
     /// The files written into the sandbox's `/etc` for the agent CLIs.
     pub(crate) fn etc_files(&self) -> &BTreeMap<String, String> {
         &self.etc_files
+    }
+
+    /// Waits, at most `limit`, until every call the gates forwarded is
+    /// settled and recorded; how many are not.
+    pub(crate) async fn drained(&self, limit: std::time::Duration) -> usize {
+        match &self.book {
+            Some(book) => book.drained(limit).await,
+            None => 0,
+        }
     }
 
     /// Closes every model gate: from now on nothing is forwarded.

@@ -11,8 +11,9 @@
 //! and ends the run: no model call goes on unrecorded.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use constle_audit::catalogue::{LlmCall, LlmRefused, LlmReserved};
 use constle_audit::{AuditLog, Event};
@@ -64,6 +65,8 @@ impl ModelLog {
             pace: Pace::for_refusals(),
             holds: Mutex::default(),
             next: AtomicU64::new(0),
+            unsettled: AtomicUsize::new(0),
+            settled: tokio::sync::Notify::new(),
             shutoff: shutoff.clone(),
             stops,
         }))
@@ -82,6 +85,10 @@ struct Inner {
     /// Each forwarded call's holds, until it is settled.
     holds: Mutex<HashMap<u64, Holds>>,
     next: AtomicU64,
+    /// Calls forwarded whose settlement is not recorded yet.
+    unsettled: AtomicUsize,
+    /// Told each time one is.
+    settled: tokio::sync::Notify,
     shutoff: CancellationToken,
     stops: UnboundedSender<ModelStop>,
 }
@@ -91,6 +98,25 @@ struct Inner {
 struct Holds {
     own: Option<Hold>,
     shared: Hold,
+}
+
+impl ModelBook {
+    /// Waits until every call the gates forwarded is settled and recorded
+    /// (a gate settles a call once its answer has passed, after the agent
+    /// may have exited), or `limit` has passed; says how many are not. A
+    /// call never settled stays charged its whole hold.
+    pub(crate) async fn drained(&self, limit: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.0.settled.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let open = self.0.unsettled.load(Ordering::Acquire);
+            if open == 0 || tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return open;
+            }
+        }
+    }
 }
 
 impl Meter for ModelBook {
@@ -199,6 +225,7 @@ impl Inner {
                 message: "the reservation could not be recorded in the audit log; the Constle gate did not forward it".into(),
             });
         }
+        self.unsettled.fetch_add(1, Ordering::AcqRel);
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.holds
             .lock()
@@ -249,6 +276,12 @@ impl Inner {
     }
 
     async fn settle(&self, held: Held, call: Call, settled: Settled) {
+        self.settle_and_record(held, call, settled).await;
+        self.unsettled.fetch_sub(1, Ordering::AcqRel);
+        self.settled.notify_waiters();
+    }
+
+    async fn settle_and_record(&self, held: Held, call: Call, settled: Settled) {
         let holds = self
             .holds
             .lock()

@@ -494,6 +494,9 @@ impl Started {
         drop(lifeline);
         self.limits.end();
         output.finish(OUTPUT_GRACE).await;
+        // A model call is settled once its answer has passed, which may be
+        // after the agent exited: its llm_call comes before run_finished.
+        self.models.drained(SETTLE_GRACE).await;
         let mut teardown = self.laps.lap();
         let checked = finish_dirs(self.workdir, &self.quarantine, self.home, &self.log).await;
         self.timings.workdir += self.laps.lap();
@@ -537,6 +540,10 @@ async fn finish_dirs(
     checked.extend(home.transpose()?);
     Ok(checked)
 }
+
+/// How long the end of a run waits for the model calls still being
+/// settled; one not settled by then stays charged its whole hold.
+const SETTLE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The agent's proxy, or a stdio server's, failing: either ends the run.
 async fn proxy_trouble(

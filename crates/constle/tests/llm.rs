@@ -642,3 +642,46 @@ fn claude_code_continues_its_session_in_a_kept_home() {
     );
     assert_key_nowhere(&case, &second);
 }
+
+/// An agent that exits the moment it has its answers: each call is still
+/// settled and recorded (`llm_call`) before the run's `run_finished`.
+#[test]
+fn every_call_is_settled_before_the_run_finishes() {
+    if !ready("settlements before the end of a run", &["python3"]) {
+        return;
+    }
+    let case = Case::new();
+    let provider = provider();
+    let script = r#"import json, os, urllib.request
+base = os.environ['ANTHROPIC_BASE_URL']
+for stream in [False, True, False, True]:
+    body = {'model': 'sim-model', 'max_tokens': 10, 'stream': stream, 'messages': [{'role': 'user', 'content': 'hi'}]}
+    request = urllib.request.Request(base + '/v1/messages', data=json.dumps(body).encode(), headers={'content-type': 'application/json'})
+    urllib.request.urlopen(request).read()
+os._exit(0)
+"#;
+    fs::write(case.path("work/quick.py"), script).unwrap();
+    let body = agentfile(
+        &provider,
+        "anthropic",
+        &["python3", "quick.py"],
+        "",
+        ("3", "15"),
+        "",
+    );
+    let out = run(&case, &body);
+    assert_eq!(out.status.code(), Some(0), "{}", common::report(&out));
+    let names: Vec<String> = case
+        .log()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_owned())
+        .filter(|name| name.starts_with("llm_") || name == "run_finished")
+        .collect();
+    let settled = names.iter().filter(|n| *n == "llm_call").count();
+    assert_eq!(settled, 4, "{names:?}");
+    assert_eq!(
+        names.last().map(String::as_str),
+        Some("run_finished"),
+        "{names:?}"
+    );
+}
