@@ -353,7 +353,9 @@ fn when_the_proxy_dies_the_run_fails_closed() {
     let case = Case::new();
     let file = case.write_agentfile(
         &Agentfile::new("test-agent")
-            .sh("touch started; exec sleep 1000")
+            // Squid starts beside the sandbox: a request through it, answered
+            // whatever the answer, says it is up, so that it dies running.
+            .sh("curl -s -o /dev/null -m 10 https://api.groq.com/; touch started; exec sleep 1000")
             .workdir("./work")
             .allowed_hosts(["api.groq.com"]),
     );
