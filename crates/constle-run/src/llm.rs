@@ -154,12 +154,17 @@ impl ModelGates {
                 .map_err(io(format!("cannot bind {}", socket.display())))?;
             gates.tasks.push(tokio::spawn(gate.serve(listener)));
             let listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
-            gates.env.extend(agent_env(url_var, api, listen));
-            if api != LlmApi::Anthropic {
-                gates
-                    .etc_files
-                    .insert(CODEX_CONFIG.to_owned(), codex_config(listen));
-            }
+            let base = match api {
+                LlmApi::Anthropic => format!("http://{listen}"),
+                LlmApi::OpenAi | LlmApi::OpenAiCompatible => {
+                    let base = format!("http://{listen}/v1");
+                    gates
+                        .etc_files
+                        .insert(CODEX_CONFIG.to_owned(), codex_config(&base));
+                    base
+                }
+            };
+            gates.env.extend(agent_env(url_var, api, base));
             gates.relays.push(Relay {
                 name,
                 listen,
@@ -236,14 +241,10 @@ impl ModelGates {
     }
 }
 
-/// The variables through which the agent reaches a provider at `listen`:
+/// The variables through which the agent reaches a provider at `base`:
 /// `url_var` (its `CONSTLE_LLM_<ID>_URL`), and those its API's clients
 /// read: the first the base URL, the others the placeholder key.
-fn agent_env(url_var: String, api: LlmApi, listen: SocketAddrV4) -> Vec<(String, String)> {
-    let base = match api {
-        LlmApi::Anthropic => format!("http://{listen}"),
-        LlmApi::OpenAi | LlmApi::OpenAiCompatible => format!("http://{listen}/v1"),
-    };
+fn agent_env(url_var: String, api: LlmApi, base: String) -> Vec<(String, String)> {
     let clients = api.agent_env().iter().enumerate().map(|(i, name)| {
         let value = if i == 0 { &base } else { PLACEHOLDER_KEY };
         ((*name).to_owned(), value.to_owned())
@@ -261,10 +262,10 @@ const CODEX_CONFIG: &str = "/etc/codex/config.toml";
 /// still exit 0); its web search is a tool the provider runs, which the
 /// gate refuses; and its analytics and plugin catalogue would only be
 /// refused at the proxy.
-fn codex_config(listen: SocketAddrV4) -> String {
+fn codex_config(base: &str) -> String {
     format!(
         "# Written by constle for this run: Codex reaches the model gate.\n\
-         openai_base_url = \"http://{listen}/v1\"\n\
+         openai_base_url = \"{base}\"\n\
          # Constle is the sandbox: Codex's own cannot start inside it.\n\
          sandbox_mode = \"danger-full-access\"\n\
          approval_policy = \"never\"\n\

@@ -161,35 +161,43 @@ impl Inner {
         let amount = call
             .worst_case_usd
             .round_dp_with_strategy(10, RoundingStrategy::AwayFromZero);
-        let source = || Source::Llm {
+        let source = Source::Llm {
             provider: call.provider.clone(),
             model: call.model.clone(),
         };
         let now = jiff::Timestamp::now();
+        match self.hold_both(amount, source, now).await {
+            Ok(holds) => self.reserved(call, amount, holds).await,
+            Err((scope, refusal)) => Err(self.refuse(call, amount, scope, refusal).await),
+        }
+    }
+
+    /// Holds `amount` in the model-only ledger, when it has caps, then in
+    /// the shared one; or the refusal and the ledger it came from (`None`:
+    /// the shared one). Refused by the shared ledger, the call is never
+    /// forwarded, so the model-only hold is released.
+    async fn hold_both(
+        &self,
+        amount: Decimal,
+        source: Source,
+        now: jiff::Timestamp,
+    ) -> Result<Holds, (Option<Scope>, Refusal)> {
         let own = match &self.own {
             Some(own) => Some(
-                hold(own, amount, source(), now)
+                hold(own, amount, source.clone(), now)
                     .await
-                    .map_err(|refusal| (Some(Scope::Llm), refusal)),
+                    .map_err(|refusal| (Some(Scope::Llm), refusal))?,
             ),
             None => None,
         };
-        let holds = match own.transpose() {
-            Ok(own) => match hold(&self.shared, amount, source(), now).await {
-                Ok(shared) => Ok(Holds { own, shared }),
-                Err(refusal) => {
-                    if let (Some(hold), Some(meter)) = (own, self.own_meter()) {
-                        // Never forwarded: the model-only hold is released.
-                        let _ = meter.settle(hold, Decimal::ZERO).await;
-                    }
-                    Err((None, refusal))
+        match hold(&self.shared, amount, source, now).await {
+            Ok(shared) => Ok(Holds { own, shared }),
+            Err(refusal) => {
+                if let (Some(hold), Some(meter)) = (own, self.own_meter()) {
+                    let _ = meter.settle(hold, Decimal::ZERO).await;
                 }
-            },
-            Err(refused) => Err(refused),
-        };
-        match holds {
-            Ok(holds) => self.reserved(call, amount, holds).await,
-            Err((scope, refusal)) => Err(self.refuse(call, amount, scope, refusal).await),
+                Err((None, refusal))
+            }
         }
     }
 
