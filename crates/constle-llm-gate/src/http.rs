@@ -56,7 +56,7 @@ use crate::echo::{self, Cut, Events};
 use crate::error::GateError;
 use crate::inspect::{MAX_BODY_BYTES, Refusal, inspect};
 use crate::loopback::addressed_to_loopback;
-use crate::meter::{Call, Meter, Recorder, Unmetered, Unrecorded};
+use crate::meter::{Call, Meter, MeterRefusal, Recorder, Unmetered, Unrecorded};
 use crate::reason::Reason;
 use crate::refused::{Refused, Transport};
 use crate::route::{Route, route, upstream_path_and_query};
@@ -378,16 +378,14 @@ async fn forward(
 ) -> Response {
     let kind = call.kind;
     let model = call.model.clone();
-    let held = match inner.meter.reserve(&call).await {
-        Ok(held) => held,
-        Err(refused) => {
-            let status = shape::status(inner.provider.api, refused.reason, false);
-            return inner.error(status, refused.reason.as_str(), &refused.message);
-        }
+    let reservation = match inner.meter.reserve(&call).await {
+        Ok(reservation) => reservation,
+        Err(refused) => return meter_refusal(&inner, &refused),
     };
     let mut settle = Settlement {
         inner: Arc::clone(&inner),
-        held: Some(held),
+        held: Some(reservation.held),
+        recorded: reservation.recorded,
         call: Some(call),
         prices,
         started,
@@ -410,6 +408,9 @@ async fn forward(
         Ok(Err(_)) => return upstream_failure(&inner, StatusCode::BAD_GATEWAY),
         Err(_) => return upstream_failure(&inner, StatusCode::GATEWAY_TIMEOUT),
     };
+    if let Err(refused) = settle.recorded.wait().await {
+        return meter_refusal(&inner, &refused);
+    }
     let (mut parts, body) = response.into_parts();
     let echoed = inner.record(asked, Reason::UpstreamEchoedKey, Some(model));
     if echo::drop_headers_holding(&mut parts.headers, inner.provider.key.expose().as_bytes()) {
@@ -427,6 +428,12 @@ async fn forward(
     } else {
         relay_whole(parts, body, settle, echoed).await
     }
+}
+
+/// The meter's refusal, in the provider's shape.
+fn meter_refusal(inner: &Inner, refused: &MeterRefusal) -> Response {
+    let status = shape::status(inner.provider.api, refused.reason, false);
+    inner.error(status, refused.reason.as_str(), &refused.message)
 }
 
 /// The provider could not be reached or did not answer in time; the

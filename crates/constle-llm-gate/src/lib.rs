@@ -50,7 +50,9 @@
 //!   `thinking.budget_tokens` not below the new maximum to one under it).
 //!
 //! The sum is reserved ([`Meter::reserve`]) before the call is sent, so
-//! concurrent calls cannot together pass a cap. The body is written anew
+//! concurrent calls cannot together pass a cap; the reservation's record
+//! is written while the call is on its way, and nothing of the answer
+//! passes before it is on disk ([`Recording`]). The body is written anew
 //! from what was parsed, with the gate's changes, so the provider reads
 //! what the gate read; a streamed chat completion also gets
 //! `stream_options.include_usage: true`, so its usage arrives.
@@ -107,8 +109,8 @@ pub use http::{DEFAULT_RESPONSE_TIMEOUT, FORWARDED_REQUEST_HEADERS, Gate};
 pub use inspect::{Inspected, MAX_BODY_BYTES, MAX_CHOICES, Refusal, inspect};
 pub use media::{DOCUMENT_TOKENS, IMAGE_TOKENS};
 pub use meter::{
-    Call, DoneFuture, Held, Meter, MeterRefusal, Recorder, ReserveFuture, Settled, Unmetered,
-    Unrecorded,
+    Call, DoneFuture, Held, Meter, MeterRefusal, Recorder, Recording, Reservation, ReserveFuture,
+    Settled, Unmetered, Unrecorded,
 };
 pub use reason::Reason;
 pub use refused::{MAX_RECORDED_BYTES, Refused, Transport};

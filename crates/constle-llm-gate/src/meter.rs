@@ -3,6 +3,7 @@
 //! `llm_call`), and the [`Recorder`] that records the gate's own refusals
 //! (`llm_refused`). The gate holds no ledger and writes no log itself.
 
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -41,6 +42,66 @@ pub struct Call {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Held(pub u64);
 
+/// What [`Meter::reserve`] gives a call it lets through: the hold, and
+/// the record of the reservation, which may still be on its way to disk.
+#[derive(Debug)]
+pub struct Reservation {
+    /// The hold, for [`Meter::settle`].
+    pub held: Held,
+    /// The reservation's record.
+    pub recorded: Recording,
+}
+
+impl From<Held> for Reservation {
+    /// A reservation already recorded (or with nothing to record).
+    fn from(held: Held) -> Reservation {
+        Reservation {
+            held,
+            recorded: Recording::done(),
+        }
+    }
+}
+
+/// A reservation's record on its way to disk. The call leaves while it
+/// is written (a signed, fsynced entry: waiting for it first would add a
+/// disk flush to every call's first token), but nothing of the answer
+/// reaches the agent before it has resolved `Ok`: on `Err` the gate
+/// answers the refusal instead, and the call is settled to its whole
+/// hold.
+pub struct Recording(Option<Written>);
+
+/// The record's write, as [`Recording::pending`] keeps it.
+type Written = Pin<Box<dyn Future<Output = Result<(), MeterRefusal>> + Send + Sync>>;
+
+impl Recording {
+    /// Already recorded.
+    pub fn done() -> Recording {
+        Recording(None)
+    }
+
+    /// Recorded once `written` resolves `Ok`.
+    pub fn pending(
+        written: impl Future<Output = Result<(), MeterRefusal>> + Send + Sync + 'static,
+    ) -> Recording {
+        Recording(Some(Box::pin(written)))
+    }
+
+    /// Waits for the record (at once, once it has been waited for).
+    pub(crate) async fn wait(&mut self) -> Result<(), MeterRefusal> {
+        match self.0.take() {
+            Some(written) => written.await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Debug for Recording {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = if self.0.is_some() { "pending" } else { "done" };
+        f.debug_tuple("Recording").field(&state).finish()
+    }
+}
+
 /// How a forwarded call ended, for [`Meter::settle`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -76,7 +137,8 @@ pub struct MeterRefusal {
 }
 
 /// The future [`Meter::reserve`] returns.
-pub type ReserveFuture<'a> = Pin<Box<dyn Future<Output = Result<Held, MeterRefusal>> + Send + 'a>>;
+pub type ReserveFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Reservation, MeterRefusal>> + Send + 'a>>;
 
 /// The future [`Meter::settle`] and [`Recorder::refused`] return.
 pub type DoneFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
@@ -84,7 +146,8 @@ pub type DoneFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 /// Charges model calls: the spend ledger and caps plug in here.
 ///
 /// [`Meter::reserve`] is called before anything is forwarded; the call is
-/// forwarded only on `Ok`. Every `Ok` is followed by exactly one
+/// forwarded only on `Ok`, and its answer relayed only once the
+/// [`Reservation`]'s record has resolved `Ok`. Every `Ok` is followed by exactly one
 /// [`Meter::settle`], once the response has ended, was cut, or never
 /// came (which also records the call, `llm_call`). Settlement may come
 /// after the agent has its answer: a stream is settled when its last byte
@@ -104,7 +167,7 @@ pub struct Unmetered;
 
 impl Meter for Unmetered {
     fn reserve<'a>(&'a self, _call: &'a Call) -> ReserveFuture<'a> {
-        Box::pin(std::future::ready(Ok(Held(0))))
+        Box::pin(std::future::ready(Ok(Held(0).into())))
     }
 
     fn settle(&self, _held: Held, _call: Call, _settled: Settled) -> DoneFuture<'_> {

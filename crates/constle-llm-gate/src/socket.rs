@@ -282,7 +282,7 @@ impl Relay {
             worst_case_usd: inspected.worst_case_usd,
             stream: true,
         };
-        let held = inner.meter.reserve(&call).await.map_err(|refused| {
+        let reservation = inner.meter.reserve(&call).await.map_err(|refused| {
             let refusal = Refusal {
                 reason: refused.reason,
                 message: refused.message,
@@ -293,7 +293,8 @@ impl Relay {
         let body = String::from_utf8(inspected.body).unwrap_or_default();
         self.call = Some(Settlement {
             inner: Arc::clone(&inner),
-            held: Some(held),
+            held: Some(reservation.held),
+            recorded: reservation.recorded,
             call: Some(call),
             prices: inspected.prices,
             started,
@@ -328,6 +329,18 @@ impl Relay {
         }
     }
 
+    /// The refusal to answer instead of the call's answer if its
+    /// reservation could not be recorded (the gates are closing then).
+    async fn unrecorded(&mut self) -> Option<Refusal> {
+        let call = self.call.as_mut()?;
+        let refused = call.recorded.wait().await.err()?;
+        Some(Refusal {
+            reason: refused.reason,
+            message: refused.message,
+            model: call.call.as_ref().map(|c| c.model.clone()),
+        })
+    }
+
     async fn provider_sent<A>(&mut self, message: Message, agent: &mut Socket<A>) -> Next
     where
         A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -338,6 +351,10 @@ impl Relay {
                 _ => Next::Go,
             };
         };
+        if let Some(refusal) = self.unrecorded().await {
+            self.refuse(&refusal, true, agent).await;
+            return Next::Close;
+        }
         if echo::holds(text.as_bytes(), self.inner.provider.key.expose().as_bytes()) {
             self.inner.recorder.refused(&self.echoed).await;
             return Next::Close;

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Prices, Provider};
 use crate::inspect::Refusal;
-use crate::meter::{Call, Held, Meter, Recorder, Settled};
+use crate::meter::{Call, Held, Meter, Recorder, Recording, Settled};
 use crate::reason::Reason;
 use crate::refused::{Refused, Transport};
 use crate::route::Kind;
@@ -175,6 +175,8 @@ impl Inner {
 pub(crate) struct Settlement {
     pub(crate) inner: Arc<Inner>,
     pub(crate) held: Option<Held>,
+    /// The reservation's record, waited for before the answer passes.
+    pub(crate) recorded: Recording,
     pub(crate) call: Option<Call>,
     pub(crate) prices: Prices,
     pub(crate) started: Instant,

@@ -13,7 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use constle_llm_gate::{
     Api, Call, CancellationToken, DoneFuture, Gate, Held, Key, MAX_INTAKE, Meter, MeterRefusal,
-    Prices, Provider, Reason, Recorder, Refused, ReserveFuture, Settled, Usage,
+    Prices, Provider, Reason, Recorder, Recording, Refused, Reservation, ReserveFuture, Settled,
+    Usage,
 };
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -24,7 +25,7 @@ use hyper_util::rt::TokioIo;
 use rust_decimal::Decimal;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 const KEY: &str = "sk-real-key-4f1c9e";
 
@@ -128,6 +129,9 @@ struct TestMeter {
     ledger: Arc<Mutex<Ledger>>,
     refuse: bool,
     settled: Option<mpsc::UnboundedSender<()>>,
+    /// When set, the next reservation is recorded when this says so
+    /// (`true`), or fails to be (`false`, or dropped).
+    record: Arc<Mutex<Option<oneshot::Receiver<bool>>>>,
 }
 
 impl Meter for TestMeter {
@@ -141,7 +145,22 @@ impl Meter for TestMeter {
                         .to_owned(),
             })
         } else {
-            Ok(Held(7))
+            let recorded = match self.record.lock().unwrap().take() {
+                Some(said) => Recording::pending(async move {
+                    match said.await {
+                        Ok(true) => Ok(()),
+                        _ => Err(MeterRefusal {
+                            reason: Reason::LedgerUnavailable,
+                            message: "the reservation could not be recorded".to_owned(),
+                        }),
+                    }
+                }),
+                None => Recording::done(),
+            };
+            Ok(Reservation {
+                held: Held(7),
+                recorded,
+            })
         };
         Box::pin(std::future::ready(result))
     }
@@ -176,6 +195,14 @@ struct Harness {
 }
 
 async fn harness(api: Api, reply: Reply, refuse: bool) -> Harness {
+    let meter = TestMeter {
+        refuse,
+        ..TestMeter::default()
+    };
+    harness_with(api, reply, meter).await
+}
+
+async fn harness_with(api: Api, reply: Reply, meter: TestMeter) -> Harness {
     let (upstream, seen) = provider_stand_in(reply).await;
     let base = match api {
         Api::Anthropic => format!("http://{upstream}"),
@@ -191,9 +218,8 @@ async fn harness(api: Api, reply: Reply, refuse: bool) -> Harness {
     };
     let (tx, settled) = mpsc::unbounded_channel();
     let meter = TestMeter {
-        refuse,
         settled: Some(tx),
-        ..TestMeter::default()
+        ..meter
     };
     let ledger = Arc::clone(&meter.ledger);
     let recorded = TestRecorder::default();
@@ -224,26 +250,7 @@ impl Harness {
     }
 
     async fn send(&self, method: &str, path: &str, body: Option<&Value>) -> Response<Incoming> {
-        let stream = tokio::net::TcpStream::connect(self.gate).await.unwrap();
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let request = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("host", self.gate.to_string())
-            .header("content-type", "application/json")
-            .header("x-api-key", "constle-gate-holds-the-key")
-            .header("authorization", "Bearer agent-stolen-key")
-            .header("cookie", "session=agent")
-            .header("openai-organization", "org-agent")
-            .header("anthropic-version", "2023-06-01")
-            .header("x-stainless-lang", "python")
-            .body(Full::new(Bytes::from(body)))
-            .unwrap();
-        sender.send_request(request).await.unwrap()
+        send_to(self.gate, method, path, body).await
     }
 
     async fn settled(&mut self) -> (Call, Settled) {
@@ -253,6 +260,35 @@ impl Harness {
             .unwrap();
         self.ledger.lock().unwrap().settled.last().cloned().unwrap()
     }
+}
+
+/// Sends `body` to the gate at `gate` with the agent's own credentials.
+async fn send_to(
+    gate: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Response<Incoming> {
+    let stream = tokio::net::TcpStream::connect(gate).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", gate.to_string())
+        .header("content-type", "application/json")
+        .header("x-api-key", "constle-gate-holds-the-key")
+        .header("authorization", "Bearer agent-stolen-key")
+        .header("cookie", "session=agent")
+        .header("openai-organization", "org-agent")
+        .header("anthropic-version", "2023-06-01")
+        .header("x-stainless-lang", "python")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    sender.send_request(request).await.unwrap()
 }
 
 async fn text(response: Response<Incoming>) -> String {
@@ -339,6 +375,69 @@ async fn the_provider_sees_only_the_real_key_whatever_the_agent_sent() {
         [bearer.as_str()]
     );
     assert!(seen.headers.get("x-api-key").is_none());
+}
+
+/// A meter whose next reservation is recorded when the sender says.
+fn recording_later() -> (TestMeter, oneshot::Sender<bool>) {
+    let (say, said) = oneshot::channel();
+    let meter = TestMeter::default();
+    *meter.record.lock().unwrap() = Some(said);
+    (meter, say)
+}
+
+#[tokio::test]
+async fn the_call_leaves_while_it_is_recorded_and_its_answer_waits_for_the_record() {
+    for (api, path, reply) in [
+        (Api::Anthropic, "/v1/messages", ok_anthropic()),
+        (
+            Api::Anthropic,
+            "/v1/messages",
+            Arc::new(|_: &Seen| sse_all(&["event: message_start\ndata: {}\n\n"])) as Reply,
+        ),
+    ] {
+        let (meter, say) = recording_later();
+        let mut h = harness_with(api, reply, meter).await;
+        let body = json!({"model": "m", "max_tokens": 5, "messages": []});
+        let gate = h.gate;
+        let answer = tokio::spawn(async move { send_to(gate, "POST", path, Some(&body)).await });
+        h.seen
+            .recv()
+            .await
+            .expect("the call left before its record");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!answer.is_finished(), "no answer before the record");
+        say.send(true).unwrap();
+        let response = answer.await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(!text(response).await.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn an_unrecorded_reservation_withholds_the_answer_and_is_charged_its_hold() {
+    for api in [Api::Anthropic, Api::OpenAi] {
+        let reply: Reply =
+            Arc::new(|_| sse_all(&["event: message_start\ndata: {\"secret\": \"answer\"}\n\n"]));
+        let (meter, say) = recording_later();
+        let mut h = harness_with(api, reply, meter).await;
+        let path = if api == Api::Anthropic {
+            "/v1/messages"
+        } else {
+            "/v1/responses"
+        };
+        let body = json!({"model": "m", "max_tokens": 5, "max_output_tokens": 5, "input": "x", "messages": [], "stream": true});
+        drop(say);
+        let response = h.post(path, &body).await;
+        assert_ne!(response.status(), StatusCode::OK);
+        let answer = text(response).await;
+        assert!(
+            answer.contains("llm_ledger_unavailable") || answer.contains("could not be recorded"),
+            "{answer}"
+        );
+        assert!(!answer.contains("secret"), "{answer}");
+        let (call, settled) = h.settled().await;
+        assert_eq!(settled.cost_usd, call.worst_case_usd);
+    }
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use constle_llm_gate::{
     Api, Call, DoneFuture, Gate, Held, Key, Meter, MeterRefusal, Prices, Provider, Reason,
-    Recorder, Refused, ReserveFuture, Settled, Transport,
+    Recorder, Recording, Refused, Reservation, ReserveFuture, Settled, Transport,
 };
 use futures_util::{SinkExt, StreamExt};
 use rust_decimal::Decimal;
@@ -75,6 +75,8 @@ async fn provider(echo_key: bool) -> (String, mpsc::UnboundedReceiver<String>) {
 #[derive(Clone, Default)]
 struct TestMeter {
     refuse: bool,
+    /// Reservations whose record fails.
+    unrecorded: bool,
     settled: Arc<Mutex<Vec<(Call, Settled)>>>,
 }
 
@@ -85,8 +87,16 @@ impl Meter for TestMeter {
                 reason: Reason::SpendRefused,
                 message: "a cap; the Constle gate did not forward it".to_owned(),
             })
+        } else if self.unrecorded {
+            Ok(Reservation {
+                held: Held(1),
+                recorded: Recording::pending(std::future::ready(Err(MeterRefusal {
+                    reason: Reason::LedgerUnavailable,
+                    message: "the reservation could not be recorded".to_owned(),
+                }))),
+            })
         } else {
-            Ok(Held(1))
+            Ok(Held(1).into())
         };
         Box::pin(std::future::ready(result))
     }
@@ -115,6 +125,14 @@ struct Harness {
 }
 
 async fn harness(refuse: bool, echo_key: bool) -> Harness {
+    let meter = TestMeter {
+        refuse,
+        ..TestMeter::default()
+    };
+    harness_with(meter, echo_key).await
+}
+
+async fn harness_with(meter: TestMeter, echo_key: bool) -> Harness {
     let (upstream, seen) = provider(echo_key).await;
     let price = Decimal::new(1, 0);
     let prices = Prices {
@@ -130,10 +148,6 @@ async fn harness(refuse: bool, echo_key: bool) -> Harness {
         key: Key::new(KEY.to_owned()),
         max_output_tokens: 1000,
         models: BTreeMap::from([("m".to_owned(), prices)]),
-    };
-    let meter = TestMeter {
-        refuse,
-        ..TestMeter::default()
     };
     let recorded = TestRecorder::default();
     let gate = Gate::new(provider)
@@ -250,4 +264,24 @@ async fn an_event_echoing_the_key_closes_the_socket_and_settles_to_the_hold() {
         (settled.usage, settled.cost_usd),
         (None, call.worst_case_usd)
     );
+}
+
+#[tokio::test]
+async fn an_unrecorded_reservation_gets_an_error_event_never_the_answer() {
+    let meter = TestMeter {
+        unrecorded: true,
+        ..TestMeter::default()
+    };
+    let mut h = harness_with(meter, false).await;
+    let _auth = h.seen.recv().await.unwrap();
+    h.send(json!({"type": "response.create", "model": "m", "input": "hi"}))
+        .await;
+    let error = h.event().await.unwrap();
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["error"]["code"], "llm_ledger_unavailable");
+    assert_eq!(h.event().await, None, "closed, the answer withheld");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let settled = h.meter.settled.lock().unwrap().clone();
+    let (call, settled) = &settled[0];
+    assert_eq!(settled.cost_usd, call.worst_case_usd);
 }

@@ -1,8 +1,9 @@
 //! What the model gates of a run charge and record. Each call's worst case
 //! is held in the ledger before it is forwarded: in the run's shared
 //! ledger (the same caps as priced MCP calls), and first in the model-only
-//! ledger when `llm.spending` declares caps; `llm_reserved` is on disk
-//! before the call leaves. When the call has ended, both holds are settled
+//! ledger when `llm.spending` declares caps; `llm_reserved` is written
+//! while the call is on its way, and is on disk before any of its answer
+//! reaches the agent. When the call has ended, both holds are settled
 //! to what it cost and `llm_call` records the settlement. Each refusal, the
 //! gate's own or a cap's, is an `llm_refused` entry on disk before the
 //! agent gets it, paced like the MCP gates' refusals.
@@ -18,8 +19,8 @@ use std::time::Duration;
 use constle_audit::catalogue::{LlmCall, LlmRefused, LlmReserved};
 use constle_audit::{AuditLog, Event};
 use constle_llm_gate::{
-    Call, CancellationToken, DoneFuture, Held, Meter, MeterRefusal, Reason, Recorder, Refused,
-    ReserveFuture, Settled,
+    Call, CancellationToken, DoneFuture, Held, Meter, MeterRefusal, Reason, Recorder, Recording,
+    Refused, Reservation, ReserveFuture, Settled,
 };
 use constle_mcp_gate::Pace;
 use constle_spend::{Hold, Refusal, RunMeter, Scope, Source, Totals, usd};
@@ -156,7 +157,7 @@ impl Recorder for ModelBook {
 }
 
 impl Inner {
-    async fn reserve(&self, call: &Call) -> Result<Held, MeterRefusal> {
+    async fn reserve(self: &Arc<Self>, call: &Call) -> Result<Reservation, MeterRefusal> {
         // The ledger counts in 10⁻¹⁰ USD; a worst case is never rounded down.
         let amount = call
             .worst_case_usd
@@ -167,32 +168,38 @@ impl Inner {
         };
         let now = jiff::Timestamp::now();
         match self.hold_both(amount, source, now).await {
-            Ok(holds) => self.reserved(call, amount, holds).await,
+            Ok(holds) => Ok(self.reserved(call, amount, holds)),
             Err((scope, refusal)) => Err(self.refuse(call, amount, scope, refusal).await),
         }
     }
 
-    /// Holds `amount` in the model-only ledger, when it has caps, then in
-    /// the shared one; or the refusal and the ledger it came from (`None`:
-    /// the shared one). Refused by the shared ledger, the call is never
-    /// forwarded, so the model-only hold is released.
+    /// Holds `amount` in the model-only ledger, when it has caps, and in
+    /// the shared one, both at once (a call waits for one durable write,
+    /// not two); or the refusal and the ledger it came from (`None`: the
+    /// shared one; the model-only ledger's is told first). A refused call
+    /// is never forwarded, so the other ledger's hold is released.
     async fn hold_both(
         &self,
         amount: Decimal,
         source: Source,
         now: jiff::Timestamp,
     ) -> Result<Holds, (Option<Scope>, Refusal)> {
-        let own = match &self.own {
-            Some(own) => Some(
-                hold(own, amount, source.clone(), now)
-                    .await
-                    .map_err(|refusal| (Some(Scope::Llm), refusal))?,
-            ),
-            None => None,
+        let own = async {
+            match &self.own {
+                Some(own) => hold(own, amount, source.clone(), now).await.map(Some),
+                None => Ok(None),
+            }
         };
-        match hold(&self.shared, amount, source, now).await {
-            Ok(shared) => Ok(Holds { own, shared }),
-            Err(refusal) => {
+        let shared = hold(&self.shared, amount, source.clone(), now);
+        match tokio::join!(own, shared) {
+            (Ok(own), Ok(shared)) => Ok(Holds { own, shared }),
+            (Err(refusal), shared) => {
+                if let (Ok(hold), Ok(meter)) = (shared, self.shared.as_ref()) {
+                    let _ = meter.settle(hold, Decimal::ZERO).await;
+                }
+                Err((Some(Scope::Llm), refusal))
+            }
+            (Ok(own), Err(refusal)) => {
                 if let (Some(hold), Some(meter)) = (own, self.own_meter()) {
                     let _ = meter.settle(hold, Decimal::ZERO).await;
                 }
@@ -201,13 +208,9 @@ impl Inner {
         }
     }
 
-    /// Records `llm_reserved` and keeps the holds for the settlement.
-    async fn reserved(
-        &self,
-        call: &Call,
-        amount: Decimal,
-        holds: Holds,
-    ) -> Result<Held, MeterRefusal> {
+    /// Submits `llm_reserved` and keeps the holds for the settlement; the
+    /// call may leave while the entry is written, its answer waits for it.
+    fn reserved(self: &Arc<Self>, call: &Call, amount: Decimal, holds: Holds) -> Reservation {
         let totals = holds.shared.totals();
         let event = LlmReserved {
             provider: call.provider.clone(),
@@ -221,25 +224,31 @@ impl Inner {
             day_usd: Some(usd(totals.day)),
             month_usd: Some(usd(totals.month)),
         };
-        // Unrecorded, it is not forwarded; it stays charged (the ledger
-        // holds it), and the run ends.
-        if self
-            .record(&call.provider, "a reservation", event.into())
-            .await
-            .is_err()
-        {
-            return Err(MeterRefusal {
-                reason: Reason::LedgerUnavailable,
-                message: "the reservation could not be recorded in the audit log; the Constle gate did not forward it".into(),
-            });
-        }
+        let written = self.log.submit(event.into());
         self.unsettled.fetch_add(1, Ordering::AcqRel);
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.holds
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id, holds);
-        Ok(Held(id))
+        let book = Arc::clone(self);
+        let provider = call.provider.clone();
+        // Unrecorded, its answer never passes; the call is settled to its
+        // whole hold, and the run ends.
+        let recorded = async move {
+            let error = written.written().await.err();
+            error.map_or(Ok(()), |error| {
+                book.stop(&provider, "a reservation", error.to_string());
+                Err(MeterRefusal {
+                    reason: Reason::LedgerUnavailable,
+                    message: "the reservation could not be recorded in the audit log; the Constle gate did not pass on its answer".into(),
+                })
+            })
+        };
+        Reservation {
+            held: Held(id),
+            recorded: Recording::pending(recorded),
+        }
     }
 
     /// Records `llm_refused` for a refusal of `scope`'s ledger (`None`:
@@ -325,13 +334,18 @@ impl Inner {
         let Err(error) = self.log.submit(event).written().await else {
             return Ok(());
         };
+        self.stop(provider, what, error.to_string());
+        Err(())
+    }
+
+    /// Closes the gates and ends the run: `what` could not be recorded.
+    fn stop(&self, provider: &str, what: &'static str, error: String) {
         self.shutoff.cancel();
         let _ = self.stops.send(ModelStop {
             provider: provider.to_owned(),
             what,
-            error: error.to_string(),
+            error,
         });
-        Err(())
     }
 }
 

@@ -105,20 +105,28 @@ impl RedisServer {
     /// requirepass`): for tests of URLs that carry one. `password` is sent
     /// as one bulk string, so it may hold any bytes but CR and LF.
     pub fn require_password(&self, password: &str) -> io::Result<()> {
+        self.config_set("requirepass", password)
+    }
+
+    /// `CONFIG SET parameter value`, e.g. `appendonly yes` for a server
+    /// that keeps its data as a deployed one does. Both are sent as bulk
+    /// strings, so they may hold any bytes but CR and LF.
+    pub fn config_set(&self, parameter: &str, value: &str) -> io::Result<()> {
         let mut stream = UnixStream::connect(&self.socket)?;
         stream.set_read_timeout(Some(Duration::from_secs(1)))?;
         let command = format!(
-            "*4\r\n$6\r\nCONFIG\r\n$3\r\nSET\r\n$11\r\nrequirepass\r\n${}\r\n{password}\r\n",
-            password.len()
+            "*4\r\n$6\r\nCONFIG\r\n$3\r\nSET\r\n${}\r\n{parameter}\r\n${}\r\n{value}\r\n",
+            parameter.len(),
+            value.len()
         );
         stream.write_all(command.as_bytes())?;
         let mut reply = [0_u8; 5];
         stream.read_exact(&mut reply)?;
         match &reply {
             b"+OK\r\n" => Ok(()),
-            _ => Err(io::Error::other(
-                "unexpected reply to CONFIG SET requirepass",
-            )),
+            _ => Err(io::Error::other(format!(
+                "unexpected reply to CONFIG SET {parameter}"
+            ))),
         }
     }
 

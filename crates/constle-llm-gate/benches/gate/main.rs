@@ -13,13 +13,17 @@
 //! - the gates: `Gate::new(provider).serve(listener)` on a Unix socket, as
 //!   `constle run` serves them, one per API and meter, all on one
 //!   current-thread runtime (thread `bench-gate`, its blocking threads
-//!   too). Three meters ([`meter`]): `Unmetered` (the gate alone); the
+//!   too). Four meters ([`meter`]): `Unmetered` (the gate alone); the
 //!   spend ledger a run charges (`constle_spend`'s embedded store in a
 //!   directory under Cargo's target directory, so on the disk a
 //!   `$CONSTLE_HOME` is on: a durable hold before the call leaves, a
-//!   durable settlement after it); and that ledger with the run's audit
-//!   writes (a signed, fsynced `llm_reserved` before the call leaves, an
-//!   `llm_call` after; thread `constle-audit`);
+//!   durable settlement after it); that ledger with the run's audit
+//!   writes (a signed, fsynced `llm_reserved` written while the call is on
+//!   its way and on disk before its answer passes, an `llm_call` after;
+//!   thread `constle-audit`); and the same with the ledger in Redis
+//!   (`spending.ledger`, as a fleet shares it: a private `redis-server`
+//!   on a Unix socket, appending and fsyncing each second, its CPU not
+//!   counted);
 //! - the client ([`client`]): hyper HTTP/1.1 on this thread's
 //!   current-thread runtime, `-c` calls in flight, each on its own
 //!   kept-alive connection, back to back or with `-p` a wait between
@@ -146,7 +150,13 @@ fn main() {
         tokens: config.tokens,
         interval: config.interval,
     });
-    let targets = measure::start_gates(dir.path(), provider);
+    // Kept on this thread, which it dies with. Appending and fsyncing
+    // each second, as a Redis that keeps a fleet's ledger is run.
+    let redis = constle_testkit::RedisServer::start().expect("a redis-server (scripts/setup.sh)");
+    redis
+        .config_set("appendonly", "yes")
+        .expect("an appending redis-server");
+    let targets = measure::start_gates(dir.path(), redis.url(), provider);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use constle_llm_gate::{Gate, Key, Prices, Provider};
+use constle_spend::LedgerConfig;
 use constle_testkit::bench::{Process, process_cpu, threads_cpu};
 use rust_decimal::Decimal;
 use tokio::net::UnixListener;
@@ -43,10 +44,18 @@ pub enum Path {
     Ledger,
     /// Through a gate charging the ledger and writing the audit log.
     Audited,
+    /// Through a gate charging a Redis ledger and writing the audit log.
+    Redis,
 }
 
 impl Path {
-    pub const ALL: [Path; 4] = [Path::Direct, Path::Gate, Path::Ledger, Path::Audited];
+    pub const ALL: [Path; 5] = [
+        Path::Direct,
+        Path::Gate,
+        Path::Ledger,
+        Path::Audited,
+        Path::Redis,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -54,6 +63,7 @@ impl Path {
             Path::Gate => "gate, unmetered",
             Path::Ledger => "gate + ledger",
             Path::Audited => "gate + ledger + audit log",
+            Path::Redis => "gate + Redis ledger + audit",
         }
     }
 
@@ -63,6 +73,7 @@ impl Path {
             Path::Gate => "gate",
             Path::Ledger => "gate_ledger",
             Path::Audited => "gate_ledger_audit",
+            Path::Redis => "gate_redis_audit",
         }
     }
 }
@@ -123,24 +134,36 @@ pub fn start_upstream(pace: Pace) -> SocketAddr {
     })
 }
 
-/// The gates, on thread `bench-gate`, with their ledgers and logs in `dir`.
-pub fn start_gates(dir: &FsPath, provider: SocketAddr) -> Targets {
+/// The gates, on thread `bench-gate`, with their ledgers and logs in
+/// `dir`, and one ledger in the Redis server at `redis`.
+pub fn start_gates(dir: &FsPath, redis: String, provider: SocketAddr) -> Targets {
     let dir = dir.to_owned();
     let gates = on_thread("bench-gate", move |runtime| {
-        runtime.block_on(serve_gates(&dir, provider))
+        runtime.block_on(serve_gates(&dir, redis, provider))
     });
     Targets { provider, gates }
 }
 
-async fn serve_gates(dir: &FsPath, provider: SocketAddr) -> HashMap<(Api, Path), PathBuf> {
-    let ledger = LedgerMeter::open(&dir.join("ledger"), false).await;
-    let audited = LedgerMeter::open(&dir.join("audited"), true).await;
+async fn serve_gates(
+    dir: &FsPath,
+    redis: String,
+    provider: SocketAddr,
+) -> HashMap<(Api, Path), PathBuf> {
+    let embedded = |name: &str| LedgerConfig::Embedded {
+        dir: dir.join(name).join("ledger"),
+    };
+    let ledger = LedgerMeter::open(embedded("ledger"), None).await;
+    let logs = dir.join("audited").join("logs");
+    let audited = LedgerMeter::open(embedded("audited"), Some(&logs)).await;
+    let logs = dir.join("redis").join("logs");
+    let redis = LedgerMeter::open(LedgerConfig::Redis { url: redis }, Some(&logs)).await;
     let mut gates = HashMap::new();
     for api in [Api::Anthropic, Api::Responses] {
         let meters = [
             (Path::Gate, None),
             (Path::Ledger, Some(ledger.clone())),
             (Path::Audited, Some(audited.clone())),
+            (Path::Redis, Some(redis.clone())),
         ];
         for (path, meter) in meters {
             let socket = dir.join(format!("{api:?}-{}.sock", path.key()));

@@ -2,8 +2,9 @@
 //! ledger a run charges (`constle_spend`, the embedded store: each hold
 //! and each settlement a durable write, lock, fsync and rename), alone or
 //! with the audit writes a run makes around each call (a signed
-//! `llm_reserved` on disk before the call leaves, an `llm_call` after its
-//! settlement), as `constle-run`'s model meter does.
+//! `llm_reserved`, written while the call is on its way and on disk
+//! before its answer passes; an `llm_call` after its settlement), as
+//! `constle-run`'s model meter does.
 //!
 //! The events have the fields and about the size of the run's, written
 //! through the same signed, fsynced `AuditLog`; the run's own meter is
@@ -17,7 +18,8 @@ use std::sync::{Arc, Mutex};
 use constle_audit::{Appender, AuditLog, Event};
 use constle_identity::{Name, SigningIdentity};
 use constle_llm_gate::{
-    Call, DoneFuture, Held, Meter, MeterRefusal, Reason, ReserveFuture, Settled,
+    Call, DoneFuture, Held, Meter, MeterRefusal, Reason, Recording, Reservation, ReserveFuture,
+    Settled,
 };
 use constle_spend::{Caps, Hold, Ledger, LedgerConfig, LedgerKey, RunMeter, Source, usd};
 use rust_decimal::{Decimal, RoundingStrategy};
@@ -35,12 +37,10 @@ struct Inner {
 }
 
 impl LedgerMeter {
-    /// A run's meter on a fresh ledger in `dir`, with caps no call reaches.
-    pub async fn open(dir: &Path, audit: bool) -> LedgerMeter {
+    /// A run's meter on a fresh ledger where `config` says, with caps no
+    /// call reaches, and with `logs` a signed audit log there.
+    pub async fn open(config: LedgerConfig, logs: Option<&Path>) -> LedgerMeter {
         let agent = Name::new("bench-agent").expect("a name");
-        let config = LedgerConfig::Embedded {
-            dir: dir.join("ledger"),
-        };
         let ledger = Ledger::open(&config, LedgerKey::for_name(&agent))
             .await
             .expect("a ledger");
@@ -50,9 +50,9 @@ impl LedgerMeter {
             per_day: far,
             per_month: far,
         });
-        let log = audit.then(|| {
+        let log = logs.map(|logs| {
             let key = SigningIdentity::from_bytes(&[42; 32]);
-            let appender = Appender::new(&dir.join("logs"), agent, Some(key)).expect("a log");
+            let appender = Appender::new(logs, agent, Some(key)).expect("a log");
             AuditLog::start(appender)
         });
         LedgerMeter(Arc::new(Inner {
@@ -75,7 +75,7 @@ impl Meter for LedgerMeter {
 }
 
 impl Inner {
-    async fn reserve(&self, call: &Call) -> Result<Held, MeterRefusal> {
+    async fn reserve(&self, call: &Call) -> Result<Reservation, MeterRefusal> {
         let amount = call
             .worst_case_usd
             .round_dp_with_strategy(10, RoundingStrategy::AwayFromZero);
@@ -92,23 +92,40 @@ impl Inner {
                 message: err.to_string(),
             })?;
         let totals = hold.totals();
-        self.record(
-            Event::new("llm_reserved")
-                .and_then(|e| e.with("provider", call.provider.as_str()))
-                .and_then(|e| e.with("model", call.model.as_str()))
-                .and_then(|e| e.with("api", call.kind.as_str()))
-                .and_then(|e| e.with("transport", "http"))
-                .and_then(|e| e.with("input_tokens_bound", call.input_tokens_bound))
-                .and_then(|e| e.with("max_output_tokens", call.output_tokens_bound))
-                .and_then(|e| e.with("reserved_usd", usd(amount)))
-                .and_then(|e| e.with("run_usd", usd(totals.run)))
-                .and_then(|e| e.with("day_usd", usd(totals.day)))
-                .and_then(|e| e.with("month_usd", usd(totals.month))),
-        )
-        .await;
+        let event = Event::new("llm_reserved")
+            .and_then(|e| e.with("provider", call.provider.as_str()))
+            .and_then(|e| e.with("model", call.model.as_str()))
+            .and_then(|e| e.with("api", call.kind.as_str()))
+            .and_then(|e| e.with("transport", "http"))
+            .and_then(|e| e.with("input_tokens_bound", call.input_tokens_bound))
+            .and_then(|e| e.with("max_output_tokens", call.output_tokens_bound))
+            .and_then(|e| e.with("reserved_usd", usd(amount)))
+            .and_then(|e| e.with("run_usd", usd(totals.run)))
+            .and_then(|e| e.with("day_usd", usd(totals.day)))
+            .and_then(|e| e.with("month_usd", usd(totals.month)));
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.holds.lock().expect("holds").insert(id, hold);
-        Ok(Held(id))
+        // As the run's meter: the call leaves while its record is written.
+        let recorded = match &self.log {
+            Some(log) => {
+                let written = log.submit(event.expect("an event"));
+                Recording::pending(async move {
+                    written
+                        .written()
+                        .await
+                        .map(drop)
+                        .map_err(|err| MeterRefusal {
+                            reason: Reason::LedgerUnavailable,
+                            message: err.to_string(),
+                        })
+                })
+            }
+            None => Recording::done(),
+        };
+        Ok(Reservation {
+            held: Held(id),
+            recorded,
+        })
     }
 
     async fn settle(&self, held: Held, call: Call, settled: Settled) {
@@ -116,11 +133,9 @@ impl Inner {
             return;
         };
         let reserved = hold.amount();
-        let totals = self
-            .run
-            .settle(hold, settled.cost_usd)
-            .await
-            .expect("a settlement");
+        let Ok(totals) = self.run.settle(hold, settled.cost_usd).await else {
+            return;
+        };
         let usage = settled.usage.unwrap_or_default();
         self.record(
             Event::new("llm_call")
@@ -142,11 +157,12 @@ impl Inner {
         .await;
     }
 
-    /// Writes `event` and waits until it is on disk, with a log.
+    /// Writes `event` and waits until it is on disk, with a log. The last
+    /// calls' settlements may come after the bench has removed its
+    /// directory, so a failed write here is not the bench's failure.
     async fn record(&self, event: Result<Event, constle_audit::EventError>) {
         if let Some(log) = &self.log {
-            let event = event.expect("an event");
-            log.submit(event).written().await.expect("a durable entry");
+            let _ = log.submit(event.expect("an event")).written().await;
         }
     }
 }
