@@ -17,7 +17,7 @@
 # The source, and what is measured how: crates/constle-llm-gate/benches/gate/main.rs.
 #
 # usage: bench/llm-gate.sh [-r ROUNDS] [-d SECONDS] [-w SECONDS] [-c CONCURRENCY] [-t TOKENS]
-#                          [-i MICROSECONDS] [-p MILLISECONDS]
+#                          [-i MICROSECONDS] [-f MILLISECONDS] [-p MILLISECONDS]
 #   -r ROUNDS        measured rounds of each path (default 5)
 #   -d SECONDS       length of one round of one path (default 2)
 #   -w SECONDS       warm-up of each path (default 1)
@@ -25,6 +25,8 @@
 #   -t TOKENS        output tokens of each answer, one SSE event each (default 200)
 #   -i MICROSECONDS  the provider waits this long before each token but the
 #                    first, as a model paces its output (default: none)
+#   -f MILLISECONDS  the provider waits this long before the first token (a
+#                    JSON answer), as a model takes to start (default: none)
 #   -p MILLISECONDS  each connection waits this long between its calls, as
 #                    an agent between model turns (default: none)
 set -euo pipefail

@@ -30,9 +30,11 @@
 //!
 //! - The directory is created whole: `seen` and `lock` are made in a
 //!   temporary directory that is then renamed into place. So `seen` is
-//!   expected wherever the directory exists, and a directory without it is
-//!   refused ([`ReplayError::Missing`]): it was removed, and what it held
-//!   cannot be known.
+//!   expected wherever the directory holds anything, and a directory
+//!   without it is refused ([`ReplayError::Missing`]): it was removed, and
+//!   what it held cannot be known. A directory that holds nothing (a
+//!   volume mounted at the store's path, which cannot be renamed over) is
+//!   a new store, as an absent one is: it gets an empty `seen` in place.
 //! - Each store keeps every id it has read or written until the id's
 //!   `until`, whatever happens to the file. A file that shrank or vanished,
 //!   or a new one (another listener's rewrite) that lacks an id still inside
@@ -116,6 +118,8 @@ impl Store {
         let shared = blocking(&dir.clone(), move || {
             if !dir.is_dir() {
                 create_whole(&home, &dir)?;
+            } else if is_empty(&dir)? {
+                fill_in_place(&dir)?;
             }
             let lock_path = dir.join(LOCK);
             let lock = OpenOptions::new()
@@ -279,6 +283,32 @@ fn create_whole(home: &Path, dir: &Path) -> Result<(), ReplayError> {
     // Left only if another listener won, or something failed.
     let _ = fs::remove_dir_all(&temp);
     made
+}
+
+/// Whether `dir` holds no entry at all: a volume mounted there new (it
+/// cannot be renamed over), or a directory made for the store.
+fn is_empty(dir: &Path) -> Result<bool, ReplayError> {
+    let mut entries = fs::read_dir(dir).map_err(io_error(dir, "read directory"))?;
+    Ok(entries.next().is_none())
+}
+
+/// Makes an empty `seen` in the empty directory `dir`. Emptied, a store
+/// is no more than a removed one, which is made anew too; what is refused
+/// is a directory the store was in that lost `seen`, since its `lock`
+/// stays. If another listener made `seen` first, its file is used.
+fn fill_in_place(dir: &Path) -> Result<(), ReplayError> {
+    let path = dir.join(SEEN);
+    let made = OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|file| file.sync_all());
+    match made {
+        Ok(()) => sync_dir(dir),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(err) => Err(io_error(&path, "create")(err)),
+    }
 }
 
 fn fill_new_store(temp: &Path) -> Result<(), ReplayError> {
@@ -621,6 +651,27 @@ mod tests {
             other.remember(A, &key, at(2_000_360), later).await.unwrap(),
             Seen::Before
         );
+    }
+
+    #[tokio::test]
+    async fn an_empty_directory_is_a_new_store_and_one_that_lost_seen_is_refused() {
+        let home = tempfile::tempdir().unwrap();
+        // A volume mounted at the store's path: there, and empty.
+        let dir = home.path().join("a2a/replay/x");
+        fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(home.path().to_owned(), dir.clone())
+            .await
+            .unwrap();
+        let now = at(1_000_000);
+        assert_eq!(
+            store.remember(A, &id(1), at(1_000_360), now).await.unwrap(),
+            Seen::New
+        );
+        drop(store);
+        // Its `seen` removed later: the lock is left, and it is refused.
+        fs::remove_file(dir.join(SEEN)).unwrap();
+        let reopened = Store::open(home.path().to_owned(), dir.clone()).await;
+        assert!(matches!(reopened, Err(ReplayError::Missing { .. })));
     }
 
     #[tokio::test]

@@ -74,7 +74,7 @@ use measure::Config;
 
 const USAGE: &str = "\
 usage: gate [-r ROUNDS] [-d SECONDS] [-w SECONDS] [-c CONCURRENCY] [-t TOKENS]
-            [-i MICROSECONDS] [-p MILLISECONDS]
+            [-i MICROSECONDS] [-f MILLISECONDS] [-p MILLISECONDS]
   -r ROUNDS        measured rounds of each path, alternating (default 5)
   -d SECONDS       length of one round of one path (default 2)
   -w SECONDS       warm-up of each path before the rounds (default 1)
@@ -82,6 +82,8 @@ usage: gate [-r ROUNDS] [-d SECONDS] [-w SECONDS] [-c CONCURRENCY] [-t TOKENS]
   -t TOKENS        output tokens of each answer, one SSE event each (default 200)
   -i MICROSECONDS  the provider waits this long before each token but the first, as a
                    model paces its output (default: none, as fast as it can)
+  -f MILLISECONDS  the provider waits this long before the first token (a JSON answer), as
+                   a model takes to start answering (default: none)
   -p MILLISECONDS  each connection waits this long between its calls, as an agent
                    between model turns (default: none, back to back)";
 
@@ -93,6 +95,7 @@ fn config() -> Result<Config, String> {
         concurrency: 1,
         tokens: 200,
         interval: Duration::ZERO,
+        first: Duration::ZERO,
         pause: Duration::ZERO,
     };
     let mut args = std::env::args().skip(1);
@@ -106,6 +109,7 @@ fn config() -> Result<Config, String> {
             "-d" => config.round = seconds(&arg, args.next())?,
             "-w" => config.warmup = seconds(&arg, args.next())?,
             "-i" => config.interval = Duration::from_micros(count(&arg, args.next())? as u64),
+            "-f" => config.first = Duration::from_millis(count(&arg, args.next())? as u64),
             "-p" => config.pause = Duration::from_millis(count(&arg, args.next())? as u64),
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -149,6 +153,7 @@ fn main() {
     let provider = measure::start_upstream(upstream::Pace {
         tokens: config.tokens,
         interval: config.interval,
+        first: config.first,
     });
     // Kept on this thread, which it dies with. Appending and fsyncing
     // each second, as a Redis that keeps a fleet's ledger is run.

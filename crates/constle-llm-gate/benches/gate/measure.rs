@@ -28,6 +28,9 @@ pub struct Config {
     pub tokens: u64,
     /// The provider's wait before each token but the first.
     pub interval: Duration,
+    /// The provider's wait before the first token (a JSON answer), as a
+    /// model's before it starts answering.
+    pub first: Duration,
     /// Each connection's wait between its calls, as an agent's between
     /// model turns (the previous call's settlement has time to finish).
     pub pause: Duration,

@@ -103,10 +103,11 @@ pub fn table(config: &Config, scenario: Scenario, rounds: &[(Path, Vec<Round>)])
     };
     let _ = writeln!(
         out,
-        "\n{} ({} tokens {:?} apart, {} in flight {:?} apart, {} rounds of {:?}): {first}",
+        "\n{} ({} tokens {:?} apart after {:?}, {} in flight {:?} apart, {} rounds of {:?}): {first}",
         scenario.label(),
         config.tokens,
         config.interval,
+        config.first,
         config.concurrency,
         config.pause,
         config.rounds,
@@ -208,6 +209,7 @@ pub fn json(config: &Config, tables: &[(Scenario, Rounds)]) -> String {
         .collect();
     json!({"bench": "llm_gate", "tokens": config.tokens,
         "token_interval_us": config.interval.as_micros() as u64,
+        "first_token_ms": config.first.as_millis() as u64,
         "pause_ms": config.pause.as_millis() as u64,
         "concurrency": config.concurrency, "rounds": config.rounds,
         "round_s": config.round.as_secs_f64(), "tables": tables})

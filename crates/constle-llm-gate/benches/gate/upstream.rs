@@ -2,9 +2,9 @@
 //! `POST /v1/messages` (Anthropic Messages) and `POST /v1/responses`
 //! (OpenAI Responses), as JSON or, when the request says `"stream": true`,
 //! as SSE with each event its own chunk (the stream yields between events,
-//! so hyper writes each out before the next; with an interval, it waits
-//! that long before each token's event after the first, as a model
-//! paces its tokens). Every answer carries
+//! so hyper writes each out before the next; it may wait before the
+//! first token, as a model takes to start answering, and between tokens,
+//! as a model paces them). Every answer carries
 //! `tokens` output tokens (`"tok "` each) and its usage: in the JSON body,
 //! or in the final event (`message_delta`, `response.completed`). It
 //! does as little as a server can, so what differs between the paths is
@@ -38,6 +38,9 @@ pub struct Pace {
     pub tokens: u64,
     /// The wait before each token's event after the first (zero: none).
     pub interval: Duration,
+    /// The wait before the first token's event, or before a JSON answer
+    /// (zero: none).
+    pub first: Duration,
 }
 
 /// Starts the provider on `runtime` (a free port on 127.0.0.1).
@@ -85,8 +88,11 @@ async fn answer(request: Request<Incoming>, pace: Pace) -> Result<Response<Body>
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let model = parsed["model"].as_str().unwrap_or("").to_owned();
     let answer = if parsed["stream"] == Value::Bool(true) {
-        stream(events(api, &model, pace.tokens), pace.interval)
+        stream(events(api, &model, pace.tokens), pace)
     } else {
+        if !pace.first.is_zero() {
+            tokio::time::sleep(pace.first).await;
+        }
         let body = whole(api, &model, pace.tokens).to_string();
         plain(StatusCode::OK, "application/json", body)
     };
@@ -103,15 +109,21 @@ fn plain(status: StatusCode, content_type: &'static str, body: String) -> Respon
 }
 
 /// `events` as SSE, one chunk each, yielding between them, and waiting
-/// `interval` before each token's event but the first.
-fn stream(events: Vec<Event>, interval: Duration) -> Response<Body> {
+/// `pace.first` before the first token's event and `pace.interval` before
+/// each token's event after it.
+fn stream(events: Vec<Event>, pace: Pace) -> Response<Body> {
     let events = Arc::new(events);
     let frames = futures_util::stream::unfold((0usize, false), move |(i, tokens_began)| {
         let events = Arc::clone(&events);
         async move {
             let event = events.get(i)?;
-            if event.token && tokens_began && !interval.is_zero() {
-                tokio::time::sleep(interval).await;
+            let wait = match (event.token, tokens_began) {
+                (true, false) => pace.first,
+                (true, true) => pace.interval,
+                (false, _) => Duration::ZERO,
+            };
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
             } else if i > 0 {
                 tokio::task::yield_now().await;
             }
