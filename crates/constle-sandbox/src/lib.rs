@@ -171,13 +171,14 @@ mod plan;
 mod private;
 mod resolve;
 mod seccomp;
+mod setup;
 mod spec;
 mod splice;
 mod stdio;
 mod wire;
 
 pub use bwrap::sandbox_command;
-pub use error::SandboxError;
+pub use error::{SandboxError, SetupCause, SetupFailure};
 pub use init::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, init_main};
 pub use launch::launch_main;
 pub use layout::{
@@ -186,6 +187,7 @@ pub use layout::{
 };
 pub use private::Private;
 pub use seccomp::seccomp_programs;
+pub use setup::{SandboxEnd, sandbox_end, setup_failure};
 pub use spec::{CommandIo, MIN_TMPFS_BYTES, Relay, SandboxSpec, TmpfsSizes};
 pub use splice::{SpliceSocket, splice_bidirectional};
 pub use stdio::accept_stdio;
