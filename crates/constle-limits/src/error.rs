@@ -113,7 +113,11 @@ mod tests {
 
     #[test]
     fn root_is_never_told_to_run_it_as_root() {
-        assert!(!help_for(true).contains("run it as root"), "{}", help_for(true));
+        assert!(
+            !help_for(true).contains("run it as root"),
+            "{}",
+            help_for(true)
+        );
         assert!(help_for(true).contains("read-only"));
         assert!(help_for(true).contains("pod's resources"));
         assert!(help_for(true).contains("systemd-run --scope -p Delegate=yes"));

@@ -416,7 +416,10 @@ mod tests {
         assert_eq!(outside(Starter::User), "never the host's root");
         assert_eq!(outside(Starter::PrivilegedRoot), "never the host's root");
         let said = outside(Starter::RootWithoutSysAdmin);
-        assert!(said.starts_with("which is root (uid 0) outside it"), "{said}");
+        assert!(
+            said.starts_with("which is root (uid 0) outside it"),
+            "{said}"
+        );
         assert!(!said.contains("never the host's root"), "{said}");
     }
 

@@ -188,10 +188,7 @@ mod tests {
         assert_eq!(end(exited(1)), SandboxEnd::Ran(1));
         // Killed: reported as the signal, as before.
         std::fs::remove_file(&status).unwrap();
-        assert_eq!(
-            end(ExitStatus::from_raw(9)),
-            SandboxEnd::Ran(137)
-        );
+        assert_eq!(end(ExitStatus::from_raw(9)), SandboxEnd::Ran(137));
     }
 
     #[test]
