@@ -100,9 +100,14 @@ fn reports_exit(status: &str) -> bool {
 /// process's seccomp mode and the sysctls that restrict user namespaces.
 pub fn setup_failure(said: &str, status: ExitStatus) -> SetupFailure {
     let said = said.trim();
-    let cause = match said.contains("namespace") {
+    // Only bwrap's own lines: the launcher's messages explain themselves.
+    let bwrap: Vec<&str> = said
+        .lines()
+        .filter(|line| line.starts_with("bwrap: "))
+        .collect();
+    let cause = match bwrap.iter().any(|line| line.contains("namespace")) {
         true => namespaces_cause(seccomp_mode(), &read_sysctls()),
-        false => plain_cause(said),
+        false => bwrap.iter().find_map(|line| plain_cause(line)),
     };
     let said = match said.is_empty() {
         true => format!("the sandbox's launcher exited with {status} and said nothing"),
@@ -259,5 +264,12 @@ mod tests {
         assert!(silent.said.contains("125"), "{}", silent.said);
         let two = setup_failure("a\n b \n", ExitStatus::from_raw(1 << 8));
         assert_eq!(two.said, "a; b");
+        // The launcher's own message names namespaces or proc: not bwrap's.
+        let launcher = setup_failure(
+            "constle sandbox-exec: … is not permitted here: it takes CAP_SYS_ADMIN in the user \
+             namespace that mounted the file system; Can't mount proc",
+            ExitStatus::from_raw(125 << 8),
+        );
+        assert_eq!(launcher.cause, None);
     }
 }

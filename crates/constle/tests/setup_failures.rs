@@ -7,7 +7,9 @@
 //! bwrap's reason and what to change, on stderr and in `run_finished`,
 //! never with bwrap's own status as if it were the agent's. Root without
 //! `CAP_SYS_ADMIN` starts the sandbox as any user would, and says who the
-//! agent then is outside it.
+//! agent then is outside it. Root with it, whose agent sees the work
+//! directory through an idmapped mount, is told a file system that cannot
+//! (overlayfs, a container's own) from a user namespace that may not.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -258,4 +260,93 @@ fn root_without_cap_sys_admin_runs_the_agent_as_any_user_would() {
     );
     assert!(!stderr.contains("never the host's root"), "{stderr}");
     assert_eq!(run_finished(&case)["exit_status"], 7);
+}
+
+/// An Agentfile in `dir` whose agent would leave a file in its work
+/// directory there, `work/`.
+fn agentfile_in(dir: &Path) {
+    fs::create_dir_all(dir.join("work")).unwrap();
+    fs::write(
+        dir.join("agent.yaml"),
+        "name: test-agent\nsandbox:\n  command: [\"sh\", \"-c\", \"echo x > made-by-agent\"]\n  workdir: ./work\n  network:\n    egress: none\n",
+    )
+    .unwrap();
+}
+
+/// `sh -c SCRIPT sh constle run agent.yaml` as root: `SCRIPT` prepares,
+/// changes into the Agentfile's directory and runs `"$@"`.
+fn run_after(case: &Case, script: &str) -> Output {
+    let mut argv: Vec<String> = ["sh", "-c", script, "sh"].map(str::to_owned).to_vec();
+    argv.extend([
+        constle_bin().to_str().unwrap().to_owned(),
+        "run".to_owned(),
+        "agent.yaml".to_owned(),
+    ]);
+    run(case, &argv)
+}
+
+#[test]
+fn a_work_directory_on_overlayfs_is_said_to_need_another_file_system() {
+    if !require_root("idmap on overlayfs", &["bwrap", "unshare", "mount"]) {
+        return;
+    }
+    let case = Case::new();
+    for dir in ["lower", "upper", "overlay-work", "merged"] {
+        fs::create_dir(case.path(dir)).unwrap();
+    }
+    agentfile_in(&case.path("lower"));
+    // As a container's root file system is: overlayfs, here in a mount
+    // namespace of the test's own.
+    let p = |name| case.path(name).display().to_string();
+    let script = format!(
+        "exec unshare -m --propagation private sh -c 'mount -t overlay overlay \
+         -o lowerdir={},upperdir={},workdir={} {merged} && cd {merged} && exec \"$@\"' sh \"$@\"",
+        p("lower"),
+        p("upper"),
+        p("overlay-work"),
+        merged = p("merged"),
+    );
+    let out = run_after(&case, &script);
+    never_ran(
+        &case,
+        &out,
+        "through an idmapped mount, which its file system does not support (Invalid argument",
+        &["put the work directory on one that does (in a container, a volume)"],
+    );
+    assert!(!text(&out.stderr).contains("not permitted here"));
+    assert!(!case.path("upper/work/made-by-agent").exists());
+}
+
+#[test]
+fn root_in_a_user_namespace_of_its_own_is_said_not_to_be_permitted() {
+    if !require_root("idmap in a user namespace", &["bwrap", "unshare", "mkfifo"]) {
+        return;
+    }
+    let case = Case::new();
+    agentfile_in(case.dir.path());
+    // As root in a container with a user namespace of its own: every
+    // capability there, ids 0-65535 mapped to the host's, and file
+    // systems that belong to the host's user namespace. The maps are
+    // written from outside once the namespace exists (FIFOs say when).
+    let script = format!(
+        "set -e; cd {dir}; mkfifo ready go; \
+         unshare --user --mount sh -c 'echo > ready; read _ < go; exec \"$@\"' sh \"$@\" & \
+         child=$!; read _ < ready; \
+         echo '0 0 65536' > /proc/$child/uid_map; echo '0 0 65536' > /proc/$child/gid_map; \
+         echo > go; wait $child",
+        dir = case.dir.path().display()
+    );
+    let out = run_after(&case, &script);
+    never_ran(
+        &case,
+        &out,
+        "through an idmapped mount, which is not permitted here (Operation not permitted",
+        &["run constle there as an unprivileged user"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("does not support"), "{stderr}");
+    assert!(
+        !stderr.contains("refused the sandbox's namespaces"),
+        "{stderr}"
+    );
 }
