@@ -350,3 +350,35 @@ fn root_in_a_user_namespace_of_its_own_is_said_not_to_be_permitted() {
         "{stderr}"
     );
 }
+
+#[test]
+fn root_with_a_read_only_cgroup_is_told_what_it_lacks_not_to_run_as_root() {
+    if !require_root("limits as root", &["bwrap", "unshare", "findmnt", "mount"]) {
+        return;
+    }
+    let case = Case::new();
+    case.agentfile(
+        "sandbox:\n  command: [\"true\"]\n  workdir: ./work\n  network:\n    egress: none\n  limits:\n    pids: 50\n",
+    );
+    // As a container's are: every cgroup file system read-only, here in a
+    // mount namespace of the test's own.
+    let script = "exec unshare -m --propagation private sh -c \
+                  'for m in $(findmnt -rn -o TARGET -R /sys/fs/cgroup); do \
+                  mount -o remount,bind,ro \"$m\"; done; exec \"$@\"' sh \"$@\"";
+    let out = run_after(&case, script);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{}", report(&out));
+    let said = "it runs as root, but the cgroup file system it sees is read-only or does not \
+                delegate the controller to it";
+    assert!(stderr.contains(said), "{stderr}");
+    assert!(stderr.contains("pod's resources"), "{stderr}");
+    assert!(!stderr.contains("run it as root"), "{stderr}");
+    let finished = run_finished(&case);
+    assert!(
+        finished["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(said),
+        "{finished}"
+    );
+}
