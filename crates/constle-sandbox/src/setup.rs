@@ -34,11 +34,13 @@ const USERNS_SYSCTLS: [(&str, &str); 3] = [
 ];
 
 /// Makes the status file in `stage` (the launcher's, before anything is
-/// mounted over it), for bwrap to write to.
+/// mounted over it), for bwrap to write to; emptied when a sandbox before
+/// left one (a stdio server restarted in the same stage).
 pub(crate) fn create_status(stage: &Path) -> io::Result<OwnedFd> {
     std::fs::OpenOptions::new()
         .write(true)
-        .create_new(true)
+        .create(true)
+        .truncate(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(stage.join(STATUS_FILE))
@@ -168,6 +170,23 @@ mod tests {
     use std::os::unix::process::ExitStatusExt as _;
 
     use super::*;
+
+    #[test]
+    fn a_status_left_by_a_sandbox_before_is_emptied() {
+        let stage = tempfile::tempdir().unwrap();
+        let path = stage.path().join(STATUS_FILE);
+        std::fs::write(&path, "{ \"exit-code\": 0 }\n").unwrap();
+        drop(create_status(stage.path()).unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
+        assert_eq!(
+            end_of(stage.path(), ExitStatus::from_raw(1 << 8)),
+            SandboxEnd::NotSetUp
+        );
+        // Never through a link planted in its place.
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/null", &path).unwrap();
+        assert!(create_status(stage.path()).is_err());
+    }
 
     #[test]
     fn only_an_exit_code_says_the_command_ran() {
