@@ -1,6 +1,7 @@
-//! The host ids a sandbox runs as when constle runs as root.
+//! The host ids a sandbox runs as when constle runs as root with
+//! `CAP_SYS_ADMIN` ([`privileged`]).
 //!
-//! A root run never lets the agent be root: the sandbox's launcher switches
+//! Such a run never lets the agent be root: the sandbox's launcher switches
 //! to an unprivileged host uid and gid before bubblewrap starts. The kernel
 //! keeps some quotas per uid (inotify instances and watches, processes
 //! under `RLIMIT_NPROC`, message queue bytes, user namespaces): had every
@@ -65,6 +66,54 @@ pub fn is_constle_id(id: u32) -> bool {
     HOST_ID_RANGE.contains(&id)
 }
 
+/// `CAP_SYS_ADMIN`'s bit in the capability sets of `/proc/self/status`.
+const CAP_SYS_ADMIN_BIT: u32 = 21;
+
+/// Whether this process can take a sandbox's root path: it is root (its
+/// effective uid is 0) and has `CAP_SYS_ADMIN` in its effective set, which
+/// that path's mount namespace and idmapped mounts need. Root without it
+/// (every default container) takes the path an unprivileged user takes,
+/// as does anyone else: bwrap in a user namespace of its own, the agent
+/// being constle's own user on the host.
+pub fn privileged() -> bool {
+    starter() == Starter::PrivilegedRoot
+}
+
+/// Who this process is, for the sandboxes it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Starter {
+    /// Root with `CAP_SYS_ADMIN`: each sandbox runs as a host id of its own.
+    PrivilegedRoot,
+    /// Root without `CAP_SYS_ADMIN`: sandboxes take an unprivileged user's
+    /// path, so the agent, uid 1000 in its sandbox without capabilities,
+    /// is root outside it.
+    RootWithoutSysAdmin,
+    /// Anyone else: the agent is this user on the host.
+    User,
+}
+
+/// Who this process is, for the sandboxes it starts ([`privileged`]).
+pub fn starter() -> Starter {
+    if !nix::unistd::geteuid().is_root() {
+        return Starter::User;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    match has_cap(&status, CAP_SYS_ADMIN_BIT) {
+        true => Starter::PrivilegedRoot,
+        false => Starter::RootWithoutSysAdmin,
+    }
+}
+
+/// Whether the `CapEff:` set of a `/proc/PID/status` text holds `bit`.
+fn has_cap(status: &str, bit: u32) -> bool {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|set| set >> bit & 1 == 1)
+}
+
 /// A uid and gid (the same number) held for one sandbox; free again when
 /// dropped.
 #[derive(Debug)]
@@ -82,10 +131,10 @@ impl HostId {
         Self::allocate_in(Path::new(LOCK_DIR), &taken::Taken::of_this_machine())
     }
 
-    /// An id when this process is root, whose sandboxes need one; `None`
-    /// otherwise (an unprivileged user's sandbox runs as that user).
-    pub fn allocate_if_root() -> Result<Option<HostId>, HostIdError> {
-        match nix::unistd::geteuid().is_root() {
+    /// An id when this process is [`privileged`], whose sandboxes need
+    /// one; `None` otherwise (the sandbox runs as this process's user).
+    pub fn allocate_if_privileged() -> Result<Option<HostId>, HostIdError> {
+        match privileged() {
             true => HostId::allocate().map(Some),
             false => Ok(None),
         }
@@ -148,6 +197,18 @@ fn lock_dir(dir: &Path) -> Result<PathBuf, HostIdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cap_sys_admin_is_read_from_the_effective_set() {
+        let status = |eff: &str| format!("Name:\tx\nCapPrm:\t000001ffffffffff\nCapEff:\t{eff}\n");
+        assert!(has_cap(&status("000001ffffffffff"), CAP_SYS_ADMIN_BIT));
+        assert!(has_cap(&status("0000000000200000"), CAP_SYS_ADMIN_BIT));
+        // docker's default set: no CAP_SYS_ADMIN
+        assert!(!has_cap(&status("00000000a80425fb"), CAP_SYS_ADMIN_BIT));
+        assert!(!has_cap(&status("000001ffffdfffff"), CAP_SYS_ADMIN_BIT));
+        assert!(!has_cap("CapPrm:\t000001ffffffffff\n", CAP_SYS_ADMIN_BIT));
+        assert!(!has_cap(&status("zz"), CAP_SYS_ADMIN_BIT));
+    }
 
     #[test]
     fn the_range_is_below_65536_and_the_keeper_is_no_run_id() {

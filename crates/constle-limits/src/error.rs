@@ -5,8 +5,25 @@ use std::path::PathBuf;
 
 use crate::Controller;
 
-/// What to do when a declared limit cannot be enforced.
+/// What to do when a declared limit cannot be enforced, said to a user
+/// other than root.
 pub(crate) const HELP: &str = "constle never ignores a declared limit: run it as root, or on a cgroup v2 system start it in a delegated scope (systemd-run --user --scope -p Delegate=yes constle run …), or remove the limit from sandbox.limits";
+
+/// What to do when a declared limit cannot be enforced, said to root: what
+/// it lacks is a cgroup it may write, as in a container.
+pub(crate) const ROOT_HELP: &str = "constle never ignores a declared limit: it runs as root, but the cgroup file system it sees is read-only or does not delegate the controller to it, as in a container: on a host, start it in a delegated scope (systemd-run --scope -p Delegate=yes constle run …); docker mounts /sys/fs/cgroup read-only unless the container is --privileged; podman mounts it writable on cgroup v2 with --systemd=always; on Kubernetes, give the limits to the pod's resources (constle kube renders them from sandbox.limits) and remove them from sandbox.limits; or remove the limit from sandbox.limits";
+
+/// The advice for this process's user: never "run it as root" to root.
+pub(crate) fn help() -> &'static str {
+    help_for(rustix::process::geteuid().is_root())
+}
+
+fn help_for(root: bool) -> &'static str {
+    match root {
+        true => ROOT_HELP,
+        false => HELP,
+    }
+}
 
 /// What to do when constle shares its cgroup with other processes.
 pub(crate) const OWN_SCOPE_HELP: &str = "start constle in a scope of its own, before it starts anything else (systemd-run --user --scope -p Delegate=yes constle run …; as root, without --user)";
@@ -72,7 +89,7 @@ impl LimitsError {
         LimitsError::Unavailable {
             controller,
             found,
-            help: HELP,
+            help: help(),
         }
     }
 
@@ -87,5 +104,25 @@ impl LimitsError {
             path,
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_is_never_told_to_run_it_as_root() {
+        assert!(
+            !help_for(true).contains("run it as root"),
+            "{}",
+            help_for(true)
+        );
+        assert!(help_for(true).contains("read-only"));
+        assert!(help_for(true).contains("pod's resources"));
+        assert!(help_for(true).contains("systemd-run --scope -p Delegate=yes"));
+        assert!(HELP.contains("systemd-run --user --scope -p Delegate=yes"));
+        assert_eq!(help_for(false), HELP);
+        assert!(HELP.contains("run it as root"));
     }
 }

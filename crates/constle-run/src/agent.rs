@@ -7,7 +7,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use constle_manifest::Manifest;
-use constle_sandbox::SandboxSpec;
+use constle_sandbox::{SandboxEnd, SandboxSpec};
 
 use crate::error::{RunError, io};
 use crate::output::{AgentOutput, OutputHold};
@@ -42,6 +42,8 @@ pub(crate) fn agent_env(
 /// its lifeline.
 pub(crate) struct AgentProcess {
     pub child: tokio::process::Child,
+    /// What it was started from: where its status is.
+    pub spec: SandboxSpec,
     pub output: AgentOutput,
     /// The sandbox ends when this closes, at the latest when constle exits.
     pub lifeline: std::io::PipeWriter,
@@ -76,18 +78,30 @@ pub(crate) fn start_sandbox(
     drop(command);
     Ok(AgentProcess {
         child,
+        spec: spec.clone(),
         output,
         lifeline: held,
     })
 }
 
-/// The agent's exit code, or 128 + the signal that ended it.
-pub(crate) fn exit_code(status: ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt as _;
-    status
-        .code()
-        .or_else(|| status.signal().map(|s| 128 + s))
-        .unwrap_or(125)
+/// The agent's exit code, or 128 + the signal that ended it, once the
+/// sandbox's process (`spec`'s) exited with `status`; or, when the sandbox
+/// was never set up and so no agent ran, why, from what its `output`'s
+/// stderr said (only the launcher and bwrap wrote there).
+pub(crate) async fn ended(
+    spec: &SandboxSpec,
+    output: &mut AgentOutput,
+    status: ExitStatus,
+) -> Result<i32, RunError> {
+    match constle_sandbox::sandbox_end(spec, status) {
+        SandboxEnd::Ran(code) => Ok(code),
+        SandboxEnd::NotSetUp => {
+            let said = output.stderr_head(OUTPUT_GRACE).await;
+            Err(RunError::SandboxSetup(constle_sandbox::setup_failure(
+                &said, status,
+            )))
+        }
+    }
 }
 
 #[cfg(test)]

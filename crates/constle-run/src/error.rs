@@ -47,6 +47,11 @@ pub enum RunError {
     /// The sandbox could not be set up or started.
     #[error("the sandbox could not start: {0}")]
     Sandbox(String),
+    /// The sandbox's launcher or bwrap failed before the agent started:
+    /// what they said, and what to change. The run's exit status is then
+    /// 125, never theirs.
+    #[error("the sandbox could not be set up, so the agent never ran: {0}")]
+    SandboxSetup(#[source] constle_sandbox::SetupFailure),
     /// A work directory cannot be used for the run, or could not be put
     /// right after it.
     #[error("{}{}{source}", server.as_ref().map(|id| format!("the work directory of MCP server {id}: ")).unwrap_or_default(), if *home { "the agent's home: " } else { "" })]

@@ -19,7 +19,7 @@
 
 use std::io::{self, PipeReader, Write};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -37,9 +37,15 @@ impl OutputHold {
     }
 }
 
+/// How much of the start of stderr is kept, escaped ([`AgentOutput::stderr_head`]).
+const HEAD_BYTES: usize = 4096;
+
 /// The two copying threads of one run, each reporting when its pipe ended.
 pub(crate) struct AgentOutput {
-    done: Vec<oneshot::Receiver<ForwardReport>>,
+    stdout: Option<oneshot::Receiver<ForwardReport>>,
+    stderr: Option<oneshot::Receiver<ForwardReport>>,
+    /// The start of stderr, escaped as printed.
+    head: Arc<Mutex<Vec<u8>>>,
 }
 
 impl AgentOutput {
@@ -48,11 +54,28 @@ impl AgentOutput {
     pub(crate) fn start(hold: &OutputHold) -> io::Result<(AgentOutput, Stdio, Stdio)> {
         let (out, out_end) = io::pipe()?;
         let (err, err_end) = io::pipe()?;
-        let done = vec![
-            copy("stdout", out, Held::new(hold, io::stdout()))?,
-            copy("stderr", err, Held::new(hold, io::stderr()))?,
-        ];
-        Ok((AgentOutput { done }, out_end.into(), err_end.into()))
+        let head = Arc::default();
+        let output = AgentOutput {
+            stdout: Some(copy("stdout", out, Held::new(hold, io::stdout()))?),
+            stderr: Some(copy(
+                "stderr",
+                err,
+                Kept::new(Arc::clone(&head), Held::new(hold, io::stderr())),
+            )?),
+            head,
+        };
+        Ok((output, out_end.into(), err_end.into()))
+    }
+
+    /// The first [`HEAD_BYTES`] of stderr as printed (escaped), once the
+    /// pipe has closed, or `grace` has passed. For a sandbox that was never
+    /// set up, this is what its launcher and bwrap said: no agent ran.
+    pub(crate) async fn stderr_head(&mut self, grace: Duration) -> String {
+        if let Some(done) = self.stderr.take() {
+            let _ = tokio::time::timeout(grace, done).await;
+        }
+        let head = self.head.lock().map(|h| h.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&head).into_owned()
     }
 
     /// Waits until everything the agent wrote is printed: both pipes closed
@@ -61,7 +84,7 @@ impl AgentOutput {
     /// (the threads are then left to the end of the process).
     pub(crate) async fn finish(self, grace: Duration) {
         let all = async {
-            for done in self.done {
+            for done in [self.stdout, self.stderr].into_iter().flatten() {
                 let _ = done.await;
             }
         };
@@ -69,10 +92,37 @@ impl AgentOutput {
     }
 }
 
+/// A writer that keeps the first [`HEAD_BYTES`] written through it.
+struct Kept<W> {
+    head: Arc<Mutex<Vec<u8>>>,
+    inner: W,
+}
+
+impl<W> Kept<W> {
+    fn new(head: Arc<Mutex<Vec<u8>>>, inner: W) -> Kept<W> {
+        Kept { head, inner }
+    }
+}
+
+impl<W: Write> Write for Kept<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let written = self.inner.write(bytes)?;
+        if let Ok(mut head) = self.head.lock() {
+            let room = HEAD_BYTES.saturating_sub(head.len());
+            head.extend_from_slice(&bytes[..written.min(room)]);
+        }
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 fn copy(
     name: &str,
     from: PipeReader,
-    to: Held<impl Write + Send + 'static>,
+    to: impl Write + Send + 'static,
 ) -> io::Result<oneshot::Receiver<ForwardReport>> {
     let (report, done) = oneshot::channel();
     std::thread::Builder::new()

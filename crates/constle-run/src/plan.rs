@@ -59,10 +59,21 @@ fn sandbox(manifest: &Manifest) -> Item {
     enforced(
         "sandbox",
         format!(
-            "bubblewrap: own network, pid, ipc, uts and mount namespaces; uid {AGENT_ID}, never the host's root, no capabilities, seccomp filter; {root}; writable: {}{home} and a private /tmp; output escaped",
+            "bubblewrap: own network, pid, ipc, uts and mount namespaces; uid {AGENT_ID}, {}, no capabilities, seccomp filter; {root}; writable: {}{home} and a private /tmp; output escaped",
+            outside(constle_hostids::starter()),
             manifest.sandbox.workdir.display()
         ),
     )
+}
+
+/// Who the agent is outside its sandbox, when `starter` starts it.
+fn outside(starter: constle_hostids::Starter) -> &'static str {
+    match starter {
+        constle_hostids::Starter::RootWithoutSysAdmin => {
+            "which is root (uid 0) outside it, as constle is (root without CAP_SYS_ADMIN starts the sandbox as any user would; run constle as a non-root user, or give it CAP_SYS_ADMIN, for an agent that is nobody on the host)"
+        }
+        _ => "never the host's root",
+    }
 }
 
 /// The kept home, when `sandbox.home` names one.
@@ -397,6 +408,19 @@ mod tests {
         constle_manifest::parse_str(&src, std::path::Path::new("/srv/a/agent.yaml"), &|_| None)
             .unwrap()
             .manifest
+    }
+
+    #[test]
+    fn root_without_cap_sys_admin_is_said_to_be_root_outside() {
+        use constle_hostids::Starter;
+        assert_eq!(outside(Starter::User), "never the host's root");
+        assert_eq!(outside(Starter::PrivilegedRoot), "never the host's root");
+        let said = outside(Starter::RootWithoutSysAdmin);
+        assert!(
+            said.starts_with("which is root (uid 0) outside it"),
+            "{said}"
+        );
+        assert!(!said.contains("never the host's root"), "{said}");
     }
 
     #[test]

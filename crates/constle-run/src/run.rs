@@ -262,7 +262,7 @@ impl Started {
         // needs a stage whose parents anyone may search (see SandboxSpec).
         let stage = private_dir("constle-stage-")?;
         let private = hidden::private_paths(options);
-        let host_id = HostId::allocate_if_root()?;
+        let host_id = HostId::allocate_if_privileged()?;
         let mut spec = SandboxSpec {
             command: manifest.sandbox.command.clone(),
             workdir: manifest.sandbox.workdir.clone(),
@@ -413,18 +413,26 @@ impl Started {
         log: &AuditLog,
         checkpoints: Option<&mut RunCheckpoints>,
     ) -> Result<i32, RunError> {
-        let agent = &mut self.agent.child;
+        let AgentProcess {
+            child: agent,
+            spec,
+            output,
+            ..
+        } = &mut self.agent;
         let (limits, gates) = (&self.limits, &mut self.gates);
         let (proxy, servers) = (self.proxy.as_mut(), &mut self.servers);
         let result = tokio::select! {
             status = agent.wait() => {
-                let code = agent::exit_code(status.map_err(io("waiting for the agent"))?);
+                let status = status.map_err(io("waiting for the agent"))?;
+                // A sandbox never set up ran no agent: its status is not
+                // the agent's.
+                let code = agent::ended(spec, output, status).await;
                 // A memory limit ends the agent through the kernel's OOM
                 // killer: the run then failed at its limit, whatever the
                 // exit code says.
                 match limits.reached_now() {
                     Some(hit) => limit_reached(log, &hit).await,
-                    None => Ok(code),
+                    None => code,
                 }
             }
             hit = limits.reached() => {
@@ -486,6 +494,7 @@ impl Started {
             mut child,
             output,
             lifeline,
+            ..
         } = self.agent;
         let _ = child.start_kill();
         let _ = child.wait().await;

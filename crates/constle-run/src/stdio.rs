@@ -220,7 +220,7 @@ impl Running {
             }
         };
         let stage = private_dir("constle-stage-")?;
-        let host_id = HostId::allocate_if_root()?;
+        let host_id = HostId::allocate_if_privileged()?;
         let quarantine = workdir::quarantine_of(cx.quarantine, Dir::Server(&id));
         let held = match &stdio.workdir {
             Some(dir) => {

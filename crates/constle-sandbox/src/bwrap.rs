@@ -156,6 +156,9 @@ pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>, fds: &Descriptors) -> BwrapArgs
     a.flag("--disable-userns");
     a.flag("--die-with-parent");
     a.flag("--as-pid-1");
+    // Whether the sandbox was ever set up: see `setup`.
+    let status = fds.status.as_raw_fd().to_string();
+    a.push(&["--json-status-fd".as_ref(), status.as_ref()]);
     // A new session: no controlling terminal, so no TIOCSTI into the host's.
     a.flag("--new-session");
     a.push(&["--cap-drop".as_ref(), "ALL".as_ref()]);
@@ -350,6 +353,7 @@ mod tests {
             group: Some(fd()),
             etc: vec![],
             seccomp: vec![fd(), fd()],
+            status: fd(),
         };
         let BwrapArgs { options, command } = bwrap_args(&checked, &fds);
         let args: Vec<String> = options
@@ -407,6 +411,7 @@ mod tests {
             "--as-pid-1",
             "--new-session",
             "--clearenv",
+            "--json-status-fd",
         ] {
             pos(flag);
         }
@@ -463,6 +468,7 @@ mod tests {
             group: None,
             etc: vec![],
             seccomp: vec![],
+            status: fd(),
         };
         let args: Vec<String> = bwrap_args(&checked, &fds)
             .options
@@ -481,6 +487,6 @@ mod tests {
             args[args.iter().position(|a| a == "HOME").unwrap() + 1],
             AGENT_HOME
         );
-        assert_eq!(fds.all().count(), 3);
+        assert_eq!(fds.all().count(), 4);
     }
 }

@@ -20,6 +20,9 @@ pub(crate) struct Descriptors {
     /// The files written into the sandbox's `/etc`, with their paths there.
     pub etc: Vec<(OwnedFd, PathBuf)>,
     pub seccomp: Vec<OwnedFd>,
+    /// Where bwrap writes its status (`--json-status-fd`): the file
+    /// [`sandbox_end`](crate::sandbox_end) reads.
+    pub status: OwnedFd,
 }
 
 /// A top-level entry of the rootfs.
@@ -51,5 +54,6 @@ impl Descriptors {
             .chain(self.group.iter())
             .chain(self.etc.iter().map(|(fd, _)| fd))
             .chain(&self.seccomp)
+            .chain([&self.status])
     }
 }

@@ -303,3 +303,64 @@ pub enum SandboxError {
         reason: String,
     },
 }
+
+/// Why a sandbox was never set up (see
+/// [`setup_failure`](crate::setup_failure)): what the launcher and bwrap
+/// said, then what to change when the cause is known.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{said}{}", cause.as_ref().map(|c| format!("; {c}")).unwrap_or_default())]
+#[non_exhaustive]
+pub struct SetupFailure {
+    /// What the launcher and bwrap wrote to stderr (escaped), lines joined
+    /// by `; `.
+    pub said: String,
+    /// What it means, when that is known.
+    pub cause: Option<SetupCause>,
+}
+
+/// What kept a sandbox from being set up, and so what to change.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupCause {
+    /// bwrap could not mount a fresh `/proc`: the one constle sees has
+    /// files mounted over it, as container engines do by default.
+    #[error(
+        "this /proc is masked (files are mounted over parts of it, as container engines do by \
+         default), so the sandbox cannot mount one of its own: unmask it (docker: --security-opt \
+         systempaths=unconfined; podman: --security-opt unmask=ALL, or unmask=/proc/*; \
+         Kubernetes: procMount: Unmasked, which needs hostUsers: false); see docs/containers.md"
+    )]
+    ProcMasked,
+    /// The namespaces were refused and constle itself runs under a seccomp
+    /// filter, the likely cause whatever bwrap's guess says.
+    #[error(
+        "constle runs under a seccomp filter (Seccomp: 2 in /proc/self/status), which most likely \
+         refuses the system calls that make the sandbox's namespaces (clone with namespace flags, \
+         unshare, mount, pivot_root): run the container with the seccomp profile in \
+         docs/containers.md (docker or podman: --security-opt seccomp=FILE; Kubernetes: a \
+         Localhost seccompProfile), not the engine's default"
+    )]
+    SeccompFilter,
+    /// The namespaces were refused and a sysctl forbids unprivileged user
+    /// namespaces.
+    #[error(
+        "unprivileged user namespaces are turned off on this kernel ({name} is {value}): set \
+         {name} to {} on the host (in a container, the host's setting applies)",
+        match *name { "user.max_user_namespaces" => "a positive number", "kernel.unprivileged_userns_clone" => "1", _ => "0" }
+    )]
+    Sysctl {
+        /// The sysctl.
+        name: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// The namespaces were refused, with no seccomp filter on constle and
+    /// no sysctl forbidding them.
+    #[error(
+        "the kernel refused the sandbox's namespaces, though no seccomp filter is on constle and \
+         user.max_user_namespaces, kernel.unprivileged_userns_clone and \
+         kernel.apparmor_restrict_unprivileged_userns allow them: a security module (AppArmor, \
+         SELinux) or the container engine may refuse them; see docs/containers.md"
+    )]
+    Namespaces,
+}

@@ -6,7 +6,9 @@
 //! 1. checks the spec again ([`SandboxSpec::check`](crate::SandboxSpec)),
 //!    holding the work directory and rootfs open: from here on the sandbox
 //!    mounts these objects, whatever their paths come to name;
-//! 2. as root only: enters a mount namespace of its own, shows the work
+//! 2. as root with `CAP_SYS_ADMIN` only ([`constle_hostids::privileged`];
+//!    root without it takes an unprivileged user's path, as in a default
+//!    container): enters a mount namespace of its own, shows the work
 //!    directory (and the home, when the spec keeps one) to the agent's uid
 //!    through an idmapped mount (so files the
 //!    agent writes belong on disk to the directory's owner, and the agent
@@ -15,7 +17,7 @@
 //!    sockets, the rootfs's entries) and writes the sandbox's own
 //!    `passwd`, `group`, seccomp filters ([`seccomp_programs`]) and
 //!    bwrap's arguments into memory files;
-//! 4. enters the run's cgroups (`sandbox.limits`), then, as root only,
+//! 4. enters the run's cgroups (`sandbox.limits`), then, on that root path,
 //!    switches to the run's host id (`SandboxSpec::host_id`) for good (no
 //!    supplementary groups, no way back);
 //! 5. replaces itself with `bwrap --args FD`, which inherits exactly those
@@ -41,7 +43,7 @@ use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::stat::{Mode, SFlag, fstat};
-use nix::unistd::{Gid, Uid, fchownat, geteuid, setgroups, setresgid, setresuid};
+use nix::unistd::{Gid, Uid, fchownat, setgroups, setresgid, setresuid};
 use rustix::mount::{MoveMountFlags, move_mount};
 
 use crate::descriptors::{Descriptors, RootfsEntry};
@@ -69,6 +71,31 @@ enum LaunchError {
          idmapped mounts: run constle as an unprivileged user"
     )]
     Idmap {
+        role: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error(
+        "as root, the agent runs as a uid of its own and sees its {role} {path:?} \
+         through an idmapped mount, which its file system does not support ({source}; \
+         overlayfs, a container's own file system, does not on most kernels; ext4, xfs, btrfs \
+         and tmpfs since Linux 6.3 do): put the {role} on one that does (in a container, a \
+         volume), or run constle as an unprivileged user, whose sandbox needs no idmapped mount"
+    )]
+    IdmapUnsupported {
+        role: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error(
+        "as root, the agent runs as a uid of its own and sees its {role} {path:?} \
+         through an idmapped mount, which is not permitted here ({source}): it takes \
+         CAP_SYS_ADMIN in the user namespace that mounted the file system, which root in a \
+         container with a user namespace of its own (podman --userns, rootless podman, \
+         Kubernetes hostUsers: false) does not have; run constle there as an unprivileged \
+         user, whose sandbox needs no idmapped mount"
+    )]
+    IdmapNotPermitted {
         role: &'static str,
         path: PathBuf,
         source: io::Error,
@@ -114,7 +141,7 @@ pub fn launch_main(args: Vec<OsString>) -> i32 {
 
 fn launch() -> Result<Infallible, LaunchError> {
     let plan = Plan::from_env().map_err(LaunchError::Usage)?;
-    let as_root = match (geteuid().is_root(), plan.spec.host_id) {
+    let as_root = match (constle_hostids::privileged(), plan.spec.host_id) {
         (false, _) => None,
         (true, Some(id)) if constle_hostids::RUN_IDS.contains(&id) => Some(id),
         (true, given) => return Err(LaunchError::HostId { given }),
@@ -125,7 +152,7 @@ fn launch() -> Result<Infallible, LaunchError> {
         private_mount_namespace()?;
     }
     let checked = plan.spec.check()?;
-    let mut fds = open_mounts(&checked)?;
+    let mut fds = open_mounts(&checked, &plan.spec.stage)?;
     if let Some(id) = as_root {
         confine_as_root(&checked, id, &plan.spec.stage, &mut fds)?;
     }
@@ -153,8 +180,9 @@ fn launch() -> Result<Infallible, LaunchError> {
     })
 }
 
-/// Everything bwrap mounts, opened as the objects the check judged.
-fn open_mounts(checked: &CheckedSpec<'_>) -> Result<Descriptors, LaunchError> {
+/// Everything bwrap mounts, opened as the objects the check judged, and
+/// the file in `stage` bwrap writes its status to.
+fn open_mounts(checked: &CheckedSpec<'_>, stage: &Path) -> Result<Descriptors, LaunchError> {
     let (passwd, group) = match checked.rootfs {
         Some(_) => (None, None),
         None => (
@@ -186,6 +214,8 @@ fn open_mounts(checked: &CheckedSpec<'_>) -> Result<Descriptors, LaunchError> {
             .iter()
             .map(|program| memfd(c"seccomp", program))
             .collect::<Result<_, _>>()?,
+        status: crate::setup::create_status(stage)
+            .map_err(io_err("cannot make the sandbox's status file"))?,
     })
 }
 
@@ -351,18 +381,30 @@ fn reopen_same(fd: &OwnedFd, at: &Path) -> Result<OwnedFd, LaunchError> {
 /// A writable directory (the work directory, the home) as the agent's uid
 /// `id` sees it: an idmapped, detached copy of its mount.
 fn idmapped(workdir: &OpenDir, role: &'static str, id: u32) -> Result<OwnedFd, LaunchError> {
-    let failed = |source| LaunchError::Idmap {
-        role,
-        path: workdir.path.clone(),
-        source,
-    };
+    let path = || workdir.path.clone();
     // The owner's ids are the namespace's inside ids, the agent's outside.
     let userns = constle_idmap::user_namespace(
         &format!("{} {id} 1\n", workdir.uid),
         &format!("{} {id} 1\n", workdir.gid),
     )
-    .map_err(failed)?;
-    constle_idmap::idmapped_clone(workdir.fd.as_fd(), userns.as_fd()).map_err(failed)
+    .map_err(|source| LaunchError::Idmap {
+        role,
+        path: path(),
+        source,
+    })?;
+    constle_idmap::idmapped_clone(workdir.fd.as_fd(), userns.as_fd())
+        .map_err(|source| idmap_failed(role, path(), source))
+}
+
+/// Why the idmapped copy of a mount failed, told by the kernel's error:
+/// `EINVAL` when the file system does not support idmapped mounts, `EPERM`
+/// when this process may not idmap it.
+fn idmap_failed(role: &'static str, path: PathBuf, source: io::Error) -> LaunchError {
+    match source.raw_os_error() {
+        Some(libc::EINVAL) => LaunchError::IdmapUnsupported { role, path, source },
+        Some(libc::EPERM) => LaunchError::IdmapNotPermitted { role, path, source },
+        _ => LaunchError::Idmap { role, path, source },
+    }
 }
 
 /// Switches to the agent's host uid and gid for good: the real, effective
@@ -492,4 +534,32 @@ fn nul_separated(args: &[OsString]) -> Vec<u8> {
         bytes.push(0);
     }
     bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idmap_failure_says_which_it_is() {
+        let said = |errno| {
+            idmap_failed(
+                "work directory",
+                "/w".into(),
+                io::Error::from_raw_os_error(errno),
+            )
+            .to_string()
+        };
+        let unsupported = said(libc::EINVAL);
+        assert!(unsupported.contains("does not support"), "{unsupported}");
+        assert!(unsupported.contains("volume"), "{unsupported}");
+        assert!(!unsupported.contains("not permitted"), "{unsupported}");
+        let refused = said(libc::EPERM);
+        assert!(refused.contains("not permitted here"), "{refused}");
+        assert!(refused.contains("user namespace"), "{refused}");
+        assert!(!refused.contains("does not support"), "{refused}");
+        // Anything else keeps the message it had.
+        let other = said(libc::ENOSYS);
+        assert!(other.contains("may not support"), "{other}");
+    }
 }

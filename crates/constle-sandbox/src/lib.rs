@@ -26,6 +26,10 @@
 //!   inside the sandbox, as its pid 1.
 //! - [`seccomp_programs`] is the sandbox's seccomp filter, as the programs
 //!   bwrap's `--add-seccomp-fd` installs (the launcher passes them).
+//! - [`sandbox_end`] tells, once the launched process exited, the sandbox's
+//!   command's exit from a sandbox that was never set up
+//!   ([`SandboxEnd`]), and [`setup_failure`] says why not and what to
+//!   change ([`SetupFailure`]).
 //!
 //! # Wiring it up
 //!
@@ -77,7 +81,12 @@
 //!     home: None,
 //!     home_inode: None,
 //! };
-//! let status = sandbox_command(&spec)?.status()?; // the agent's status
+//! let status = sandbox_command(&spec)?.status()?;
+//! match constle_sandbox::sandbox_end(&spec, status) {
+//!     constle_sandbox::SandboxEnd::Ran(code) => println!("the agent exited with {code}"),
+//!     // Its stderr (here inherited) said why: bwrap's or the launcher's.
+//!     constle_sandbox::SandboxEnd::NotSetUp => println!("the sandbox was never set up"),
+//! }
 //! # Ok(())
 //! # }
 //! ```
@@ -86,9 +95,11 @@
 //!
 //! - **Identity**: uid and gid [`AGENT_ID`] (`agent` in the sandbox's own
 //!   `/etc/passwd`), which on the host is the user who started constle, or
-//!   when that user is root, [`SandboxSpec::host_id`], an id of this
-//!   sandbox's own (`constle_hostids`): no id inside maps to the host's
-//!   root. Every capability dropped, `no_new_privs` set, and a
+//!   when that user is root with `CAP_SYS_ADMIN`, [`SandboxSpec::host_id`],
+//!   an id of this sandbox's own (`constle_hostids`): no id inside maps to
+//!   the host's root. Root without `CAP_SYS_ADMIN` (a container's default
+//!   root) starts the sandbox as any user would, so the agent is root
+//!   outside it, without capabilities. Every capability dropped, `no_new_privs` set, and a
 //!   seccomp filter (see `seccomp`) on it and everything it starts.
 //! - **Namespaces**: its own network (loopback only), PID (it sees only the
 //!   sandbox's processes; pid 1 is constle's non-dumpable init, which reaps
@@ -144,9 +155,10 @@
 //! - Needs bubblewrap 0.8 or later and unprivileged user namespaces; an
 //!   older `bwrap` refuses the invocation, so the run fails rather than
 //!   starts weaker.
-//! - As root, the work directory must be on a file system that supports
-//!   idmapped mounts (ext4, xfs, btrfs, tmpfs since Linux 6.3, …); mounts
-//!   below the work directory are not shown then.
+//! - As root with `CAP_SYS_ADMIN`, the work directory must be on a file
+//!   system that supports idmapped mounts (ext4, xfs, btrfs, tmpfs since
+//!   Linux 6.3, …; not overlayfs), in the user namespace that mounted it;
+//!   mounts below the work directory are not shown then.
 //! - With a rootfs, the rootfs must provide what the constle binary needs
 //!   to start (its C library and dynamic linker), or constle must be built
 //!   statically, and its own `/etc/passwd` (the sandbox's is not used).
@@ -171,13 +183,14 @@ mod plan;
 mod private;
 mod resolve;
 mod seccomp;
+mod setup;
 mod spec;
 mod splice;
 mod stdio;
 mod wire;
 
 pub use bwrap::sandbox_command;
-pub use error::SandboxError;
+pub use error::{SandboxError, SetupCause, SetupFailure};
 pub use init::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, init_main};
 pub use launch::launch_main;
 pub use layout::{
@@ -186,6 +199,7 @@ pub use layout::{
 };
 pub use private::Private;
 pub use seccomp::seccomp_programs;
+pub use setup::{SandboxEnd, sandbox_end, setup_failure};
 pub use spec::{CommandIo, MIN_TMPFS_BYTES, Relay, SandboxSpec, TmpfsSizes};
 pub use splice::{SpliceSocket, splice_bidirectional};
 pub use stdio::accept_stdio;
