@@ -176,6 +176,7 @@ mod splice;
 mod stdio;
 mod wire;
 
+pub use bwrap::find_bwrap;
 pub use bwrap::sandbox_command;
 pub use error::SandboxError;
 pub use init::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, init_main};
