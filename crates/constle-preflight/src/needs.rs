@@ -45,7 +45,7 @@ impl Needs {
             constle_exe,
             workdir,
             limits: Limits::default(),
-            as_root: crate::root_path(),
+            as_root: crate::identity::root_path(),
             egress_proxy: true,
         }
     }

@@ -37,7 +37,10 @@ pub fn probe_main(args: Vec<OsString>) -> i32 {
     let result = match args.as_slice() {
         [] => Ok(all_steps()),
         [AS_ARG, id] => drop_to(id).map(|()| all_steps()),
-        [PROC_ARG] => Ok(vec![(Step::Proc, mount_proc())]),
+        // Only as pid 1 of a PID namespace of its own, which the probe
+        // process made: anywhere else, the mount would be someone else's.
+        [PROC_ARG] if std::process::id() == 1 => Ok(vec![(Step::Proc, mount_proc())]),
+        [PROC_ARG] => Err("`proc` only as pid 1 of a PID namespace of its own".to_owned()),
         _ => Err(format!("unexpected arguments {args:?}")),
     };
     match result {
