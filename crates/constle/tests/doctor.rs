@@ -1,7 +1,9 @@
 //! `constle doctor` as a user runs it: here as the caller, as a plain user
 //! (`setpriv`, when the suite is root), and with a layer taken away for
 //! real: `/proc` masked in a private mount namespace, as a container masks
-//! it, and limits declared by a user whose cgroup is not delegated.
+//! it; limits declared by a user whose cgroup is not delegated; `unshare`
+//! refused by a seccomp filter (`tests/doctor/seccomp_unshare.py`), as
+//! Docker's default profile refuses it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
@@ -9,7 +11,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use constle_testkit::{find_tool, require_root};
+use constle_testkit::{find_tool, require_root, require_tools};
 use serde_json::Value;
 
 /// The checks, in the order every report lists them.
@@ -350,4 +352,43 @@ fn limits_without_a_delegated_cgroup_are_missing() {
             .starts_with("resources.limits on the container")
     );
     assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn seccomp_refusing_unshare_is_named_as_the_cause() {
+    if !require_tools("doctor under a seccomp filter", &["python3"]) {
+        return;
+    }
+    let case = Case::new();
+    let filter = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/doctor/seccomp_unshare.py");
+    let bin = case.bin();
+    let out = Command::new(find_tool("python3").unwrap())
+        .arg(filter)
+        .arg(&bin)
+        .args(["doctor", "--format", "json"])
+        .current_dir(case.dir.path())
+        .output()
+        .unwrap();
+    let report = report(&out);
+    assert_eq!(out.status.code(), Some(1));
+    let userns = check(&report, "user_namespaces");
+    assert_eq!(userns["status"], "missing");
+    let finding = userns["finding"].as_str().unwrap();
+    assert!(
+        finding.starts_with(
+            "user namespaces: blocked by seccomp (unshare(CLONE_NEWUSER) returned EPERM while "
+        ),
+        "{finding}"
+    );
+    assert!(finding.contains("user.max_user_namespaces="), "{finding}");
+    let docker = userns["fixes"]["docker"].as_str().unwrap();
+    assert!(docker.starts_with("--security-opt seccomp="), "{docker}");
+    let calls = check(&report, "system_calls");
+    assert_eq!(calls["status"], "missing");
+    assert_eq!(
+        calls["finding"],
+        "system calls bwrap needs: refused by seccomp: unshare (EPERM); not tried after that: \
+         mount, umount2, pivot_root, sethostname"
+    );
+    assert_eq!(check(&report, "proc_mount")["status"], "unknown");
 }
