@@ -89,60 +89,66 @@ pub(crate) fn user_namespaces(probes: &Probes, seen: &Seen) -> (Verdict, Blocker
         }
     };
     let what = format!("{what} {}", errno_name(errno));
+    let (finding, fixes, blocker) = userns_cause(&what, errno, after_unshare, seen);
+    (
+        Verdict::missing(format!("user namespaces: {finding}"), fixes),
+        blocker,
+    )
+}
+
+/// Why user namespaces were refused: `what` failed with `errno`, after
+/// `unshare` itself worked or not. The sysctls come first (they hold
+/// whatever else is on), then AppArmor where the namespace was made but
+/// not usable, then seccomp where `unshare` itself was refused.
+fn userns_cause(
+    what: &str,
+    errno: i32,
+    after_unshare: bool,
+    seen: &Seen,
+) -> (String, Fixes, Blocker) {
     let sysctls = seen.userns_sysctls().join(" and ");
-    let (finding, fixes, blocker) = if seen.max_user_namespaces == Some(0) {
-        (
+    if seen.max_user_namespaces == Some(0) {
+        return (
             format!("disabled by sysctl user.max_user_namespaces=0 ({what})"),
             fixes::host_sysctl("user.max_user_namespaces=15000"),
             Blocker::Other,
-        )
-    } else if errno == libc::ENOSPC {
-        (
-            format!(
-                "the limit is reached ({what} while {sysctls}): constle may be inside a sandbox \
-                 that allows no nested user namespace"
-            ),
-            Fixes::NONE,
-            Blocker::Other,
-        )
+        );
+    }
+    let (finding, fixes) = if errno == libc::ENOSPC {
+        let finding = format!(
+            "the limit is reached ({what} while {sysctls}): constle may be inside a sandbox that \
+             allows no nested user namespace"
+        );
+        (finding, Fixes::NONE)
     } else if errno == libc::EINVAL && !after_unshare {
-        (
-            format!("this kernel has none ({what})"),
-            Fixes::NONE,
-            Blocker::Other,
-        )
+        (format!("this kernel has none ({what})"), Fixes::NONE)
     } else if seen.unprivileged_userns_clone == Some(0) {
         (
             format!("disabled by sysctl kernel.unprivileged_userns_clone=0 ({what})"),
             fixes::host_sysctl("kernel.unprivileged_userns_clone=1"),
-            Blocker::Other,
         )
     } else if seen.apparmor_restrict == Some(1) && (after_unshare || !seen.seccomp_filter) {
         (
             format!("blocked by AppArmor ({what} while {sysctls})"),
             fixes::apparmor_userns(),
-            Blocker::Other,
         )
     } else if seen.seccomp_filter && !after_unshare {
-        (
+        return (
             format!("blocked by seccomp ({what} while {sysctls})"),
             fixes::seccomp(),
             Blocker::Seccomp,
-        )
+        );
     } else {
-        (
-            format!(
-                "refused for a cause constle cannot tell ({what} while {sysctls}, with no seccomp \
-                 filter on this process)"
-            ),
-            Fixes::NONE,
-            Blocker::Other,
-        )
+        let filter = match seen.seccomp_filter {
+            true => "a seccomp filter on this process",
+            false => "no seccomp filter on this process",
+        };
+        let finding = format!(
+            "refused for a cause constle cannot tell ({what} while {sysctls}, with {filter})"
+        );
+        (finding, Fixes::NONE)
     };
-    (
-        Verdict::missing(format!("user namespaces: {finding}"), fixes),
-        blocker,
-    )
+    (finding, fixes, Blocker::Other)
 }
 
 /// The system calls bubblewrap makes, each with the probe step that tried it.
@@ -195,20 +201,18 @@ pub(crate) fn system_calls(probes: &Probes, seen: &Seen, blocker: Blocker) -> Ve
         }
         (false, _) => {}
     }
-    let by = match (&seen.apparmor_profile, apparmor) {
-        (Some(profile), true) => format!("AppArmor (profile {profile})"),
-        _ if seen.seccomp_filter => "seccomp".to_owned(),
-        _ => "a cause constle cannot tell".to_owned(),
+    let (by, fixes) = match (&seen.apparmor_profile, apparmor) {
+        (Some(profile), true) => (
+            format!("AppArmor (profile {profile})"),
+            fixes::apparmor_mount(),
+        ),
+        _ if seen.seccomp_filter => ("seccomp".to_owned(), fixes::seccomp()),
+        _ => ("a cause constle cannot tell".to_owned(), Fixes::NONE),
     };
     finding.push_str(&format!("refused by {by}: {}", refused.join(", ")));
     if !untried.is_empty() {
         finding.push_str(&format!("; not tried after that: {}", untried.join(", ")));
     }
-    let fixes = match by.as_str() {
-        "seccomp" => fixes::seccomp(),
-        _ if apparmor && seen.apparmor_profile.is_some() => fixes::apparmor_mount(),
-        _ => Fixes::NONE,
-    };
     Verdict::missing(finding, fixes)
 }
 

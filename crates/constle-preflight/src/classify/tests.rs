@@ -173,8 +173,25 @@ fn a_refusal_nothing_explains_has_no_fix() {
     assert_eq!(verdict.status, Status::Missing);
     assert!(verdict.finding.contains("a cause constle cannot tell"));
     assert_eq!(verdict.fixes, Fixes::NONE);
+    assert!(
+        verdict
+            .finding
+            .ends_with("with no seccomp filter on this process)")
+    );
     let (verdict, _) = user_namespaces(&userns_refused(Fine, libc::EINVAL), &seen);
     assert!(verdict.finding.contains("this kernel has none"));
+    // The maps refused under a filter, with no AppArmor restriction: the
+    // filter does not refuse unshare, so it is not named as the cause.
+    let probes = all_but(&[(Step::Maps, Errno(EPERM))]);
+    let (verdict, blocker) = user_namespaces(&probes, &docker_like());
+    assert_eq!(blocker, Blocker::Other);
+    assert!(
+        verdict
+            .finding
+            .ends_with("with a seccomp filter on this process)"),
+        "{}",
+        verdict.finding
+    );
 }
 
 #[test]
