@@ -392,3 +392,70 @@ fn seccomp_refusing_unshare_is_named_as_the_cause() {
     );
     assert_eq!(check(&report, "proc_mount")["status"], "unknown");
 }
+
+#[test]
+fn idmapped_mounts_unsupported_is_told_from_not_permitted() {
+    if !require_root(
+        "doctor on a file system without idmapped mounts",
+        &["unshare"],
+    ) {
+        return;
+    }
+    let case = Case::new();
+    let fs_dir = case.dir.path().join("ramfs");
+    fs::create_dir(&fs_dir).unwrap();
+    let file = case.agentfile("");
+    let on_ramfs = fs::read_to_string(&file).unwrap().replace(
+        &*case.dir.path().join("work").to_string_lossy(),
+        &*fs_dir.join("work").to_string_lossy(),
+    );
+    fs::write(&file, on_ramfs).unwrap();
+    // ramfs has no idmapped mounts.
+    let out = case.run_in_own_mounts(&format!(
+        "mount -t ramfs none {0} && mkdir {0}/work && exec $CONSTLE doctor -f {1} --format json",
+        fs_dir.display(),
+        file.display()
+    ));
+    let on_ramfs = report(&out);
+    let idmap = check(&on_ramfs, "idmapped_mounts");
+    assert_eq!(idmap["required"], true, "{on_ramfs}");
+    assert_eq!(idmap["status"], "missing", "{on_ramfs}");
+    let finding = idmap["finding"].as_str().unwrap();
+    assert!(
+        finding.starts_with(&format!(
+            "idmapped mounts: unsupported by this file system, {}/work (ramfs) (",
+            fs_dir.display()
+        )),
+        "{finding}"
+    );
+    assert!(finding.contains("Invalid argument"), "{finding}");
+    assert_eq!(out.status.code(), Some(1));
+
+    // Root of a user namespace of its own (as in a rootless container):
+    // the work directory's mount belongs to the host's.
+    let file = case.agentfile("");
+    let out = Command::new(find_tool("unshare").unwrap())
+        .args(["--user", "--map-root-user"])
+        .arg(case.bin())
+        .args(["doctor", "-f", file.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    let report = report(&out);
+    let idmap = check(&report, "idmapped_mounts");
+    assert_eq!(idmap["status"], "missing", "{report}");
+    let finding = idmap["finding"].as_str().unwrap();
+    assert!(
+        finding.starts_with("idmapped mounts: not permitted on "),
+        "{finding}"
+    );
+    assert!(
+        finding.ends_with(
+            "this root does not own the mount, as in a container with a user namespace of its own"
+        ),
+        "{finding}"
+    );
+    assert_eq!(
+        idmap["fixes"]["docker"].as_str().unwrap(),
+        "--user 1000:1000 (constle as a non-root user needs no idmapped mount)"
+    );
+}
