@@ -50,11 +50,17 @@ impl Case {
         self.dir.path().join("constle")
     }
 
-    /// An Agentfile with `sandbox_extra` appended to its `sandbox:`.
+    /// An Agentfile with `sandbox_extra` appended to its `sandbox:`, and
+    /// its work directory, made writable by anyone.
     fn agentfile(&self, sandbox_extra: &str) -> PathBuf {
         let work = self.dir.path().join("work");
         fs::create_dir_all(&work).unwrap();
         fs::set_permissions(&work, fs::Permissions::from_mode(0o777)).unwrap();
+        self.agentfile_with(&work, sandbox_extra)
+    }
+
+    /// An Agentfile whose work directory is `work` (not made here).
+    fn agentfile_with(&self, work: &Path, sandbox_extra: &str) -> PathBuf {
         let file = self.dir.path().join("agent.yaml");
         fs::write(
             &file,
@@ -404,12 +410,7 @@ fn idmapped_mounts_unsupported_is_told_from_not_permitted() {
     let case = Case::new();
     let fs_dir = case.dir.path().join("ramfs");
     fs::create_dir(&fs_dir).unwrap();
-    let file = case.agentfile("");
-    let on_ramfs = fs::read_to_string(&file).unwrap().replace(
-        &*case.dir.path().join("work").to_string_lossy(),
-        &*fs_dir.join("work").to_string_lossy(),
-    );
-    fs::write(&file, on_ramfs).unwrap();
+    let file = case.agentfile_with(&fs_dir.join("work"), "");
     // ramfs has no idmapped mounts.
     let out = case.run_in_own_mounts(&format!(
         "mount -t ramfs none {0} && mkdir {0}/work && exec $CONSTLE doctor -f {1} --format json",
