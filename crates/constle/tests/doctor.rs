@@ -3,7 +3,9 @@
 //! real: `/proc` masked in a private mount namespace, as a container masks
 //! it; limits declared by a user whose cgroup is not delegated; `unshare`
 //! refused by a seccomp filter (`tests/doctor/seccomp_unshare.py`), as
-//! Docker's default profile refuses it.
+//! Docker's default profile refuses it; a work directory on a file system
+//! without idmapped mounts (ramfs), and one whose mount belongs to another
+//! user namespace's root.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
