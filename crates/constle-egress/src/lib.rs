@@ -69,6 +69,7 @@ mod error;
 mod policy;
 mod ranges;
 mod squid;
+mod version;
 
 pub use access_log::{AccessLogError, NetworkEvent, parse_access_line};
 pub use check::{ParseComplaints, check_config};
@@ -84,6 +85,7 @@ pub use ranges::{
     RangeGroup, RefusedWhole, internal_range_groups, internal_ranges,
 };
 pub use squid::{SQUID_USER, Squid};
+pub use version::squid_version;
 
 /// The values of [`NetworkEvent::reason`]: which rule refused a request.
 pub mod reason {

@@ -76,9 +76,15 @@ pub fn sandbox_command(spec: &SandboxSpec) -> Result<Command, SandboxError> {
 /// whatever is found here runs on the host, outside any sandbox.
 const BWRAP_PATHS: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
 
-/// The first of [`BWRAP_PATHS`] that exists, provided no one but root (or
-/// the user constle runs as) could have replaced it.
-fn find_bwrap() -> Result<PathBuf, SandboxError> {
+/// The bubblewrap a sandbox runs: the first of `/usr/bin/bwrap`,
+/// `/usr/local/bin/bwrap` and `/bin/bwrap` that exists (never one found on
+/// `PATH`), provided no one but root (or the user constle runs as) could
+/// have replaced it.
+///
+/// # Errors
+///
+/// [`SandboxError::BwrapNotFound`] or [`SandboxError::BwrapUntrusted`].
+pub fn find_bwrap() -> Result<PathBuf, SandboxError> {
     let found = BWRAP_PATHS
         .iter()
         .map(PathBuf::from)

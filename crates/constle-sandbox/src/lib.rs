@@ -189,6 +189,7 @@ mod splice;
 mod stdio;
 mod wire;
 
+pub use bwrap::find_bwrap;
 pub use bwrap::sandbox_command;
 pub use error::{SandboxError, SetupCause, SetupFailure};
 pub use init::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, init_main};

@@ -40,6 +40,9 @@ pub enum Command {
     Run(RunArgs),
     /// Check an Agentfile (agent.yaml): errors, warnings, what will be enforced.
     Validate(ValidateArgs),
+    /// Check that this machine has every layer the sandbox needs, and say
+    /// what fixes a missing one under docker, podman and Kubernetes.
+    Doctor(DoctorArgs),
     /// Create an agent identity key; prints its did:key for `identity.did`.
     Keygen(KeygenArgs),
     /// Create an approver key for signed webhook decisions; prints its
@@ -284,6 +287,17 @@ pub struct ValidateArgs {
     /// The Agentfile.
     pub file: PathBuf,
     /// Output format; `json` prints one JSON object per line.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The Agentfile of the run to check for (its work directory, limits
+    /// and egress); without it, any run by this user here.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Output format; `json` prints one JSON object.
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
 }

@@ -32,7 +32,8 @@ enum Outcome {
 
 fn main() -> ExitCode {
     // Launching a sandbox or inside one, `constle` is the launcher or the
-    // relay, not the command line; clap never sees those arguments, so they
+    // relay (or, for `constle doctor`, the preflight's probe process), not
+    // the command line; clap never sees those arguments, so they
     // reach them exactly as written.
     let mut args = std::env::args_os().skip(1);
     let sandbox_side: Option<fn(Vec<std::ffi::OsString>) -> i32> = match args.next() {
@@ -41,6 +42,9 @@ fn main() -> ExitCode {
         }
         Some(first) if first == constle_sandbox::LAUNCH_SUBCOMMAND => {
             Some(constle_sandbox::launch_main)
+        }
+        Some(first) if first == constle_preflight::PROBE_SUBCOMMAND => {
+            Some(constle_preflight::probe_main)
         }
         _ => None,
     };

@@ -4,6 +4,7 @@ mod a2a;
 mod approver;
 mod approvers;
 mod audit;
+mod doctor;
 mod keygen;
 mod receipt;
 mod run;
@@ -28,6 +29,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Run(args) => run::run(&args),
         Command::Validate(args) => validate::run(&args),
+        Command::Doctor(args) => doctor::run(&args),
         Command::Keygen(args) => keygen::run(constle_identity::KeyKind::Agent, &args),
         Command::WebhookKeygen(args) => keygen::run(constle_identity::KeyKind::Approver, &args),
         Command::WitnessKeygen(args) => keygen::run(constle_identity::KeyKind::Witness, &args),

@@ -1,0 +1,179 @@
+//! What the machine shows without probing: the sysctls that gate user
+//! namespaces, whether a seccomp filter or an AppArmor profile confines
+//! this process, what is mounted over `/proc`, and which file system holds
+//! a path. Reading is here; the texts are parsed by pure functions.
+
+use std::path::Path;
+
+/// `user.max_user_namespaces`.
+const MAX_USER_NAMESPACES: &str = "/proc/sys/user/max_user_namespaces";
+/// `kernel.unprivileged_userns_clone` (Debian's and Ubuntu's kernels).
+const UNPRIVILEGED_USERNS_CLONE: &str = "/proc/sys/kernel/unprivileged_userns_clone";
+/// `kernel.apparmor_restrict_unprivileged_userns` (Ubuntu 23.10 and later).
+const APPARMOR_RESTRICT: &str = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns";
+
+/// What the machine shows; each sysctl `None` where this kernel has none
+/// (or it cannot be read).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub max_user_namespaces: Option<u64>,
+    pub unprivileged_userns_clone: Option<u64>,
+    pub apparmor_restrict: Option<u64>,
+    /// Whether a seccomp filter is on this process (`Seccomp: 2`), and so
+    /// on the probe process it starts.
+    pub seccomp_filter: bool,
+    /// The AppArmor profile confining this process, unless unconfined.
+    pub apparmor_profile: Option<String>,
+    /// Mount points below `/proc` (what a container masks `/proc` with).
+    pub proc_overmounts: Vec<String>,
+}
+
+impl Seen {
+    /// What this machine shows to this process.
+    pub(crate) fn read() -> Seen {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        Seen {
+            max_user_namespaces: sysctl(MAX_USER_NAMESPACES),
+            unprivileged_userns_clone: sysctl(UNPRIVILEGED_USERNS_CLONE),
+            apparmor_restrict: sysctl(APPARMOR_RESTRICT),
+            seccomp_filter: crate::identity::status_field(&crate::identity::status(), "Seccomp")
+                == Some("2"),
+            apparmor_profile: std::fs::read_to_string("/proc/self/attr/current")
+                .ok()
+                .and_then(|label| apparmor_profile(&label)),
+            proc_overmounts: proc_overmounts(&mountinfo),
+        }
+    }
+
+    /// The user-namespace sysctls this kernel has, as `name=value`.
+    pub(crate) fn userns_sysctls(&self) -> Vec<String> {
+        [
+            (
+                "kernel.unprivileged_userns_clone",
+                self.unprivileged_userns_clone,
+            ),
+            ("user.max_user_namespaces", self.max_user_namespaces),
+            (
+                "kernel.apparmor_restrict_unprivileged_userns",
+                self.apparmor_restrict,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some(format!("{name}={}", value?)))
+        .collect()
+    }
+}
+
+fn sysctl(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The profile in an AppArmor label (`docker-default (enforce)`), unless it
+/// is `unconfined`.
+pub(crate) fn apparmor_profile(label: &str) -> Option<String> {
+    let profile = label.trim_end_matches(['\0', '\n']).trim();
+    match profile {
+        "" | "unconfined" => None,
+        profile => Some(profile.to_owned()),
+    }
+}
+
+/// The mount points strictly below `/proc` in a `mountinfo` text.
+pub(crate) fn proc_overmounts(mountinfo: &str) -> Vec<String> {
+    mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|point| point.starts_with("/proc/"))
+        .map(unescape)
+        .collect()
+}
+
+/// The file system type of the mount holding `path` (a real path), from a
+/// `mountinfo` text: the last mount whose point is `path` or an ancestor.
+pub(crate) fn fs_type(mountinfo: &str, path: &Path) -> Option<String> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let point = unescape(line.split(' ').nth(4)?);
+            let (_, after) = line.split_once(" - ")?;
+            let fstype = after.split(' ').next()?;
+            path.starts_with(&point).then(|| (point, fstype.to_owned()))
+        })
+        .max_by_key(|(point, _)| point.len())
+        .map(|(_, fstype)| fstype)
+}
+
+/// The file system type of the mount holding `path`, on this machine.
+pub(crate) fn fs_type_here(path: &Path) -> Option<String> {
+    fs_type(&std::fs::read_to_string("/proc/self/mountinfo").ok()?, path)
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a space) undone.
+fn unescape(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut rest = field;
+    while let Some(i) = rest.find('\\') {
+        out.push_str(&rest[..i]);
+        let code = rest
+            .get(i + 1..i + 4)
+            .and_then(|o| u8::from_str_radix(o, 8).ok());
+        match code {
+            Some(byte) => {
+                out.push(char::from(byte));
+                rest = &rest[i + 4..];
+            }
+            None => {
+                out.push('\\');
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw
+23 22 0:21 / /proc rw,nosuid - proc proc rw
+24 23 0:5 /null /proc/kcore ro - devtmpfs udev rw
+25 23 0:21 /sys /proc/sys ro - proc proc rw
+26 22 0:30 / /srv/my\\040work rw - xfs /dev/sdb rw
+27 22 0:31 / /srv rw - tmpfs tmpfs rw
+";
+
+    #[test]
+    fn overmounts_below_proc_only() {
+        assert_eq!(proc_overmounts(MOUNTINFO), ["/proc/kcore", "/proc/sys"]);
+    }
+
+    #[test]
+    fn the_deepest_mount_holds_a_path() {
+        let at = |p: &str| fs_type(MOUNTINFO, Path::new(p));
+        assert_eq!(at("/srv/my work/agent").as_deref(), Some("xfs"));
+        assert_eq!(at("/srv/other").as_deref(), Some("tmpfs"));
+        assert_eq!(at("/srv/my").as_deref(), Some("tmpfs"));
+        assert_eq!(at("/home/me").as_deref(), Some("ext4"));
+    }
+
+    #[test]
+    fn apparmor_labels() {
+        assert_eq!(apparmor_profile("unconfined\n"), None);
+        assert_eq!(
+            apparmor_profile("docker-default (enforce)\n").as_deref(),
+            Some("docker-default (enforce)")
+        );
+    }
+
+    #[test]
+    fn sysctls_listed_when_present() {
+        let seen = Seen {
+            max_user_namespaces: Some(63_000),
+            ..Seen::default()
+        };
+        assert_eq!(seen.userns_sysctls(), ["user.max_user_namespaces=63000"]);
+    }
+}
