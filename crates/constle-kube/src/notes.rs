@@ -26,11 +26,35 @@ pub fn notes(manifest: &Manifest, options: &Options) -> Vec<String> {
             keys.join(", ")
         ));
     }
-    let ledger = manifest.spending.ledger.as_ref();
-    let replay = manifest.a2a.as_ref().and_then(|a2a| a2a.replay.as_ref());
-    redis_note(&mut notes, "spending.ledger", ledger, options);
-    if manifest.a2a.is_some() {
-        redis_note(&mut notes, "a2a.replay", replay, options);
+    let spending = &manifest.spending;
+    let llm = &manifest.llm.spending;
+    let across_runs = [
+        spending.max_per_day_usd,
+        spending.max_per_month_usd,
+        llm.max_per_day_usd,
+        llm.max_per_month_usd,
+    ]
+    .iter()
+    .any(Option::is_some);
+    if across_runs || spending.ledger.is_some() {
+        let unset = "the day and month caps would count one run only, since the embedded ledger goes with the pod";
+        redis_note(
+            &mut notes,
+            "spending.ledger",
+            spending.ledger.as_ref(),
+            unset,
+            options,
+        );
+    }
+    if let Some(a2a) = &manifest.a2a {
+        let unset = "a message one run accepted could be accepted again by another, since the embedded store goes with the pod";
+        redis_note(
+            &mut notes,
+            "a2a.replay",
+            a2a.replay.as_ref(),
+            unset,
+            options,
+        );
     }
     if manifest.identity.is_some() {
         notes.push(format!(
@@ -52,10 +76,16 @@ pub fn notes(manifest: &Manifest, options: &Options) -> Vec<String> {
 
 /// A note when the Agentfile names no Redis for `field`, or one the fence
 /// does not let the pod reach.
-fn redis_note(notes: &mut Vec<String>, field: &str, url: Option<&RedisUrl>, options: &Options) {
+fn redis_note(
+    notes: &mut Vec<String>,
+    field: &str,
+    url: Option<&RedisUrl>,
+    unset: &str,
+    options: &Options,
+) {
     match url {
         None => notes.push(format!(
-            "{field} is not set: each run keeps its own in the pod and loses it at the end; to share it across runs, set {field}: {}",
+            "{field} is not set: {unset}; set {field}: {} (the rendered Redis)",
             redis::url(options)
         )),
         Some(url) if !names_rendered_redis(url, options) => notes.push(format!(

@@ -4,6 +4,9 @@
 
 use ipnet::IpNet;
 
+/// An address range, as `--cluster-cidr` and `--service-cidr` take it.
+pub type Cidr = IpNet;
+
 use crate::error::KubeError;
 
 /// The image `--image` defaults to: the one docs/containers.md builds.

@@ -361,6 +361,14 @@ fn a_redis_the_agentfile_does_not_name_is_a_note() {
         .expect("render")
         .notes;
     assert!(
+        !notes.iter().any(|n| n.contains("spending.ledger")),
+        "no cap across runs: {notes:?}"
+    );
+    let text = "name: bare\nsandbox:\n  command: [true]\nspending:\n  max_per_day_usd: 1\n";
+    let notes = render(&manifest(text), text, &options())
+        .expect("render")
+        .notes;
+    assert!(
         notes
             .iter()
             .any(|n| n.contains("set spending.ledger: redis://invoices-redis.agents.svc:6379/0"))
@@ -370,6 +378,16 @@ fn a_redis_the_agentfile_does_not_name_is_a_note() {
         .notes;
     assert!(
         !notes.iter().any(|n| n.contains("spending.ledger")),
+        "{notes:?}"
+    );
+    let elsewhere = FULL.replace("invoices-redis.agents.svc", "ledger.example");
+    let notes = render(&manifest(&elsewhere), &elsewhere, &options())
+        .expect("render")
+        .notes;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("names redis://ledger.example:6379/0, kept as it is")),
         "{notes:?}"
     );
 }

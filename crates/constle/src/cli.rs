@@ -40,6 +40,9 @@ pub enum Command {
     Run(RunArgs),
     /// Check an Agentfile (agent.yaml): errors, warnings, what will be enforced.
     Validate(ValidateArgs),
+    /// Print the Kubernetes objects that run an Agentfile as a Job per run
+    /// (docs/kubernetes.md).
+    Kube(KubeArgs),
     /// Create an agent identity key; prints its did:key for `identity.did`.
     Keygen(KeygenArgs),
     /// Create an approver key for signed webhook decisions; prints its
@@ -277,6 +280,51 @@ pub struct RunArgs {
     /// sites.
     #[arg(long, value_name = "FILE")]
     pub hosts_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct KubeArgs {
+    /// The Agentfile.
+    pub file: PathBuf,
+    /// The objects' name (a DNS-1123 label); default: the agent's name,
+    /// when it is one.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The namespace written into the objects; default: none (kubectl's).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// The image holding constle, bwrap and Squid.
+    #[arg(long, default_value = constle_kube::DEFAULT_IMAGE)]
+    pub image: String,
+    /// The Secret holding the Agentfile's host variables, one key per
+    /// variable; default: NAME-secrets.
+    #[arg(long)]
+    pub secret: Option<String>,
+    /// A pod range of the cluster, denied to the agent's pod; repeat for
+    /// each.
+    #[arg(long = "cluster-cidr", value_name = "CIDR")]
+    pub cluster_cidrs: Vec<String>,
+    /// A service range of the cluster, denied to the agent's pod; repeat
+    /// for each.
+    #[arg(long = "service-cidr", value_name = "CIDR")]
+    pub service_cidrs: Vec<String>,
+    /// The Localhost seccomp profile, relative to the kubelet's seccomp
+    /// root (/var/lib/kubelet/seccomp/).
+    #[arg(long, value_name = "PATH", default_value = constle_kube::DEFAULT_SECCOMP_PROFILE)]
+    pub seccomp_profile: String,
+    /// The image of the shared Redis.
+    #[arg(long, default_value = constle_kube::DEFAULT_REDIS_IMAGE)]
+    pub redis_image: String,
+    /// How long a finished Job is kept before Kubernetes deletes it.
+    #[arg(long, value_name = "SECONDS", default_value_t = constle_kube::DEFAULT_TTL_SECONDS.unsigned_abs())]
+    pub ttl_seconds: u32,
+    /// Render an agent-sandbox SandboxTemplate instead of the Job and its
+    /// NetworkPolicy (the template carries the fence).
+    #[arg(long, conflicts_with = "pod")]
+    pub sandbox_template: bool,
+    /// Render a bare Pod instead of the Job, for `podman kube play`.
+    #[arg(long)]
+    pub pod: bool,
 }
 
 #[derive(Debug, Args)]

@@ -5,6 +5,7 @@ mod approver;
 mod approvers;
 mod audit;
 mod keygen;
+mod kube;
 mod receipt;
 mod run;
 mod spend;
@@ -28,6 +29,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Run(args) => run::run(&args),
         Command::Validate(args) => validate::run(&args),
+        Command::Kube(args) => kube::run(&args),
         Command::Keygen(args) => keygen::run(constle_identity::KeyKind::Agent, &args),
         Command::WebhookKeygen(args) => keygen::run(constle_identity::KeyKind::Approver, &args),
         Command::WitnessKeygen(args) => keygen::run(constle_identity::KeyKind::Witness, &args),
