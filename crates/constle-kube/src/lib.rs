@@ -62,9 +62,9 @@ pub use error::KubeError;
 pub use fence::{DENIED_V4, DENIED_V6, REDIS_PORT};
 pub use options::{
     Cidr, DEFAULT_IMAGE, DEFAULT_REDIS_IMAGE, DEFAULT_SECCOMP_PROFILE, DEFAULT_SECRET_SUFFIX,
-    DEFAULT_TTL_SECONDS, Label, MAX_NAME_LEN, Options, Workload, parse_cidr,
+    DEFAULT_TTL_SECONDS, DEFAULT_UID, Label, MAX_NAME_LEN, Options, Workload, parse_cidr,
 };
-pub use pod::{CONSTLE_HOME, CONTAINER_NAME, RUN_AS_UID};
+pub use pod::{CONSTLE_HOME, CONTAINER_NAME};
 pub use resources::{CPU_HEADROOM_MILLIS, DEADLINE_HEADROOM_SECONDS, MEMORY_HEADROOM_BYTES};
 pub use sandbox_template::SandboxTemplate;
 pub use secrets::host_variables;

@@ -20,6 +20,10 @@ pub const DEFAULT_SECCOMP_PROFILE: &str = "constle/seccomp.json";
 /// The Redis image `--redis-image` defaults to: Debian-based like
 /// Constle's own, and the major version the fleet tests run.
 pub const DEFAULT_REDIS_IMAGE: &str = "docker.io/library/redis:7-bookworm";
+/// The uid and gid `--uid` defaults to: the non-root user of the image
+/// docs/containers.md builds. A uid of its own, outside the range of a
+/// distribution's login users.
+pub const DEFAULT_UID: i64 = 10001;
 /// How long a finished Job (and its pod) is kept, by default: a day to read
 /// its status and collect its log.
 pub const DEFAULT_TTL_SECONDS: i32 = 86_400;
@@ -116,6 +120,8 @@ pub struct Options {
     pub ttl_seconds: i32,
     /// What runs the agent's pod.
     pub workload: Workload,
+    /// The uid and gid Constle runs as (and the pod's `fsGroup`): never 0.
+    pub uid: i64,
 }
 
 /// What carries the agent's pod.
@@ -147,6 +153,7 @@ impl Options {
             redis_image: DEFAULT_REDIS_IMAGE.to_owned(),
             ttl_seconds: DEFAULT_TTL_SECONDS,
             workload: Workload::Job,
+            uid: DEFAULT_UID,
         }
     }
 
@@ -183,6 +190,13 @@ impl Options {
                 "--seccomp-profile",
                 profile,
                 "must be a path relative to the kubelet's seccomp root, without '..', e.g. constle/seccomp.json",
+            ));
+        }
+        if !(1..=i64::from(u32::MAX)).contains(&self.uid) {
+            return Err(invalid(
+                "--uid",
+                &self.uid.to_string(),
+                "must be a uid other than 0 (root)",
             ));
         }
         if self.ttl_seconds < 0 {

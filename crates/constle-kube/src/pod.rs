@@ -18,22 +18,29 @@
 //! - a read-only root file system: what Constle writes goes to `emptyDir`
 //!   volumes (its home, `/tmp`, the agent's work directory).
 //! - no service account token: nothing in the pod talks to the API server.
+//!
+//! The Agentfile reaches the pod through an init container that copies it
+//! from the ConfigMap into an `emptyDir` at `/etc/constle`, rather than a
+//! `subPath` mount of the ConfigMap: the work directory (`./work` by
+//! default) lies in the Agentfile's directory, and a mount point cannot be
+//! made inside a ConfigMap's read-only volume; and podman 4.3, which plays
+//! this pod in CI, ignores `subPath`. The same pod spec serves Kubernetes
+//! and podman.
 
 use std::path::{Path, PathBuf};
 
 use constle_manifest::Manifest;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
-    PodSecurityContext, PodSpec, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile, SecurityContext, Volume,
+    VolumeMount,
 };
 
-use crate::agentfile::{self, AGENTFILE_KEY, AGENTFILE_PATH};
+use crate::agentfile::{self, AGENTFILE_DIR, AGENTFILE_KEY, AGENTFILE_PATH};
 use crate::options::Options;
 use crate::resources::container_resources;
 use crate::secrets::{env_from_secret, host_variables};
 
-/// The uid and gid Constle runs as: the image's non-root user.
-pub const RUN_AS_UID: i64 = 1000;
 /// The emptyDir holding Constle's state; `$CONSTLE_HOME` is a directory
 /// Constle makes in it, so it gets the mode 0700 Constle gives it.
 pub const STATE_DIR: &str = "/var/lib/constle";
@@ -41,11 +48,16 @@ pub const STATE_DIR: &str = "/var/lib/constle";
 pub const CONSTLE_HOME: &str = "/var/lib/constle/home";
 /// The agent's container.
 pub const CONTAINER_NAME: &str = "constle";
+/// The init container that puts the Agentfile in place.
+pub const INIT_CONTAINER_NAME: &str = "agentfile";
+/// Where the init container sees the ConfigMap.
+const CONFIG_MAP_DIR: &str = "/run/constle/agentfile";
 
 /// The pod spec running the agent of `manifest` once.
 pub fn agent_pod_spec(manifest: &Manifest, options: &Options) -> PodSpec {
-    let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) =
-        volumes(manifest, options).into_iter().unzip();
+    let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) = volumes(manifest).into_iter().unzip();
+    let config_map = config_map_volume(options);
+    let resources = container_resources(&manifest.sandbox.limits);
     PodSpec {
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
@@ -53,15 +65,21 @@ pub fn agent_pod_spec(manifest: &Manifest, options: &Options) -> PodSpec {
         restart_policy: Some("Never".to_owned()),
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
-            run_as_user: Some(RUN_AS_UID),
-            run_as_group: Some(RUN_AS_UID),
-            fs_group: Some(RUN_AS_UID),
+            run_as_user: Some(options.uid),
+            run_as_group: Some(options.uid),
+            fs_group: Some(options.uid),
             seccomp_profile: Some(SeccompProfile {
                 type_: "Localhost".to_owned(),
                 localhost_profile: Some(options.seccomp_profile.clone()),
             }),
             ..PodSecurityContext::default()
         }),
+        init_containers: Some(vec![init_container(
+            options,
+            &config_map,
+            &mounts[0],
+            &resources,
+        )]),
         containers: vec![Container {
             name: CONTAINER_NAME.to_owned(),
             image: Some(options.image.clone()),
@@ -71,18 +89,42 @@ pub fn agent_pod_spec(manifest: &Manifest, options: &Options) -> PodSpec {
                     .to_vec(),
             ),
             env: Some(container_env(manifest, options)),
-            resources: Some(container_resources(&manifest.sandbox.limits)),
-            security_context: Some(container_security_context()),
+            resources: Some(resources),
+            security_context: Some(container_security_context(true)),
             volume_mounts: Some(mounts),
             ..Container::default()
         }],
-        volumes: Some(volumes),
+        volumes: Some(std::iter::once(config_map).chain(volumes).collect()),
         ..PodSpec::default()
     }
 }
 
-/// The container's own settings: see the module doc for why each.
-fn container_security_context() -> SecurityContext {
+/// The init container: it copies the Agentfile from the ConfigMap into
+/// `config`, the Agentfile's directory (see the module doc for why).
+fn init_container(
+    options: &Options,
+    config_map: &Volume,
+    config: &VolumeMount,
+    resources: &ResourceRequirements,
+) -> Container {
+    let source = format!("{CONFIG_MAP_DIR}/{AGENTFILE_KEY}");
+    Container {
+        name: INIT_CONTAINER_NAME.to_owned(),
+        image: Some(options.image.clone()),
+        command: Some(vec!["cp".to_owned(), source, AGENTFILE_PATH.to_owned()]),
+        resources: Some(resources.clone()),
+        security_context: Some(container_security_context(false)),
+        volume_mounts: Some(vec![
+            mount(&config_map.name, CONFIG_MAP_DIR, true),
+            config.clone(),
+        ]),
+        ..Container::default()
+    }
+}
+
+/// A container's own settings: see the module doc for why each. Only
+/// Constle's needs an unmasked `/proc`.
+fn container_security_context(unmasked_proc: bool) -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities {
@@ -90,7 +132,7 @@ fn container_security_context() -> SecurityContext {
             ..Capabilities::default()
         }),
         privileged: Some(false),
-        proc_mount: Some("Unmasked".to_owned()),
+        proc_mount: unmasked_proc.then(|| "Unmasked".to_owned()),
         read_only_root_filesystem: Some(true),
         run_as_non_root: Some(true),
         ..SecurityContext::default()
@@ -109,28 +151,25 @@ fn container_env(manifest: &Manifest, options: &Options) -> Vec<EnvVar> {
         .collect()
 }
 
-/// Each volume with where it is mounted: the Agentfile, Constle's state,
-/// `/tmp`, and an empty directory for each directory the Agentfile names
-/// that the agent or a stdio server writes.
-fn volumes(manifest: &Manifest, options: &Options) -> Vec<(Volume, VolumeMount)> {
-    let agentfile = (
-        Volume {
-            name: "agentfile".to_owned(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: format!("{}-agentfile", options.name.as_str()),
-                ..ConfigMapVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        VolumeMount {
-            name: "agentfile".to_owned(),
-            mount_path: AGENTFILE_PATH.to_owned(),
-            sub_path: Some(AGENTFILE_KEY.to_owned()),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        },
-    );
+/// The ConfigMap's volume, which only the init container mounts.
+fn config_map_volume(options: &Options) -> Volume {
+    Volume {
+        name: "agentfile".to_owned(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: format!("{}-agentfile", options.name.as_str()),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// Constle's volumes with where each is mounted, the Agentfile's directory
+/// first: empty directories for the Agentfile, Constle's state, `/tmp`,
+/// and each directory the Agentfile names that the agent or a stdio
+/// server writes.
+fn volumes(manifest: &Manifest) -> Vec<(Volume, VolumeMount)> {
     let written = [
+        ("config", PathBuf::from(AGENTFILE_DIR)),
         ("state", PathBuf::from(STATE_DIR)),
         ("tmp", PathBuf::from("/tmp")),
         (
@@ -150,12 +189,21 @@ fn volumes(manifest: &Manifest, options: &Options) -> Vec<(Volume, VolumeMount)>
         .filter_map(|(_, stdio)| stdio.workdir.as_deref())
         .enumerate()
         .map(|(i, dir)| (format!("mcp-work-{i}"), agentfile::pod_path(manifest, dir)));
-    let empty = written
+    written
         .into_iter()
         .chain(home)
         .chain(stdio)
-        .map(|(name, path)| empty_dir(name, &path));
-    std::iter::once(agentfile).chain(empty).collect()
+        .map(|(name, path)| empty_dir(name, &path))
+        .collect()
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
 }
 
 fn empty_dir(name: String, path: &Path) -> (Volume, VolumeMount) {
@@ -165,10 +213,6 @@ fn empty_dir(name: String, path: &Path) -> (Volume, VolumeMount) {
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Volume::default()
         },
-        VolumeMount {
-            name,
-            mount_path: path.to_string_lossy().into_owned(),
-            ..VolumeMount::default()
-        },
+        mount(&name, &path.to_string_lossy(), false),
     )
 }

@@ -83,7 +83,8 @@ fn the_pod_runs_as_a_non_root_uid_under_the_localhost_profile() {
     let spec = pod_spec(&objects_of(FULL, &options()));
     let pod = spec.security_context.expect("pod security context");
     assert_eq!(pod.run_as_non_root, Some(true));
-    assert_eq!(pod.run_as_user, Some(RUN_AS_UID));
+    assert_eq!(pod.run_as_user, Some(DEFAULT_UID));
+    assert_eq!(pod.run_as_group, Some(DEFAULT_UID));
     assert_ne!(pod.run_as_user, Some(0));
     let seccomp = pod.seccomp_profile.expect("seccomp");
     assert_eq!(seccomp.type_, "Localhost");
@@ -126,6 +127,19 @@ fn the_container_drops_everything_and_unmasks_proc() {
         container.command,
         Some(vec!["constle".into(), "run".into(), AGENTFILE_PATH.into()])
     );
+    let spec = pod_spec(&objects_of(FULL, &options()));
+    let init = spec.init_containers.expect("init containers");
+    let sc = init[0]
+        .security_context
+        .clone()
+        .expect("init security context");
+    assert_eq!(sc.proc_mount, None, "only constle needs an unmasked /proc");
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(
+        sc.capabilities.and_then(|c| c.drop),
+        Some(vec!["ALL".to_owned()])
+    );
 }
 
 #[test]
@@ -141,13 +155,42 @@ fn what_constle_writes_is_on_empty_dirs() {
             .expect("volume");
         (mount.clone(), volume.clone())
     };
-    for path in ["/tmp", "/var/lib/constle", "/etc/constle/work"] {
+    for path in [
+        "/etc/constle",
+        "/tmp",
+        "/var/lib/constle",
+        "/etc/constle/work",
+    ] {
         assert!(at(path).1.empty_dir.is_some(), "{path} is not an emptyDir");
     }
-    let (mount, volume) = at(AGENTFILE_PATH);
-    assert_eq!(mount.read_only, Some(true));
-    assert_eq!(mount.sub_path.as_deref(), Some("agent.yaml"));
-    assert!(volume.config_map.is_some());
+    // The ConfigMap reaches only the init container, read-only, which
+    // copies the Agentfile into the Agentfile's own directory.
+    let init = &spec.init_containers.as_ref().expect("init containers")[0];
+    let init_mounts = init.volume_mounts.as_ref().expect("init mounts");
+    let config_map = spec
+        .volumes
+        .as_ref()
+        .and_then(|v| v.iter().find(|v| v.config_map.is_some()))
+        .expect("the ConfigMap's volume");
+    let source = init_mounts
+        .iter()
+        .find(|m| m.name == config_map.name)
+        .expect("the init container mounts the ConfigMap");
+    assert_eq!(source.read_only, Some(true));
+    assert!(!mounts.iter().any(|m| m.name == config_map.name));
+    assert_eq!(
+        init.command,
+        Some(vec![
+            "cp".into(),
+            format!("{}/agent.yaml", source.mount_path),
+            AGENTFILE_PATH.into()
+        ])
+    );
+    let (config, _) = at(AGENTFILE_DIR);
+    assert!(
+        init_mounts.contains(&config),
+        "the init container writes where constle reads"
+    );
 }
 
 #[test]
@@ -170,7 +213,9 @@ fn every_host_variable_is_a_secret_ref_on_constles_container_only() {
         1,
         "a second container would need checking too"
     );
-    assert!(spec.init_containers.is_none());
+    for init in spec.init_containers.as_ref().expect("init containers") {
+        assert_eq!(init.env, None, "{} gets no variable", init.name);
+    }
     let env = constle_container(&spec).env.expect("env");
     for var in expected {
         let entry = env.iter().find(|e| e.name == var).expect(var);
@@ -422,6 +467,9 @@ fn names_and_cidrs_are_checked() {
     assert!(o.check().is_err());
     o.seccomp_profile = "a/../b.json".to_owned();
     assert!(o.check().is_err());
+    let mut o = options();
+    o.uid = 0;
+    assert!(o.check().is_err(), "root");
 }
 
 #[test]

@@ -318,6 +318,9 @@ pub struct KubeArgs {
     /// How long a finished Job is kept before Kubernetes deletes it.
     #[arg(long, value_name = "SECONDS", default_value_t = constle_kube::DEFAULT_TTL_SECONDS.unsigned_abs())]
     pub ttl_seconds: u32,
+    /// The uid and gid constle runs as in the pod: the image's non-root user.
+    #[arg(long, default_value_t = constle_kube::DEFAULT_UID.unsigned_abs())]
+    pub uid: u64,
     /// Render an agent-sandbox SandboxTemplate instead of the Job and its
     /// NetworkPolicy (the template carries the fence).
     #[arg(long, conflicts_with = "pod")]

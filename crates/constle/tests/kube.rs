@@ -91,7 +91,11 @@ fn refusals_exit_2_with_nothing_on_stdout() {
     std::fs::write(&invalid, "name: x\nsandbox:\n  commandd: [a]\n").unwrap();
     let invalid = invalid.to_str().unwrap();
     let missing = dir.path().join("missing.yaml");
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
+        (
+            &[&agentfile(), "--uid", "0"],
+            "--uid \"0\" must be a uid other than 0",
+        ),
         (&[invalid], "error[unknown_field]: unknown field `commandd`"),
         (&[missing.to_str().unwrap()], "cannot read the Agentfile"),
         (
