@@ -1,5 +1,6 @@
-//! The Agentfile inside the pod: its bytes in a ConfigMap, mounted as
-//! [`AGENTFILE_PATH`], and where the paths it names land.
+//! The Agentfile inside the pod: its bytes in a ConfigMap, copied to
+//! [`AGENTFILE_PATH`] by the pod's init container, and where the paths it
+//! names land.
 //!
 //! Relative paths in an Agentfile are resolved against its directory, so in
 //! the pod they are resolved against [`AGENTFILE_DIR`]; absolute paths stay

@@ -6,8 +6,8 @@
 //! notes on what the operator must still provide. The stream holds, in
 //! order:
 //!
-//! 1. a ConfigMap with the Agentfile's bytes, mounted at
-//!    `/etc/constle/agent.yaml`;
+//! 1. a ConfigMap with the Agentfile's bytes, which the pod's init
+//!    container copies to `/etc/constle/agent.yaml`;
 //! 2. the Redis the spend ledger and A2A replay store share (its
 //!    NetworkPolicy, Deployment and Service);
 //! 3. the agent's NetworkPolicy, the outer fence: out only to TCP 443 on

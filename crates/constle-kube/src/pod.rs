@@ -16,7 +16,8 @@
 //! - non-root, `allowPrivilegeEscalation: false`, all capabilities dropped:
 //!   Constle takes its unprivileged path, and bwrap needs no capability.
 //! - a read-only root file system: what Constle writes goes to `emptyDir`
-//!   volumes (its home, `/tmp`, the agent's work directory).
+//!   volumes (the Agentfile's directory, its home, `/tmp`, the agent's
+//!   work directory).
 //! - no service account token: nothing in the pod talks to the API server.
 //!
 //! The Agentfile reaches the pod through an init container that copies it
