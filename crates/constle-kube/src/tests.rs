@@ -234,6 +234,17 @@ fn every_host_variable_is_a_secret_ref_on_constles_container_only() {
         expected.len() + 1,
         "only CONSTLE_HOME besides them"
     );
+    // Nowhere else in the stream: not the Redis, not the init container.
+    for workload in [Workload::Job, Workload::Pod, Workload::SandboxTemplate] {
+        let mut o = options();
+        o.workload = workload;
+        let yaml = render(&m, FULL, &o).expect("render").yaml;
+        assert_eq!(
+            yaml.matches("secretKeyRef").count(),
+            expected.len(),
+            "{workload:?}"
+        );
+    }
 }
 
 #[test]
