@@ -40,8 +40,10 @@
 #![forbid(unsafe_code)]
 
 mod agentfile;
+mod container;
 mod error;
 mod fence;
+mod init;
 mod meta;
 mod notes;
 mod options;
@@ -60,6 +62,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub use agentfile::{AGENTFILE_DIR, AGENTFILE_PATH};
 pub use error::KubeError;
 pub use fence::{DENIED_V4, DENIED_V6, REDIS_PORT};
+pub use init::KEY_FILE;
 pub use options::{
     Cidr, DEFAULT_IMAGE, DEFAULT_REDIS_IMAGE, DEFAULT_SECCOMP_PROFILE, DEFAULT_SECRET_SUFFIX,
     DEFAULT_TTL_SECONDS, DEFAULT_UID, Label, MAX_NAME_LEN, Options, Workload, parse_cidr,

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use constle_manifest::{Manifest, QuorumSource, RedisUrl};
 
 use crate::agentfile;
+use crate::init::KEY_FILE;
 use crate::meta;
 use crate::options::Options;
 use crate::redis;
@@ -56,11 +57,14 @@ pub fn notes(manifest: &Manifest, options: &Options) -> Vec<String> {
             options,
         );
     }
-    if manifest.identity.is_some() {
-        notes.push(format!(
-            "identity.did is set: the agent's key file must be in {}/keys/agent/ (mode 0600, directory 0700) when the run starts; the rendered pod does not put it there",
-            crate::pod::CONSTLE_HOME
-        ));
+    match (manifest.identity.is_some(), &options.key_secret) {
+        (true, None) => notes.push(format!(
+            "identity.did is set: the run signs its log with the agent's key, which the pod does not have; put the key file in a Secret under the key {KEY_FILE} and give --key-secret NAME"
+        )),
+        (false, Some(secret)) => notes.push(format!(
+            "--key-secret {secret} installs a key, but the Agentfile sets no identity.did, so no run uses it"
+        )),
+        _ => {}
     }
     ports_note(&mut notes, manifest);
     paths_note(&mut notes, manifest);

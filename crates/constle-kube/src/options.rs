@@ -122,6 +122,9 @@ pub struct Options {
     pub workload: Workload,
     /// The uid and gid Constle runs as (and the pod's `fsGroup`): never 0.
     pub uid: i64,
+    /// The Secret holding the agent's signing key under [`KEY_FILE`](crate::KEY_FILE),
+    /// installed in the key store before the run; `None`: none installed.
+    pub key_secret: Option<String>,
 }
 
 /// What carries the agent's pod.
@@ -154,6 +157,7 @@ impl Options {
             ttl_seconds: DEFAULT_TTL_SECONDS,
             workload: Workload::Job,
             uid: DEFAULT_UID,
+            key_secret: None,
         }
     }
 
@@ -172,13 +176,17 @@ impl Options {
                 ));
             }
         }
-        Label::new("--secret", &self.secret, 253).map_err(|_| {
-            invalid(
-                "--secret",
-                &self.secret,
-                "is not a Secret name: lowercase letters, digits and '-'",
-            )
-        })?;
+        let secrets = std::iter::once(("--secret", &self.secret))
+            .chain(self.key_secret.iter().map(|s| ("--key-secret", s)));
+        for (what, secret) in secrets {
+            Label::new(what, secret, 253).map_err(|_| {
+                invalid(
+                    what,
+                    secret,
+                    "is not a Secret name: lowercase letters, digits and '-'",
+                )
+            })?;
+        }
         let profile = &self.seccomp_profile;
         let relative = !profile.is_empty()
             && !profile.starts_with('/')

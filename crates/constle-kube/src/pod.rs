@@ -32,12 +32,13 @@ use std::path::{Path, PathBuf};
 
 use constle_manifest::Manifest;
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
-    PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile, SecurityContext, Volume,
+    Container, EmptyDirVolumeSource, EnvVar, PodSecurityContext, PodSpec, SeccompProfile, Volume,
     VolumeMount,
 };
 
-use crate::agentfile::{self, AGENTFILE_DIR, AGENTFILE_KEY, AGENTFILE_PATH};
+use crate::agentfile::{self, AGENTFILE_DIR, AGENTFILE_PATH};
+use crate::container;
+use crate::init;
 use crate::options::Options;
 use crate::resources::container_resources;
 use crate::secrets::{env_from_secret, host_variables};
@@ -49,16 +50,14 @@ pub const STATE_DIR: &str = "/var/lib/constle";
 pub const CONSTLE_HOME: &str = "/var/lib/constle/home";
 /// The agent's container.
 pub const CONTAINER_NAME: &str = "constle";
-/// The init container that puts the Agentfile in place.
-pub const INIT_CONTAINER_NAME: &str = "agentfile";
-/// Where the init container sees the ConfigMap.
-const CONFIG_MAP_DIR: &str = "/run/constle/agentfile";
 
 /// The pod spec running the agent of `manifest` once.
 pub fn agent_pod_spec(manifest: &Manifest, options: &Options) -> PodSpec {
     let (volumes, mounts): (Vec<Volume>, Vec<VolumeMount>) = volumes(manifest).into_iter().unzip();
-    let config_map = config_map_volume(options);
     let resources = container_resources(&manifest.sandbox.limits);
+    let keys_dir = format!("{CONSTLE_HOME}/keys/agent");
+    let (init_volumes, init_containers) =
+        init::init_containers(options, &mounts[0], &mounts[1], &keys_dir, &resources);
     PodSpec {
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
@@ -75,12 +74,7 @@ pub fn agent_pod_spec(manifest: &Manifest, options: &Options) -> PodSpec {
             }),
             ..PodSecurityContext::default()
         }),
-        init_containers: Some(vec![init_container(
-            options,
-            &config_map,
-            &mounts[0],
-            &resources,
-        )]),
+        init_containers: Some(init_containers),
         containers: vec![Container {
             name: CONTAINER_NAME.to_owned(),
             image: Some(options.image.clone()),
@@ -91,52 +85,12 @@ pub fn agent_pod_spec(manifest: &Manifest, options: &Options) -> PodSpec {
             ),
             env: Some(container_env(manifest, options)),
             resources: Some(resources),
-            security_context: Some(container_security_context(true)),
+            security_context: Some(container::security_context(true)),
             volume_mounts: Some(mounts),
             ..Container::default()
         }],
-        volumes: Some(std::iter::once(config_map).chain(volumes).collect()),
+        volumes: Some(init_volumes.into_iter().chain(volumes).collect()),
         ..PodSpec::default()
-    }
-}
-
-/// The init container: it copies the Agentfile from the ConfigMap into
-/// `config`, the Agentfile's directory (see the module doc for why).
-fn init_container(
-    options: &Options,
-    config_map: &Volume,
-    config: &VolumeMount,
-    resources: &ResourceRequirements,
-) -> Container {
-    let source = format!("{CONFIG_MAP_DIR}/{AGENTFILE_KEY}");
-    Container {
-        name: INIT_CONTAINER_NAME.to_owned(),
-        image: Some(options.image.clone()),
-        command: Some(vec!["cp".to_owned(), source, AGENTFILE_PATH.to_owned()]),
-        resources: Some(resources.clone()),
-        security_context: Some(container_security_context(false)),
-        volume_mounts: Some(vec![
-            mount(&config_map.name, CONFIG_MAP_DIR, true),
-            config.clone(),
-        ]),
-        ..Container::default()
-    }
-}
-
-/// A container's own settings: see the module doc for why each. Only
-/// Constle's needs an unmasked `/proc`.
-fn container_security_context(unmasked_proc: bool) -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".to_owned()]),
-            ..Capabilities::default()
-        }),
-        privileged: Some(false),
-        proc_mount: unmasked_proc.then(|| "Unmasked".to_owned()),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        ..SecurityContext::default()
     }
 }
 
@@ -150,18 +104,6 @@ fn container_env(manifest: &Manifest, options: &Options) -> Vec<EnvVar> {
     std::iter::once(home)
         .chain(env_from_secret(&host_variables(manifest), &options.secret))
         .collect()
-}
-
-/// The ConfigMap's volume, which only the init container mounts.
-fn config_map_volume(options: &Options) -> Volume {
-    Volume {
-        name: "agentfile".to_owned(),
-        config_map: Some(ConfigMapVolumeSource {
-            name: format!("{}-agentfile", options.name.as_str()),
-            ..ConfigMapVolumeSource::default()
-        }),
-        ..Volume::default()
-    }
 }
 
 /// Constle's volumes with where each is mounted, the Agentfile's directory
@@ -198,15 +140,6 @@ fn volumes(manifest: &Manifest) -> Vec<(Volume, VolumeMount)> {
         .collect()
 }
 
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.to_owned(),
-        mount_path: path.to_owned(),
-        read_only: read_only.then_some(true),
-        ..VolumeMount::default()
-    }
-}
-
 fn empty_dir(name: String, path: &Path) -> (Volume, VolumeMount) {
     (
         Volume {
@@ -214,6 +147,6 @@ fn empty_dir(name: String, path: &Path) -> (Volume, VolumeMount) {
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Volume::default()
         },
-        mount(&name, &path.to_string_lossy(), false),
+        container::mount(&name, &path.to_string_lossy(), false),
     )
 }

@@ -521,3 +521,66 @@ fn the_sandbox_template_carries_the_pod_and_the_fence() {
         yaml.contains("apiVersion: extensions.agents.x-k8s.io/v1beta1\nkind: SandboxTemplate\n")
     );
 }
+
+#[test]
+fn the_agents_key_is_installed_by_an_init_container_only_when_asked() {
+    let signed = "name: signed\nidentity:\n  did: did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK\nsandbox:\n  command: [true]\n";
+    let m = manifest(signed);
+    let notes = render(&m, signed, &options()).expect("render").notes;
+    assert!(
+        notes.iter().any(|n| n.contains("give --key-secret NAME")),
+        "{notes:?}"
+    );
+    let spec = pod_spec(&objects_of(signed, &options()));
+    assert_eq!(spec.init_containers.expect("init").len(), 1);
+    assert!(
+        !spec
+            .volumes
+            .expect("volumes")
+            .iter()
+            .any(|v| v.secret.is_some())
+    );
+
+    let mut o = options();
+    o.key_secret = Some("signed-key".to_owned());
+    let notes = render(&m, signed, &o).expect("render").notes;
+    assert!(!notes.iter().any(|n| n.contains("key-secret")), "{notes:?}");
+    let spec = pod_spec(&objects_of(signed, &o));
+    let volumes = spec.volumes.clone().expect("volumes");
+    let key = volumes
+        .iter()
+        .find(|v| v.secret.is_some())
+        .expect("the key's volume");
+    let source = key.secret.clone().expect("secret");
+    assert_eq!(source.secret_name.as_deref(), Some("signed-key"));
+    assert_eq!(source.default_mode, Some(0o400));
+    let init = spec.init_containers.clone().expect("init");
+    let installer = init
+        .iter()
+        .find(|c| c.name == "agent-key")
+        .expect("installer");
+    let command = installer.command.clone().expect("command");
+    assert_eq!(&command[..2], ["sh", "-c"]);
+    assert!(command[2].starts_with("umask 077 && "), "{command:?}");
+    assert_eq!(command[4], format!("{CONSTLE_HOME}/keys/agent"));
+    assert_eq!(command[5], format!("/run/constle/agent-key/{KEY_FILE}"));
+    let mounts = installer.volume_mounts.clone().expect("mounts");
+    let secret_mount = mounts
+        .iter()
+        .find(|m| m.name == key.name)
+        .expect("key mount");
+    assert_eq!(secret_mount.read_only, Some(true));
+    assert!(mounts.iter().any(|m| m.mount_path == "/var/lib/constle"));
+    // Constle's container never mounts the Secret; nothing gets it as a variable.
+    let constle = constle_container(&spec);
+    assert!(
+        !constle
+            .volume_mounts
+            .expect("mounts")
+            .iter()
+            .any(|m| m.name == key.name)
+    );
+    assert!(installer.env.is_none());
+    o.key_secret = Some("Bad_Name".to_owned());
+    assert!(render(&m, signed, &o).is_err());
+}

@@ -318,6 +318,11 @@ pub struct KubeArgs {
     /// How long a finished Job is kept before Kubernetes deletes it.
     #[arg(long, value_name = "SECONDS", default_value_t = constle_kube::DEFAULT_TTL_SECONDS.unsigned_abs())]
     pub ttl_seconds: u32,
+    /// The Secret holding the agent's key file (from `constle keygen`) under
+    /// the key `agent.pem`, for an Agentfile with `identity.did`; an init
+    /// container installs it in the pod's key store.
+    #[arg(long, value_name = "NAME")]
+    pub key_secret: Option<String>,
     /// The uid and gid constle runs as in the pod: the image's non-root user.
     #[arg(long, default_value_t = constle_kube::DEFAULT_UID.unsigned_abs())]
     pub uid: u64,

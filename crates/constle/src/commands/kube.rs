@@ -87,6 +87,7 @@ fn options(args: &KubeArgs, manifest: &Manifest) -> anyhow::Result<Options> {
     options.image.clone_from(&args.image);
     options.redis_image.clone_from(&args.redis_image);
     options.seccomp_profile.clone_from(&args.seccomp_profile);
+    options.key_secret.clone_from(&args.key_secret);
     options.uid = i64::try_from(args.uid).context("--uid is too large")?;
     options.ttl_seconds = i32::try_from(args.ttl_seconds).context("--ttl-seconds is too large")?;
     options.cluster_cidrs = cidrs("--cluster-cidr", &args.cluster_cidrs)?;
