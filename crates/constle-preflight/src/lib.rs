@@ -23,7 +23,7 @@
 //!
 //! - `user`: who runs constle, whether root, whether `CAP_SYS_ADMIN` is in
 //!   the effective set; root without it (every default container) takes
-//!   the unprivileged path ([`root_path`]).
+//!   the unprivileged path (`constle_hostids::starter`).
 //! - `user_namespaces`: `unshare(CLONE_NEWUSER)` and the new namespace's
 //!   maps, and when refused, what refuses them: `user.max_user_namespaces`,
 //!   `kernel.unprivileged_userns_clone`,
@@ -85,7 +85,6 @@ mod seen;
 mod steps;
 
 pub use constle_limits::Limits;
-pub use identity::root_path;
 pub use needs::Needs;
 pub use probe::child::probe_main;
 pub use report::{Check, CheckId, Fixes, Report, Status};

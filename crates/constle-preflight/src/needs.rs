@@ -21,7 +21,7 @@ pub struct Needs {
     pub limits: Limits,
     /// Whether the run takes the root path: the launcher switches to a host
     /// id of the run's own and shows the work directory through an
-    /// idmapped mount. [`root_path`](crate::root_path) says whether this
+    /// idmapped mount. `constle_hostids::privileged` says whether this
     /// process would.
     pub as_root: bool,
     /// Whether the run starts the egress proxy (`sandbox.network.egress`
@@ -45,7 +45,7 @@ impl Needs {
             constle_exe,
             workdir,
             limits: Limits::default(),
-            as_root: crate::identity::root_path(),
+            as_root: constle_hostids::privileged(),
             egress_proxy: true,
         }
     }

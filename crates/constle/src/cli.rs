@@ -43,6 +43,9 @@ pub enum Command {
     /// Check that this machine has every layer the sandbox needs, and say
     /// what fixes a missing one under docker, podman and Kubernetes.
     Doctor(DoctorArgs),
+    /// Print the Kubernetes objects that run an Agentfile as a Job per run
+    /// (docs/kubernetes.md).
+    Kube(KubeArgs),
     /// Create an agent identity key; prints its did:key for `identity.did`.
     Keygen(KeygenArgs),
     /// Create an approver key for signed webhook decisions; prints its
@@ -283,6 +286,59 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct KubeArgs {
+    /// The Agentfile.
+    pub file: PathBuf,
+    /// The objects' name (a DNS-1123 label); default: the agent's name,
+    /// when it is one.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The namespace written into the objects; default: none (kubectl's).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// The image holding constle, bwrap and Squid.
+    #[arg(long, default_value = constle_kube::DEFAULT_IMAGE)]
+    pub image: String,
+    /// The Secret holding the Agentfile's host variables, one key per
+    /// variable; default: NAME-secrets.
+    #[arg(long)]
+    pub secret: Option<String>,
+    /// A pod range of the cluster, denied to the agent's pod; repeat for
+    /// each.
+    #[arg(long = "cluster-cidr", value_name = "CIDR")]
+    pub cluster_cidrs: Vec<String>,
+    /// A service range of the cluster, denied to the agent's pod; repeat
+    /// for each.
+    #[arg(long = "service-cidr", value_name = "CIDR")]
+    pub service_cidrs: Vec<String>,
+    /// The Localhost seccomp profile, relative to the kubelet's seccomp
+    /// root (/var/lib/kubelet/seccomp/).
+    #[arg(long, value_name = "PATH", default_value = constle_kube::DEFAULT_SECCOMP_PROFILE)]
+    pub seccomp_profile: String,
+    /// The image of the shared Redis.
+    #[arg(long, default_value = constle_kube::DEFAULT_REDIS_IMAGE)]
+    pub redis_image: String,
+    /// How long a finished Job is kept before Kubernetes deletes it.
+    #[arg(long, value_name = "SECONDS", default_value_t = constle_kube::DEFAULT_TTL_SECONDS.unsigned_abs())]
+    pub ttl_seconds: u32,
+    /// The Secret holding the agent's key file (from `constle keygen`) under
+    /// the key `agent.pem`, for an Agentfile with `identity.did`; an init
+    /// container installs it in the pod's key store.
+    #[arg(long, value_name = "NAME")]
+    pub key_secret: Option<String>,
+    /// The uid and gid constle runs as in the pod: the image's non-root user.
+    #[arg(long, default_value_t = constle_kube::DEFAULT_UID.unsigned_abs())]
+    pub uid: u64,
+    /// Render an agent-sandbox SandboxTemplate instead of the Job and its
+    /// NetworkPolicy (the template carries the fence).
+    #[arg(long, conflicts_with = "pod")]
+    pub sandbox_template: bool,
+    /// Render a bare Pod instead of the Job, for `podman kube play`.
+    #[arg(long)]
+    pub pod: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct ValidateArgs {
     /// The Agentfile.
     pub file: PathBuf,
@@ -295,7 +351,6 @@ pub struct ValidateArgs {
 pub struct DoctorArgs {
     /// The Agentfile of the run to check for (its work directory, limits
     /// and egress); without it, any run by this user here.
-    #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// Output format; `json` prints one JSON object.
     #[arg(long, value_enum, default_value_t = Format::Human)]

@@ -217,7 +217,7 @@ fn text_is_one_aligned_line_per_check_then_the_verdict() {
 fn an_agentfile_decides_what_is_required() {
     let case = Case::new();
     let file = case.agentfile("  network:\n    egress: none\n  limits:\n    pids: 64\n");
-    let report = report(&case.run(&["doctor", "-f", file.to_str().unwrap(), "--format", "json"]));
+    let report = report(&case.run(&["doctor", file.to_str().unwrap(), "--format", "json"]));
     assert_eq!(check(&report, "squid")["required"], false);
     assert_eq!(check(&report, "cgroup_delegation")["required"], true);
     let cgroups = check(&report, "cgroup_delegation")["finding"]
@@ -243,7 +243,7 @@ fn an_invalid_or_missing_agentfile_is_a_usage_error() {
     let case = Case::new();
     let bad = case.dir.path().join("bad.yaml");
     fs::write(&bad, "name: [\n").unwrap();
-    let out = case.run(&["doctor", "-f", bad.to_str().unwrap()]);
+    let out = case.run(&["doctor", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -251,7 +251,7 @@ fn an_invalid_or_missing_agentfile_is_a_usage_error() {
         stderr.contains("bad.yaml is invalid; nothing was checked"),
         "{stderr}"
     );
-    let out = case.run(&["doctor", "-f", "/nonexistent/agent.yaml"]);
+    let out = case.run(&["doctor", "/nonexistent/agent.yaml"]);
     assert_eq!(out.status.code(), Some(2));
     let out = case.run(&["doctor", "--format", "yaml"]);
     assert_eq!(out.status.code(), Some(2));
@@ -341,7 +341,7 @@ fn limits_without_a_delegated_cgroup_are_missing() {
     let case = Case::new();
     let file = case.agentfile("  limits:\n    pids: 64\n");
     let out = case.run_in_own_mounts(&format!(
-        "exec $AS_USER $CONSTLE doctor -f {} --format json",
+        "exec $AS_USER $CONSTLE doctor {} --format json",
         file.display()
     ));
     let report = report(&out);
@@ -415,7 +415,7 @@ fn idmapped_mounts_unsupported_is_told_from_not_permitted() {
     let file = case.agentfile_with(&fs_dir.join("work"), "");
     // ramfs has no idmapped mounts.
     let out = case.run_in_own_mounts(&format!(
-        "mount -t ramfs none {0} && mkdir {0}/work && exec $CONSTLE doctor -f {1} --format json",
+        "mount -t ramfs none {0} && mkdir {0}/work && exec $CONSTLE doctor {1} --format json",
         fs_dir.display(),
         file.display()
     ));
@@ -440,7 +440,7 @@ fn idmapped_mounts_unsupported_is_told_from_not_permitted() {
     let out = Command::new(find_tool("unshare").unwrap())
         .args(["--user", "--map-root-user"])
         .arg(case.bin())
-        .args(["doctor", "-f", file.to_str().unwrap(), "--format", "json"])
+        .args(["doctor", file.to_str().unwrap(), "--format", "json"])
         .output()
         .unwrap();
     let report = report(&out);

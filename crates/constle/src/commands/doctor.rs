@@ -71,7 +71,7 @@ fn needs_of(file: &Path, constle_exe: PathBuf) -> anyhow::Result<Needs> {
             pids: sandbox.limits.pids,
             cpu_millis: sandbox.limits.cpu_millis,
         },
-        as_root: constle_preflight::root_path(),
+        as_root: constle_hostids::privileged(),
         egress_proxy: sandbox.network.egress != Egress::None,
     })
 }

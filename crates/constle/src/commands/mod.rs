@@ -6,6 +6,7 @@ mod approvers;
 mod audit;
 mod doctor;
 mod keygen;
+mod kube;
 mod receipt;
 mod run;
 mod spend;
@@ -30,6 +31,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Run(args) => run::run(&args),
         Command::Validate(args) => validate::run(&args),
         Command::Doctor(args) => doctor::run(&args),
+        Command::Kube(args) => kube::run(&args),
         Command::Keygen(args) => keygen::run(constle_identity::KeyKind::Agent, &args),
         Command::WebhookKeygen(args) => keygen::run(constle_identity::KeyKind::Approver, &args),
         Command::WitnessKeygen(args) => keygen::run(constle_identity::KeyKind::Witness, &args),
