@@ -2,7 +2,8 @@
 # `constle run` of an agent that runs /bin/true, in a podman container (the
 # image scripts/container/build-rootfs builds, the flags docs/containers.md
 # gives) against on the host: same machine, same run, measured with
-# hyperfine (mean, standard deviation, median of start-to-exit wall time).
+# hyperfine (mean, standard deviation, median of start-to-exit wall time,
+# over every round).
 # The aim: the container's run at most 1.1x the host's.
 #
 # Rows:
@@ -16,8 +17,9 @@
 #   podman run, per run     a container started for each run, as a Job per
 #                           run would; for the record, no aim
 #
-# usage: bench/container.sh [-n RUNS] [-b CONSTLE]
-#   -n RUNS     runs of each row (default 30)
+# usage: bench/container.sh [-n RUNS] [-r ROUNDS] [-b CONSTLE]
+#   -n RUNS     runs of each row per round (default 20)
+#   -r ROUNDS   rounds, the rows taking turns (default 3)
 #   -b CONSTLE  the constle binary (default: a release build of this tree)
 # Needs root (to run as uid 10001 and for rootful podman), hyperfine,
 # podman, runc and mmdebstrap (./scripts/setup.sh installs them).
@@ -30,10 +32,11 @@ die() {
   exit 1
 }
 
-runs=30 constle=''
-while getopts n:b:h opt; do
+runs=20 rounds=3 constle=''
+while getopts n:r:b:h opt; do
   case $opt in
     n) runs=$OPTARG ;;
+    r) rounds=$OPTARG ;;
     b) constle=$OPTARG ;;
     h) usage; exit 0 ;;
     *) usage; exit 2 ;;
@@ -41,7 +44,9 @@ while getopts n:b:h opt; do
 done
 shift $((OPTIND - 1))
 [ $# -eq 0 ] || { usage; exit 2; }
-[[ $runs =~ ^[1-9][0-9]{0,4}$ ]] || die "'$runs' is not a positive whole number"
+for value in "$runs" "$rounds"; do
+  [[ $value =~ ^[1-9][0-9]{0,4}$ ]] || die "'$value' is not a positive whole number"
+done
 [ "$(id -u)" -eq 0 ] || die "needs root: the host's rows run constle as uid 10001 (try sudo)"
 for tool in hyperfine podman setpriv; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is not installed (./scripts/setup.sh installs what is needed)"
@@ -78,26 +83,39 @@ chown -R root:root "$tmp/host-root"
 measure=(hyperfine --shell=none --style=none --warmup 3 --runs "$runs")
 run_in() { printf '%s' "env CONSTLE_HOME=$tmp/$1/home NO_COLOR=1 $constle run $tmp/$1/agent.yaml"; }
 
-echo "bench: host, as uid 10001" >&2
-"${measure[@]}" --export-json "$tmp/host-user/hyperfine.json" \
-  "setpriv --reuid 10001 --regid 10001 --clear-groups $(run_in host-user)" >/dev/null
-
-echo "bench: in a container ($image), as uid 10001" >&2
-podman run "${plumbing[@]}" "${constle_flags[@]}" \
-  --volume "$constle:$constle:ro" --volume "$(command -v hyperfine):/usr/local/bin/hyperfine:ro" \
-  --volume "$tmp:$tmp" "$image" \
-  "${measure[@]}" --export-json "$tmp/container/hyperfine.json" "$(run_in container)" >/dev/null
-
-echo "bench: host, as root" >&2
-"${measure[@]}" --export-json "$tmp/host-root/hyperfine.json" "$(run_in host-root)" >/dev/null
-
-echo "bench: podman run per run" >&2
-"${measure[@]}" --export-json "$tmp/podman-run/hyperfine.json" \
-  "podman run ${plumbing[*]} ${constle_flags[*]} --volume $constle:$constle:ro --volume $tmp:$tmp $image $(run_in podman-run)" >/dev/null
+# Each row's runs in rounds, the rows taking turns, so that a burst of load
+# on a shared machine falls on all of them alike; hyperfine writes each
+# round's times to ROW/ROUND.json.
+host_user() {
+  "${measure[@]}" --export-json "$tmp/host-user/$1.json" \
+    "setpriv --reuid 10001 --regid 10001 --clear-groups $(run_in host-user)" >/dev/null
+}
+in_container() {
+  podman run "${plumbing[@]}" "${constle_flags[@]}" \
+    --volume "$constle:$constle:ro" --volume "$(command -v hyperfine):/usr/local/bin/hyperfine:ro" \
+    --volume "$tmp:$tmp" "$image" \
+    "${measure[@]}" --export-json "$tmp/container/$1.json" "$(run_in container)" >/dev/null
+}
+host_root() {
+  "${measure[@]}" --export-json "$tmp/host-root/$1.json" "$(run_in host-root)" >/dev/null
+}
+podman_run() {
+  "${measure[@]}" --export-json "$tmp/podman-run/$1.json" \
+    "podman run ${plumbing[*]} ${constle_flags[*]} --volume $constle:$constle:ro --volume $tmp:$tmp $image $(run_in podman-run)" >/dev/null
+}
+for round in $(seq "$rounds"); do
+  echo "bench: round $round of $rounds (image $image)" >&2
+  host_user "$round"
+  in_container "$round"
+  host_root "$round"
+  podman_run "$round"
+done
 
 python3 - "$tmp" <<'EOF'
 import json
+import statistics
 import sys
+from pathlib import Path
 
 tmp = sys.argv[1]
 rows = [
@@ -107,11 +125,16 @@ rows = [
     ("podman run, per run", "podman-run"),
 ]
 base = None
-print(f"{'where':<24}{'mean ms':>10}{'± sd':>8}{'median':>9}{'ratio':>8}")
+print(f"{'where':<24}{'runs':>6}{'mean ms':>10}{'± sd':>8}{'median':>9}{'ratio':>8}")
 for label, name in rows:
-    result = json.load(open(f"{tmp}/{name}/hyperfine.json"))["results"][0]
-    mean, sd, median = (result[k] * 1000 for k in ("mean", "stddev", "median"))
+    times = [
+        t * 1000
+        for path in sorted(Path(tmp, name).glob("*.json"))
+        for t in json.loads(path.read_text())["results"][0]["times"]
+    ]
+    mean, median = statistics.mean(times), statistics.median(times)
+    sd = statistics.stdev(times) if len(times) > 1 else 0.0
     base = base or mean
-    print(f"{label:<24}{mean:>10.1f}{sd:>8.1f}{median:>9.1f}{mean / base:>7.2f}x")
-print("aim: container / host as uid 10001 <= 1.10x")
+    print(f"{label:<24}{len(times):>6}{mean:>10.1f}{sd:>8.1f}{median:>9.1f}{mean / base:>7.2f}x")
+print("ratio: mean against the host's run as uid 10001; aim for the container's: <= 1.10x")
 EOF
