@@ -20,9 +20,9 @@ constle_flags=(
 plumbing=(--rm --network none)
 
 # Rootful podman asks for open-file and process limits above the host's,
-# which only a root holding CAP_SYS_RESOURCE may grant;
-# a CI machine that is itself a sandbox has none, so there the container
-# keeps this shell's open-file limit and podman's own process limit (32768).
+# which only a root holding CAP_SYS_RESOURCE may grant; a CI machine that
+# is itself a sandbox has none, so there the container keeps this shell's
+# open-file limit and podman's own process limit (32768).
 if [ $((0x$(awk '/^CapEff/ {print $2}' /proc/self/status) >> 24 & 1)) -eq 0 ]; then
   plumbing+=(--ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit nproc=32768:32768)
 fi
