@@ -9,20 +9,27 @@ packages=(
   bubblewrap        # the sandbox (0.8 or newer)
   build-essential   # cc and c++: libFuzzer for the fuzz targets
   ca-certificates
+  catatonit         # the init podman --init runs as a container's pid 1 (scripts/container/attacks)
   chromium          # the approver page's end-to-end test, in a real headless browser
   chromium-driver   # drives it over WebDriver
   curl              # also a client the sandbox's tools tests run through the proxy
   faketime          # a run across 00:00 UTC, on a faked wall clock (its day_close checkpoint)
   git               # likewise, over HTTPS
+  golang-github-containers-common  # podman's default seccomp profile, the base of deploy/container/seccomp.json
+  hyperfine         # bench/container.sh: constle in a container against on the host
   iproute2          # tests and the quickstart simulate outside hosts in network namespaces
+  mmdebstrap        # the container image's root file system, from Debian's packages (scripts/container/build-rootfs)
   openssl           # tests check that key files are readable by OpenSSL
+  podman            # the container engine the attack suite also runs in (scripts/container/attacks)
   procps            # pgrep, in tests that check no process outlives a run
   python3           # the example agent; urllib in the tools tests
   python3-pip       # installs actionlint (below); pip in the tools tests
   python3-requests  # requests in the tools tests
   redis-server      # tests and benchmarks of the spend ledger's Redis store (spending.ledger)
+  runc              # podman's runtime on hosts with cgroup v1 (crun refuses their hybrid layout)
   shellcheck        # tests check install.sh, and actionlint the release workflow's scripts
   squid             # the egress proxy (5.7 or newer)
+  uidmap            # newuidmap: podman and mmdebstrap run by a user other than root
   util-linux        # setpriv: Squid dies with constle
 )
 

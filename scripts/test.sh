@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, import circles (scripts/modgraph),
 # lints, unit/integration/property tests, the CLI through the built binary,
-# benchmarks and fuzz targets compiled, and the quickstart. Set CONSTLE_E2E=require to make tests that would skip for
+# benchmarks and fuzz targets compiled, the quickstart, and the attack suite
+# again inside a podman container (scripts/container/attacks). Set CONSTLE_E2E=require to make tests that would skip for
 # lack of a system tool fail instead (CI does).
 set -euo pipefail
 command -v cargo >/dev/null 2>&1 || . "$HOME/.cargo/env"
@@ -29,3 +30,10 @@ section "quickstart"
 
 section "tests"
 cargo test --workspace --locked
+
+section "attack suite in a container"
+if [ "${CONSTLE_E2E:-}" = require ] || { command -v podman && command -v mmdebstrap; } >/dev/null 2>&1; then
+  scripts/container/attacks
+else
+  echo "skipped: the attack suite in a container: needs podman and mmdebstrap (./scripts/setup.sh)"
+fi
