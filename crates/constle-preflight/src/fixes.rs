@@ -6,8 +6,9 @@
 
 use crate::report::Fixes;
 
-/// Where Constle's seccomp profile and what it adds are described.
-const PROFILE: &str = "<constle's seccomp profile, docs/containers.md>";
+/// Constle's seccomp profile, as shipped in the source tree
+/// (docs/containers.md says what it adds and why).
+const PROFILE: &str = "deploy/container/seccomp.json";
 
 /// A seccomp filter refuses what bubblewrap needs.
 pub(crate) fn seccomp() -> Fixes {
@@ -15,7 +16,8 @@ pub(crate) fn seccomp() -> Fixes {
         &format!("--security-opt seccomp={PROFILE}"),
         &format!("--security-opt seccomp={PROFILE}"),
         &format!(
-            "securityContext.seccompProfile: {{type: Localhost, localhostProfile: {PROFILE}}}"
+            "securityContext.seccompProfile: {{type: Localhost, localhostProfile: \
+             constle/seccomp.json}}, {PROFILE} copied there under the kubelet's seccomp root"
         ),
     )
 }

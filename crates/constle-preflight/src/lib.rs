@@ -112,16 +112,48 @@ pub fn check(needs: &Needs) -> Report {
     }
 }
 
+/// What `constle run` checks before anything starts: the layers the
+/// probe process tries (user namespaces, bwrap's system calls, a
+/// mountable `/proc`), and each that is missing (all required). They
+/// are probed only where something on this machine could refuse them (a
+/// seccomp filter or an AppArmor profile on this process, a sysctl that
+/// limits user namespaces, mounts over `/proc`: what containers bring);
+/// on a host with none of these, the run's own sandbox is the probe, and
+/// costs nothing more. The other checks are the run's own steps (the
+/// idmapped mount, the cgroups, finding bwrap and Squid), which fail with
+/// their own reasons. Empty: nothing is missing.
+pub fn before_run(needs: &Needs) -> Vec<Check> {
+    let seen = Seen::read();
+    if !seen.could_refuse_namespaces() {
+        return Vec::new();
+    }
+    let ids = [
+        CheckId::UserNamespaces,
+        CheckId::SystemCalls,
+        CheckId::ProcMount,
+    ];
+    ids.into_iter()
+        .zip(namespaces_as_seen(needs, &seen))
+        .map(|(id, verdict)| verdict.check(id, true))
+        .filter(|check| check.status == Status::Missing)
+        .collect()
+}
+
 /// The three checks the probe process serves.
 fn namespaces(needs: &Needs) -> [Verdict; 3] {
-    let seen = Seen::read();
+    namespaces_as_seen(needs, &Seen::read())
+}
+
+/// The three checks the probe process serves, with what the machine
+/// showed.
+fn namespaces_as_seen(needs: &Needs, seen: &Seen) -> [Verdict; 3] {
     match probe::run(&needs.constle_exe, needs.as_root) {
         Ok(probes) => {
-            let (userns, blocker) = classify::user_namespaces(&probes, &seen);
+            let (userns, blocker) = classify::user_namespaces(&probes, seen);
             [
                 userns,
-                classify::system_calls(&probes, &seen, blocker),
-                classify::proc_mount(&probes, &seen, blocker),
+                classify::system_calls(&probes, seen, blocker),
+                classify::proc_mount(&probes, seen, blocker),
             ]
         }
         Err(err) => ["user namespaces", "system calls bwrap needs", "/proc"]

@@ -130,6 +130,18 @@ impl Fixes {
         kubernetes: None,
     };
 
+    /// Each engine's fix there is, named as `constle doctor` names them
+    /// (`docker`, `podman`, `kubernetes`).
+    pub fn each(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("docker", &self.docker),
+            ("podman", &self.podman),
+            ("kubernetes", &self.kubernetes),
+        ]
+        .into_iter()
+        .filter_map(|(engine, fix)| Some((engine, fix.as_deref()?)))
+    }
+
     /// The same three, from static texts.
     pub(crate) fn of(docker: &str, podman: &str, kubernetes: &str) -> Fixes {
         Fixes {

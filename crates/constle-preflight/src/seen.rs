@@ -45,6 +45,19 @@ impl Seen {
         }
     }
 
+    /// Whether anything shown could refuse the sandbox's namespaces: a
+    /// seccomp filter or AppArmor profile on this process, a sysctl that
+    /// limits user namespaces, or mounts over `/proc`. With none of them
+    /// (a host), the kernel allows what bwrap does.
+    pub(crate) fn could_refuse_namespaces(&self) -> bool {
+        self.seccomp_filter
+            || self.apparmor_profile.is_some()
+            || !self.proc_overmounts.is_empty()
+            || self.max_user_namespaces == Some(0)
+            || self.unprivileged_userns_clone == Some(0)
+            || self.apparmor_restrict.is_some_and(|v| v != 0)
+    }
+
     /// The user-namespace sysctls this kernel has, as `name=value`.
     pub(crate) fn userns_sysctls(&self) -> Vec<String> {
         [

@@ -47,6 +47,11 @@ pub enum RunError {
     /// The sandbox could not be set up or started.
     #[error("the sandbox could not start: {0}")]
     Sandbox(String),
+    /// Layers the sandbox needs are missing on this machine, found before
+    /// anything started ([`constle_preflight::before_run`]): what was
+    /// found, and what fixes each in a container.
+    #[error("this machine lacks {} the sandbox needs, so nothing was started: {}; `constle doctor` checks every layer (docs/containers.md)", if .0.len() == 1 { "a layer" } else { "layers" }, missing(.0))]
+    Preflight(Vec<constle_preflight::Check>),
     /// The sandbox's launcher or bwrap failed before the agent started:
     /// what they said, and what to change. The run's exit status is then
     /// 125, never theirs.
@@ -172,4 +177,26 @@ pub enum RunError {
 pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
     let what = what.into();
     move |source| RunError::Io { what, source }
+}
+
+/// Each missing layer's finding, then `; to fix it, docker: …; podman: …;
+/// kubernetes: …`, each engine's distinct fixes joined by ` and `.
+fn missing(checks: &[constle_preflight::Check]) -> String {
+    let findings: Vec<&str> = checks.iter().map(|c| c.finding.as_str()).collect();
+    let mut fixes: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (engine, fix) in checks.iter().flat_map(|c| c.fixes.each()) {
+        match fixes.iter_mut().find(|(e, _)| *e == engine) {
+            Some((_, said)) if said.contains(&fix) => {}
+            Some((_, said)) => said.push(fix),
+            None => fixes.push((engine, vec![fix])),
+        }
+    }
+    let fixes: Vec<String> = fixes
+        .iter()
+        .map(|(engine, said)| format!("{engine}: {}", said.join(" and ")))
+        .collect();
+    match fixes.is_empty() {
+        true => findings.join("; "),
+        false => format!("{}; to fix it, {}", findings.join("; "), fixes.join("; ")),
+    }
 }

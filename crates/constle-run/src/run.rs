@@ -132,6 +132,16 @@ impl Checked<'_> {
     }
 }
 
+/// The layers the sandbox needs that this machine refuses.
+fn preflight(options: &RunOptions) -> Result<(), RunError> {
+    let needs = constle_preflight::Needs::any_run(options.constle_exe.clone(), None);
+    let missing = constle_preflight::before_run(&needs);
+    match missing.is_empty() {
+        true => Ok(()),
+        false => Err(RunError::Preflight(missing)),
+    }
+}
+
 /// The agent key that signs the log, when `identity.did` is declared.
 fn signer(manifest: &Manifest, options: &RunOptions) -> Result<Option<SigningIdentity>, RunError> {
     let Some(identity) = &manifest.identity else {
@@ -188,6 +198,9 @@ impl Logged<'_> {
         starts: Starts,
         workdirs: &mut Vec<WorkdirChecked>,
     ) -> Result<(i32, Timings), RunError> {
+        // A layer of the sandbox this machine refuses (what a container
+        // brings) ends the run here, recorded, before anything starts.
+        preflight(self.options)?;
         if let Some(checkpoints) = self.checkpoints.as_mut() {
             checkpoints.first(&self.log).await?;
         }

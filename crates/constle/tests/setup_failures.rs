@@ -105,18 +105,39 @@ fn run_finished(case: &Case) -> serde_json::Value {
 /// agent left nothing.
 #[track_caller]
 fn never_ran(case: &Case, out: &Output, said: &str, advice: &[&str]) {
+    stopped_with(
+        case,
+        out,
+        "constle run: the sandbox could not be set up, so the agent never ran: ",
+        &[&[said], advice].concat(),
+    );
+}
+
+/// The preflight refused the run before anything started: 125, its
+/// whole line, word for word (`lacks` "a layer" or "layers"), on stderr
+/// and in `run_finished`'s error.
+#[track_caller]
+fn refused_before_start(case: &Case, out: &Output, lacks: &str, line: &str) {
+    let opening = "the sandbox needs, so nothing was started: ";
+    stopped_with(case, out, opening, &[line]);
+    let whole = format!("constle run: this machine lacks {lacks} {opening}{line}");
+    assert!(text(&out.stderr).contains(&whole), "{}", report(out));
+}
+
+/// 125, with `said` and each of `parts` after `opening` on stderr and in
+/// `run_finished`'s error, and the agent left nothing.
+#[track_caller]
+fn stopped_with(case: &Case, out: &Output, opening: &str, parts: &[&str]) {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{}", report(out));
     let error_line = stderr
         .lines()
-        .find(|l| {
-            l.contains("constle run: the sandbox could not be set up, so the agent never ran: ")
-        })
+        .find(|l| l.contains(opening))
         .unwrap_or_else(|| panic!("no setup error:\n{}", report(out)));
     let finished = run_finished(case);
     assert_eq!(finished["exit_status"], 125, "{finished}");
     let recorded = finished["error"].as_str().unwrap_or_default();
-    for part in std::iter::once(&said).chain(advice) {
+    for part in parts {
         assert!(error_line.contains(part), "{part:?} not said:\n{stderr}");
         assert!(recorded.contains(part), "{part:?} not recorded: {finished}");
     }
@@ -153,18 +174,19 @@ fn a_masked_proc_is_a_setup_failure_not_the_agents_exit() {
         ],
         &file,
     );
-    never_ran(
+    // The preflight finds it before anything starts (bwrap would fail to
+    // mount proc; `constle_sandbox::setup` names that too, behind it).
+    refused_before_start(
         &case,
         &out,
-        "bwrap: Can't mount proc on /newroot/proc: Operation not permitted",
-        &[
-            "this /proc is masked",
-            "--security-opt systempaths=unconfined",
-            "--security-opt unmask=ALL",
-            "procMount: Unmasked",
-            "hostUsers: false",
-            "docs/containers.md",
-        ],
+        "a layer",
+        &format!(
+            "/proc: masked, so a fresh proc cannot be mounted (mounting proc in a new user, PID \
+             and mount namespace returned EPERM; 1 paths under /proc are mounted over: {masked}); \
+             to fix it, docker: --security-opt systempaths=unconfined; podman: --security-opt \
+             unmask=/proc/*; kubernetes: securityContext.procMount: Unmasked, with \
+             spec.hostUsers: false; `constle doctor` checks every layer (docs/containers.md)"
+        ),
     );
 }
 
@@ -183,15 +205,25 @@ fn a_seccomp_filter_refusing_namespaces_is_named_as_the_cause() {
         &[python.to_str().unwrap(), filter.to_str().unwrap()],
         &file,
     );
-    // bwrap's guess (the kernel's setting) is kept, and corrected.
-    never_ran(
+    // The preflight finds it before anything starts, and names seccomp,
+    // not the kernel's setting that bwrap would guess.
+    let max = fs::read_to_string("/proc/sys/user/max_user_namespaces").unwrap();
+    refused_before_start(
         &case,
         &out,
-        "bwrap: No permissions to create",
-        &[
-            "constle runs under a seccomp filter (Seccomp: 2 in /proc/self/status)",
-            "docs/containers.md",
-        ],
+        "layers",
+        &format!(
+            "user namespaces: blocked by seccomp (unshare(CLONE_NEWUSER) returned EPERM while \
+             user.max_user_namespaces={}); system calls bwrap needs: refused by seccomp: clone \
+             with namespace flags (EPERM), unshare (EPERM); not tried after that: mount, umount2, \
+             pivot_root, sethostname; to fix it, docker: --security-opt \
+             seccomp=deploy/container/seccomp.json; podman: --security-opt \
+             seccomp=deploy/container/seccomp.json; kubernetes: securityContext.seccompProfile: \
+             {{type: Localhost, localhostProfile: constle/seccomp.json}}, \
+             deploy/container/seccomp.json copied there under the kubelet's seccomp root; \
+             `constle doctor` checks every layer (docs/containers.md)",
+            max.trim()
+        ),
     );
 }
 

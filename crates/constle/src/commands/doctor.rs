@@ -113,19 +113,12 @@ fn print_human(report: &Report) {
 }
 
 fn print_fixes(check: &Check) {
-    let fixes = [
-        ("docker", &check.fixes.docker),
-        ("podman", &check.fixes.podman),
-        ("kubernetes", &check.fixes.kubernetes),
-    ];
-    if fixes.iter().all(|(_, fix)| fix.is_none()) {
+    if check.fixes.each().next().is_none() {
         return;
     }
     terminal::out("");
     terminal::out(&format!("to fix {}:", check.id.name()));
-    for (engine, fix) in fixes {
-        if let Some(fix) = fix {
-            terminal::out(&format!("  {engine:<11} {}", escape(fix)));
-        }
+    for (engine, fix) in check.fixes.each() {
+        terminal::out(&format!("  {engine:<11} {}", escape(fix)));
     }
 }
