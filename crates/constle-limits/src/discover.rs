@@ -123,8 +123,9 @@ fn mount(line: &str) -> Option<Mount> {
     })
 }
 
-/// mountinfo writes space, tab, newline and backslash as `\ooo`.
-fn unescape(field: &str) -> String {
+/// A field of `/proc/<pid>/mountinfo` as it is: mountinfo writes space,
+/// tab, newline and backslash as `\ooo`, which this undoes.
+pub fn unescape(field: &str) -> String {
     let mut out = String::with_capacity(field.len());
     let mut rest = field;
     while let Some(i) = rest.find('\\') {

@@ -105,6 +105,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
+pub use discover::unescape as unescape_mountinfo;
 pub use error::LimitsError;
 pub use run::RunCgroup;
 

@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use constle_limits::unescape_mountinfo as unescape;
+
 /// `user.max_user_namespaces`.
 const MAX_USER_NAMESPACES: &str = "/proc/sys/user/max_user_namespaces";
 /// `kernel.unprivileged_userns_clone` (Debian's and Ubuntu's kernels).
@@ -119,30 +121,6 @@ pub(crate) fn fs_type(mountinfo: &str, path: &Path) -> Option<String> {
 /// The file system type of the mount holding `path`, on this machine.
 pub(crate) fn fs_type_here(path: &Path) -> Option<String> {
     fs_type(&std::fs::read_to_string("/proc/self/mountinfo").ok()?, path)
-}
-
-/// A mountinfo field with its octal escapes (`\040` for a space) undone.
-fn unescape(field: &str) -> String {
-    let mut out = String::with_capacity(field.len());
-    let mut rest = field;
-    while let Some(i) = rest.find('\\') {
-        out.push_str(&rest[..i]);
-        let code = rest
-            .get(i + 1..i + 4)
-            .and_then(|o| u8::from_str_radix(o, 8).ok());
-        match code {
-            Some(byte) => {
-                out.push(char::from(byte));
-                rest = &rest[i + 4..];
-            }
-            None => {
-                out.push('\\');
-                rest = &rest[i + 1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 #[cfg(test)]
