@@ -17,6 +17,11 @@ Round "redis-dies": the MCP server kills redis-server (SIGKILL) as it
 serves the Nth call. Nothing is charged after that, priced calls are
 refused (`ledger_unavailable`), the total stays under the cap and every
 log verifies.
+Round "redis-stalls": the same with SIGSTOP: the calls then waiting on
+Redis run out of time (2 s) and are refused (`ledger_unavailable`), as is
+every later one. Redis, woken (SIGCONT) after the race, may hold charges
+whose answers came too late (counted, never forwarded): its total is at
+least what the logs charged, and at most the cap.
 Each round prints a table: calls through the one Redis, per container
 and in all, and calls per second (`--bench` raises the cap so the race
 runs long enough to measure).
@@ -74,14 +79,16 @@ class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
 class McpServer:
     """A Streamable HTTP MCP server (JSON answers, no sessions) with one tool.
 
-    Counts the calls it serves; on the `kill_at`th it kills `victim` first
-    (the Redis), so that Redis dies while the fleet is racing.
+    Counts the calls it serves; on the `fault_at`th it sends `victim` (the
+    Redis) `fault` first (SIGKILL or SIGSTOP), so that Redis dies or stalls
+    while the fleet is racing.
     """
 
     def __init__(self, path):
         self.served = 0
         self.lock = threading.Lock()
-        self.kill_at = None
+        self.fault_at = None
+        self.fault = None
         self.victim = None
         server = self
 
@@ -132,10 +139,9 @@ class McpServer:
     def serve_call(self):
         with self.lock:
             self.served += 1
-            if self.kill_at is not None and self.served == self.kill_at:
-                self.victim.kill()
-                self.victim.wait()
-                say(f"redis-server killed while serving call {self.served}")
+            if self.served == self.fault_at:
+                self.victim.send_signal(self.fault)
+                say(f"redis-server sent {self.fault.name} while serving call {self.served}")
 
 
 # --- the relay, inside each container ------------------------------------
@@ -322,12 +328,11 @@ class Fleet:
             f'  max_per_day_usd: "{cap}"',
             f"  ledger: {ledger}",
             "a2a:",
+            *([f"  listen: 127.0.0.1:{A2A_PORT}"] if listen else []),
             "  peers:",
             f"    - did: {self.sender_did}",
             f"  replay: {ledger}",
         ]
-        if listen:
-            lines.insert(-3, f"  listen: 127.0.0.1:{A2A_PORT}")
         return "\n".join(lines) + "\n"
 
     def container_dir(self, round_name, n, agentfile):
@@ -353,10 +358,11 @@ class Fleet:
         log = open(where / "container.log", "w")
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
-    def round(self, round_name, cap, price, kill_at=None):
+    def round(self, round_name, cap, price, fault_at=None, fault=None):
         ledger = self.start_redis()
-        listen = kill_at is None
-        self.mcp.served, self.mcp.kill_at, self.mcp.victim = 0, kill_at, self.redis
+        listen = fault is None
+        self.mcp.served, self.mcp.victim = 0, self.redis
+        self.mcp.fault_at, self.mcp.fault = fault_at, fault
         text = self.agentfile(ledger, cap, price, listen)
         dirs = [self.container_dir(round_name, n, text) for n in range(self.args.containers)]
         names = [f"constle-fleet-{os.getpid()}-{round_name}-{n}" for n in range(len(dirs))]
@@ -382,11 +388,12 @@ class Fleet:
         results = [json.loads((d / "work" / "result.json").read_text()) for d in dirs]
         logs = [self.verify_log(d) for d in dirs]
         self.table(round_name, results)
-        if kill_at is None:
+        if fault is None:
             self.check_cap(round_name, ledger, cap, price, results, logs)
         else:
-            self.check_redis_died(round_name, cap, price, kill_at, logs)
+            self.check_redis_fault(round_name, ledger, cap, price, logs)
         if self.redis.poll() is None:
+            self.redis.send_signal(signal.SIGCONT)
             self.redis.terminate()
             self.redis.wait()
 
@@ -480,13 +487,8 @@ class Fleet:
         charged = [sum(Decimal(e["amount_usd"]) for e in log if e.get("event") == "spend_charged")
                    for log in logs]
         said = sum(1 for calls in results for c in calls if c["outcome"] == "charged")
-        host_file = self.tmp / round_name / "agent.yaml"
-        host_file.write_text(self.agentfile(ledger, cap, price, False))
-        shown = self.constle_cmd("spend", "show", "--format", "json", str(host_file)).stdout
-        day = next(o for o in map(json.loads, shown.splitlines())
-                   if o.get("type") == "total" and o.get("scope") == "all"
-                   and o.get("period") == "day")
-        total, cap, price = Decimal(day["usd"]), Decimal(cap), Decimal(price)
+        total = self.redis_total(round_name, ledger, cap, price)
+        cap, price = Decimal(cap), Decimal(price)
         if total > cap:
             fail(f"Redis's day total {total} is past the cap {cap}")
         if total != sum(charged) or total != said * price or total != self.mcp.served * price:
@@ -508,30 +510,44 @@ class Fleet:
             f"the envelope accepted once (answers {self.envelope_answers}); "
             f"{len(logs)} logs verify")
 
-    def check_redis_died(self, round_name, cap, price, kill_at, logs):
+    def redis_total(self, round_name, ledger, cap, price):
+        """Today's total in Redis, as `constle spend show --format json`
+        on the host reads it."""
+        host_file = self.tmp / round_name / "agent.yaml"
+        host_file.write_text(self.agentfile(ledger, cap, price, False))
+        shown = self.constle_cmd("spend", "show", "--format", "json", str(host_file)).stdout
+        day = next(o for o in map(json.loads, shown.splitlines())
+                   if o.get("type") == "total" and o.get("scope") == "all"
+                   and o.get("period") == "day")
+        return Decimal(day["usd"])
+
+    def check_redis_fault(self, round_name, ledger, cap, price, logs):
         charged = [sum(Decimal(e["amount_usd"]) for e in log if e.get("event") == "spend_charged")
                    for log in logs]
         total = sum(charged)
         if total != self.mcp.served * Decimal(price) or total > Decimal(cap):
             fail(f"the logs charged {total} ({charged}), the server served "
                  f"{self.mcp.served} at {price}, cap {cap}")
-        if self.mcp.served < kill_at:
-            fail(f"the race ended at {self.mcp.served} calls, before Redis was killed")
+        if self.mcp.served < self.mcp.fault_at:
+            fail(f"the race ended at {self.mcp.served} calls, before Redis failed")
+        woken = ""
+        if self.redis.poll() is None:
+            self.redis.send_signal(signal.SIGCONT)
+            in_redis = self.redis_total(round_name, ledger, cap, price)
+            if not total <= in_redis <= Decimal(cap):
+                fail(f"Redis, woken, holds {in_redis}: wanted between the logs' {total} and {cap}")
+            woken = f"; Redis, woken, holds {in_redis} USD"
         for n, log in enumerate(logs):
             refused = [e for e in log if e.get("event") == "spend_refused"]
             if not refused or any(e.get("reason") != "ledger_unavailable" for e in refused):
                 fail(f"c{n}: wanted refusals for ledger_unavailable only, got {refused}")
-            last_charge = max((i for i, e in enumerate(log) if e.get("event") == "spend_charged"),
-                              default=-1)
-            first_refusal = next(i for i, e in enumerate(log) if e.get("event") == "spend_refused")
-            if last_charge > first_refusal:
-                fail(f"c{n}: a call was charged after the ledger became unavailable")
-        say(f"{round_name}: Redis killed at call {kill_at}: {self.mcp.served} calls served and "
-            f"charged ({total} USD of {cap}), every later priced call refused "
-            f"(ledger_unavailable); {len(logs)} logs verify")
+        say(f"{round_name}: Redis sent {self.mcp.fault.name} at call {self.mcp.fault_at}: "
+            f"{self.mcp.served} calls served and charged ({total} USD of {cap}), every later "
+            f"priced call refused (ledger_unavailable){woken}; {len(logs)} logs verify")
 
     def close(self):
         if self.redis is not None and self.redis.poll() is None:
+            self.redis.send_signal(signal.SIGCONT)
             self.redis.terminate()
         self.mcp.http.shutdown()
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -557,7 +573,8 @@ def drive(args):
             fleet.round("bench", "20.00", "0.01")
         else:
             fleet.round("race", "1.00", "0.07")
-            fleet.round("redis-dies", "1.00", "0.07", kill_at=4)
+            fleet.round("redis-dies", "1.00", "0.07", 4, signal.SIGKILL)
+            fleet.round("redis-stalls", "1.00", "0.07", 4, signal.SIGSTOP)
     finally:
         fleet.close()
 
