@@ -199,7 +199,7 @@ def rpc(url, session, message):
 
 
 def agent(args):
-    """Calls the priced tool until refused (then once more), on `threads`
+    """Calls the tool until refused twice (or `calls` times), on `threads`
     threads; waits for `go` first, writes `result.json`, then reads the
     A2A inbox into `inbox.json` until `stop` appears."""
     url = os.environ["CONSTLE_MCP_SHOP_URL"]
@@ -215,14 +215,14 @@ def agent(args):
 
     def loop(thread):
         refused, n = 0, 0
-        while refused < 2:
+        while refused < 2 and not 0 < args.calls <= n:
             n += 1
             start = time.time()
             answer = rpc(url, session, {"jsonrpc": "2.0", "id": f"{thread}-{n}",
                                         "method": "tools/call",
                                         "params": {"name": TOOL, "arguments": {}}})
-            outcome = "charged" if "result" in answer else answer["error"]["message"]
-            refused += outcome != "charged"
+            outcome = "ok" if "result" in answer else answer["error"]["message"]
+            refused += outcome != "ok"
             with lock:
                 calls.append({"start": start, "end": time.time(), "outcome": outcome})
 
@@ -305,15 +305,17 @@ class Fleet:
             time.sleep(0.05)
         fail("redis-server did not make its socket")
 
-    def agentfile(self, ledger, cap, price, listen):
+    def agentfile(self, ledger, cap, price, listen, calls=0):
+        """The fleet's Agentfile; `price` None: the tool is free (no Redis)."""
         inbox = ', "--inbox"' if listen else ""
+        pricing = ["      pricing:", f'        tools: {{{TOOL}: "{price}"}}'] if price else []
         lines = [
             "name: fleet",
             "identity:",
             f"  did: {self.did}",
             "sandbox:",
             '  command: ["python3", "fleet.py", "agent", "--threads", '
-            f'"{self.args.threads}"{inbox}]',
+            f'"{self.args.threads}", "--calls", "{calls}"{inbox}]',
             "  workdir: ./work",
             "  network:",
             "    egress: none",
@@ -322,8 +324,7 @@ class Fleet:
             "    - id: shop",
             f"      url: http://127.0.0.1:{RELAY_PORT}/mcp",
             f"      tools: [{TOOL}]",
-            "      pricing:",
-            f'        tools: {{{TOOL}: "{price}"}}',
+            *pricing,
             "spending:",
             f'  max_per_day_usd: "{cap}"',
             f"  ledger: {ledger}",
@@ -359,11 +360,45 @@ class Fleet:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
     def round(self, round_name, cap, price, fault_at=None, fault=None):
+        """One race: a priced tool, the caps in a fresh Redis (which fails
+        at the `fault_at`th call when `fault` is a signal)."""
         ledger = self.start_redis()
         listen = fault is None
         self.mcp.served, self.mcp.victim = 0, self.redis
         self.mcp.fault_at, self.mcp.fault = fault_at, fault
-        text = self.agentfile(ledger, cap, price, listen)
+        results, logs = self.race(round_name, self.agentfile(ledger, cap, price, listen), listen)
+        if fault is None:
+            self.check_cap(round_name, ledger, cap, price, results, logs)
+        else:
+            self.check_redis_fault(round_name, ledger, cap, price, logs)
+        self.stop_redis()
+        return rate(sum(results, []))
+
+    def baseline(self, calls):
+        """The same fleet calling the tool unpriced, `calls` calls in all:
+        the gates and the server without the Redis."""
+        ledger = self.start_redis()
+        self.mcp.served, self.mcp.fault_at = 0, None
+        per_thread = -(-calls // (self.args.containers * self.args.threads))
+        text = self.agentfile(ledger, "1.00", None, False, per_thread)
+        results, logs = self.race("baseline", text, False)
+        made = sum(len(r) for r in results)
+        spent = [e for log in logs for e in log if e.get("event", "").startswith("spend_")]
+        if spent or self.mcp.served != made or any(c["outcome"] != "ok" for r in results for c in r):
+            fail(f"baseline: {made} free calls, {self.mcp.served} served, spend entries {spent}")
+        self.stop_redis()
+        return rate(sum(results, []))
+
+    def stop_redis(self):
+        if self.redis.poll() is None:
+            self.redis.send_signal(signal.SIGCONT)
+            self.redis.terminate()
+            self.redis.wait()
+
+    def race(self, round_name, text, listen):
+        """Starts the containers, has them call at once, posts the envelope
+        (`listen`), ends them; prints the table; returns what each agent
+        recorded and each log's entries (verified)."""
         dirs = [self.container_dir(round_name, n, text) for n in range(self.args.containers)]
         names = [f"constle-fleet-{os.getpid()}-{round_name}-{n}" for n in range(len(dirs))]
         procs = [self.start_container(d, name) for d, name in zip(dirs, names)]
@@ -388,14 +423,7 @@ class Fleet:
         results = [json.loads((d / "work" / "result.json").read_text()) for d in dirs]
         logs = [self.verify_log(d) for d in dirs]
         self.table(round_name, results)
-        if fault is None:
-            self.check_cap(round_name, ledger, cap, price, results, logs)
-        else:
-            self.check_redis_fault(round_name, ledger, cap, price, logs)
-        if self.redis.poll() is None:
-            self.redis.send_signal(signal.SIGCONT)
-            self.redis.terminate()
-            self.redis.wait()
+        return results, logs
 
     def wait_for(self, dirs, procs, name, seconds):
         deadline = time.time() + seconds
@@ -475,8 +503,8 @@ class Fleet:
         return envelope
 
     def table(self, round_name, results):
-        print(f"\n{round_name}: calls through the one Redis")
-        print(f"{'container':<12}{'charged':>9}{'refused':>9}{'calls':>7}{'seconds':>9}{'calls/s':>9}")
+        print(f"\n{round_name}: calls per container and in all")
+        print(f"{'container':<12}{'served':>9}{'refused':>9}{'calls':>7}{'seconds':>9}{'calls/s':>9}")
         everything = []
         for n, calls in enumerate(results):
             everything += calls
@@ -486,7 +514,7 @@ class Fleet:
     def check_cap(self, round_name, ledger, cap, price, results, logs):
         charged = [sum(Decimal(e["amount_usd"]) for e in log if e.get("event") == "spend_charged")
                    for log in logs]
-        said = sum(1 for calls in results for c in calls if c["outcome"] == "charged")
+        said = sum(1 for calls in results for c in calls if c["outcome"] == "ok")
         total = self.redis_total(round_name, ledger, cap, price)
         cap, price = Decimal(cap), Decimal(price)
         if total > cap:
@@ -553,11 +581,19 @@ class Fleet:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def span(calls):
+    """Seconds from the first call's start to the last one's end."""
+    return max(c["end"] for c in calls) - min(c["start"] for c in calls) if calls else 0
+
+
+def rate(calls):
+    return len(calls) / span(calls) if span(calls) else 0
+
+
 def row(label, calls):
-    charged = sum(1 for c in calls if c["outcome"] == "charged")
-    seconds = (max(c["end"] for c in calls) - min(c["start"] for c in calls)) if calls else 0
-    rate = len(calls) / seconds if seconds else 0
-    return f"{label:<12}{charged:>9}{len(calls) - charged:>9}{len(calls):>7}{seconds:>9.2f}{rate:>9.1f}"
+    served = sum(1 for c in calls if c["outcome"] == "ok")
+    return (f"{label:<12}{served:>9}{len(calls) - served:>9}{len(calls):>7}"
+            f"{span(calls):>9.2f}{rate(calls):>9.1f}")
 
 
 def chown_tree(path):
@@ -570,7 +606,12 @@ def drive(args):
     fleet = Fleet(args)
     try:
         if args.bench:
-            fleet.round("bench", "20.00", "0.01")
+            free = fleet.baseline(2000)
+            priced = fleet.round("bench", "20.00", "0.01")
+            print(f"\n{'calls per second, ' + str(args.containers) + ' containers':<40}{'calls/s':>9}")
+            print(f"{'the tool free (no Redis): baseline':<40}{free:>9.1f}")
+            print(f"{'priced, the caps in one Redis':<40}{priced:>9.1f}  "
+                  f"{free / priced if priced else 0:.2f}x the baseline's time")
         else:
             fleet.round("race", "1.00", "0.07")
             fleet.round("redis-dies", "1.00", "0.07", 4, signal.SIGKILL)
@@ -594,6 +635,7 @@ def main():
     a = sub.add_parser("agent")
     a.add_argument("--threads", type=int, default=2)
     a.add_argument("--inbox", action="store_true")
+    a.add_argument("--calls", type=int, default=0, help="per thread; 0: until refused")
     p = sub.add_parser("post")
     p.add_argument("envelope")
     args = parser.parse_args()
