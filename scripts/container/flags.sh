@@ -2,7 +2,8 @@
 # shellcheck disable=SC2034 # the arrays are for the scripts that source this
 # What scripts/container/attacks, scripts/container/fleet and
 # bench/container.sh give `podman run`, sourced by each so the suite, the
-# fleet and the benchmark run constle in the same container. Needs $root, the repository's top directory.
+# fleet and the benchmark run constle in the same container. Needs $root,
+# the repository's top directory.
 
 # The flags docs/containers.md gives (podman), with runc for this machine's
 # hybrid cgroups (crun refuses them): nothing more privileged.
