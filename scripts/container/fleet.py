@@ -415,7 +415,7 @@ class Fleet:
                 (d / "work" / "go").touch()
             self.wait_for(dirs, procs, "result.json", 150)
             if listen:
-                self.a2a_once(names, dirs)
+                self.a2a_once(names)
             for d in dirs:
                 (d / "work" / "stop").touch()
             for p, d in zip(procs, dirs):
@@ -452,7 +452,7 @@ class Fleet:
             fail(f"{where.name}: its audit log does not verify: {out.stdout}{out.stderr}")
         return [json.loads(line) for f in files for line in Path(f).read_text().splitlines()]
 
-    def a2a_once(self, names, dirs):
+    def a2a_once(self, names):
         envelope = self.capture_envelope()
         statuses = [None] * len(names)
 
