@@ -2,7 +2,8 @@
 # The whole test suite: formatting, import circles (scripts/modgraph),
 # lints, unit/integration/property tests, the CLI through the built binary,
 # benchmarks and fuzz targets compiled, the quickstart, and the attack suite
-# again inside a podman container (scripts/container/attacks). Set CONSTLE_E2E=require to make tests that would skip for
+# again inside a podman container (scripts/container/attacks), and a fleet of
+# containers racing priced calls through one Redis (scripts/container/fleet). Set CONSTLE_E2E=require to make tests that would skip for
 # lack of a system tool fail instead (CI does).
 set -euo pipefail
 command -v cargo >/dev/null 2>&1 || . "$HOME/.cargo/env"
@@ -36,4 +37,11 @@ if [ "${CONSTLE_E2E:-}" = require ] || { command -v podman && command -v mmdebst
   scripts/container/attacks
 else
   echo "skipped: the attack suite in a container: needs podman and mmdebstrap (./scripts/setup.sh)"
+fi
+
+section "a fleet of containers on one Redis"
+if [ "${CONSTLE_E2E:-}" = require ] || { command -v podman && command -v mmdebstrap && command -v redis-server; } >/dev/null 2>&1; then
+  scripts/container/fleet
+else
+  echo "skipped: the fleet test: needs podman, mmdebstrap and redis-server (./scripts/setup.sh)"
 fi

@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # the arrays are for the scripts that source this
-# What scripts/container/attacks and bench/container.sh give `podman run`,
-# sourced by both so the suite and the benchmark run constle in the same
-# container. Needs $root, the repository's top directory.
+# What scripts/container/attacks, scripts/container/fleet and
+# bench/container.sh give `podman run`, sourced by each so the suite, the
+# fleet and the benchmark run constle in the same container. Needs $root,
+# the repository's top directory.
 
 # The flags docs/containers.md gives (podman), with runc for this machine's
 # hybrid cgroups (crun refuses them): nothing more privileged.
@@ -16,7 +17,7 @@ constle_flags=(
   --init
 )
 
-# Plumbing, no privilege: no network (neither needs one).
+# Plumbing, no privilege: no network (none needs one).
 plumbing=(--rm --network none)
 
 # Rootful podman asks for open-file and process limits above the host's,
