@@ -1,5 +1,6 @@
 //! `constle audit receipt` and `constle audit verify-receipt`: thin over
-//! `constle-receipt`.
+//! `constle-receipt`. `verify-receipt --format json` prints one object (in
+//! `verify_json`), with the exit status the text would have.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +13,8 @@ use constle_receipt::{
 use constle_tlog::LogFilesError;
 
 use crate::Outcome;
-use crate::cli::{ReceiptArgs, VerifyReceiptArgs};
+use crate::cli::{Format, ReceiptArgs, VerifyReceiptArgs};
+use crate::commands::verify_json;
 use crate::home::constle_home;
 use crate::terminal::{self, Paint, escape, paint};
 
@@ -57,11 +59,18 @@ pub fn write(args: &ReceiptArgs) -> anyhow::Result<Outcome> {
 pub fn verify(args: &VerifyReceiptArgs) -> anyhow::Result<Outcome> {
     let file = escape(&args.file.display().to_string());
     let invalid = |what: &str| {
-        terminal::out(&format!(
-            "{} RECEIPT INVALID: {file}",
-            paint(Paint::Red, "error:")
-        ));
-        terminal::out(&format!("  {}", escape(what)));
+        match args.format {
+            Format::Human => {
+                terminal::out(&format!(
+                    "{} RECEIPT INVALID: {file}",
+                    paint(Paint::Red, "error:")
+                ));
+                terminal::out(&format!("  {}", escape(what)));
+            }
+            Format::Json => terminal::out(&serde_json::to_string(&verify_json::receipt_invalid(
+                &args.file, what,
+            ))?),
+        }
         Ok(Outcome::PolicyFailure)
     };
     let receipt = match read_receipt(&args.file) {
@@ -92,6 +101,14 @@ pub fn verify(args: &VerifyReceiptArgs) -> anyhow::Result<Outcome> {
             }
         }
     };
+    if args.format == Format::Json {
+        let checked = checked
+            .as_ref()
+            .map(|(dir, matched)| (dir.as_path(), *matched));
+        let json = verify_json::receipt_verified(&args.file, &verified, checked);
+        terminal::out(&serde_json::to_string(&json)?);
+        return Ok(Outcome::Success);
+    }
     terminal::out(&paint(Paint::Green, &format!("✓ receipt verified: {file}")));
     terminal::out("");
     print_run(&verified);
