@@ -495,6 +495,15 @@ fn tools_offered() {
     assert_eq!(out.status.code(), Some(0), "{}", report(&out));
     let said = text(&out.stdout);
     assert!(said.contains("accounting (entry"), "{said}");
+    let json = json_object(&fx.verify(&file, &[&fx.pin(), &log, "--format=json"]));
+    let listed = &json["receipt"]["tools"];
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{json}");
+    assert_eq!(listed[0]["server"], "accounting");
+    assert_eq!(listed[0]["seq"], entry["seq"]);
+    assert_eq!(listed[0]["tools"], entry["tools"]);
+    let digest = listed[0]["digest"].as_str().unwrap();
+    assert!(said.contains(&format!("({digest})")), "{said}");
+    assert_eq!(json["receipt"]["entries"], 3);
     // The list left out: offline it still verifies, against the log not.
     let mut value = receipt.clone();
     value["tools_offered"] = Value::Array(Vec::new());
@@ -507,5 +516,13 @@ fn tools_offered() {
         text(&out.stdout).contains("leaves some out"),
         "{}",
         report(&out)
+    );
+    let out = fx.verify(&file, &[&fx.pin(), &log, "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", report(&out));
+    let said = json_object(&out);
+    assert_eq!(said["ok"], false);
+    assert!(
+        said["error"].as_str().unwrap().contains("leaves some out"),
+        "{said}"
     );
 }
