@@ -1025,3 +1025,40 @@ fn audit_verify_never_shows_a_secret_from_the_agentfile() {
         Some(2)
     );
 }
+
+/// An approver set that does not verify: the only line before the
+/// summary, with the reason the text gives, exit 1 either way.
+#[test]
+fn audit_verify_says_as_json_that_the_approver_set_does_not_verify() {
+    let case = Case::new();
+    let (_, did) = case.signed_agent();
+    let log = case.log(vec![event("a", "x", "1")]);
+    let file = case.write(
+        "set.yaml",
+        &format!(
+            "name: my-agent\nidentity:\n  did: {did}\nsandbox:\n  command: [\"true\"]\nhuman_gates:\n  approver_set:\n    dir: ./set\n    pin: sha256:{}\n",
+            "0".repeat(64)
+        ),
+    );
+    let (pin, path) = (
+        format!("--agentfile={}", file.display()),
+        log.to_str().unwrap(),
+    );
+    let human = case.run(&["audit", "verify", &pin, path]);
+    assert_eq!(human.status.code(), Some(1), "{}", stderr(&human));
+    let said = stdout(&human);
+    let error = said.trim_end().strip_prefix("error: ").unwrap();
+    assert!(
+        error.starts_with("TAMPERING DETECTED in the approver set: cannot read directory"),
+        "{said}"
+    );
+    let out = case.run(&["audit", "verify", "--format", "json", &pin, path]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        json_lines(&out),
+        [
+            serde_json::json!({"type": "approver_set", "ok": false, "error": error}),
+            serde_json::json!({"type": "summary", "ok": false, "logs": 0, "failed": 1}),
+        ]
+    );
+}
