@@ -587,7 +587,40 @@ fn spend_show_never_shows_the_ledger_password() {
         assert_eq!(out.status.code(), status, "{url}\n{}", stderr(&out));
         let shown = shows_no_secret(&out);
         assert!(shown.contains(says), "{url}\n{shown}");
+        // The same status as JSON, the same ledger without its password;
+        // on failure nothing on stdout and the same reason on stderr.
+        let json = case.run(&["spend", "show", "--format=json", file.to_str().unwrap()]);
+        assert_eq!(json.status.code(), status, "{url}\n{}", stderr(&json));
+        assert_eq!(stderr(&json), stderr(&out));
+        if status == Some(0) {
+            let agent = &json_lines(&json)[0];
+            assert_eq!(agent["type"], "agent");
+            let ledger = agent["ledger"].as_str().unwrap();
+            assert!(ledger.starts_with("Redis redis+unix://"), "{ledger}");
+            assert!(
+                ledger.contains("***") && !ledger.contains(MARKER),
+                "{ledger}"
+            );
+        } else {
+            assert_eq!(stdout(&json), "");
+        }
     }
+}
+
+/// An Agentfile `spend show` cannot use: exit 1 either way, its errors on
+/// stderr, nothing on stdout.
+#[test]
+fn spend_show_refuses_an_invalid_agentfile_alike_as_json() {
+    let case = Case::new();
+    let file = case.write("agent.yaml", "name: ../etc\nsandbox:\n  command: [\"x\"]\n");
+    let file = file.to_str().unwrap();
+    let human = case.run(&["spend", "show", file]);
+    let json = case.run(&["spend", "show", "--format", "json", file]);
+    assert_eq!(human.status.code(), Some(1), "{}", stderr(&human));
+    assert_eq!(json.status.code(), Some(1), "{}", stderr(&json));
+    assert_eq!(stdout(&json), "");
+    assert_eq!(stderr(&json), stderr(&human));
+    assert!(!stderr(&json).is_empty());
 }
 
 /// Writes a state file into the embedded ledger of `key`, for today.
