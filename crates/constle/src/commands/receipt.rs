@@ -58,14 +58,15 @@ pub fn write(args: &ReceiptArgs) -> anyhow::Result<Outcome> {
 
 pub fn verify(args: &VerifyReceiptArgs) -> anyhow::Result<Outcome> {
     let file = escape(&args.file.display().to_string());
-    let invalid = |what: &str| {
+    // What failed: as the text shows it (escaped), and as it is.
+    let invalid = |shown: &str, what: &str| {
         match args.format {
             Format::Human => {
                 terminal::out(&format!(
                     "{} RECEIPT INVALID: {file}",
                     paint(Paint::Red, "error:")
                 ));
-                terminal::out(&format!("  {}", escape(what)));
+                terminal::out(&format!("  {}", escape(shown)));
             }
             Format::Json => terminal::out(&serde_json::to_string(&verify_json::receipt_invalid(
                 &args.file, what,
@@ -75,13 +76,19 @@ pub fn verify(args: &VerifyReceiptArgs) -> anyhow::Result<Outcome> {
     };
     let receipt = match read_receipt(&args.file) {
         Ok(receipt) => receipt,
-        Err(FileError::Format { source, .. }) => return invalid(&source.to_string()),
+        Err(FileError::Format { source, .. }) => {
+            let why = source.to_string();
+            return invalid(&why, &why);
+        }
         Err(err) => return Err(err).context("cannot verify the receipt"),
     };
     let pins = args.agentfile.as_deref().map(pins).transpose()?;
     let verified = match receipt.verify(pins.as_ref()) {
         Ok(verified) => verified,
-        Err(err) => return invalid(&err.to_string()),
+        Err(err) => {
+            let why = err.to_string();
+            return invalid(&why, &why);
+        }
     };
     let checked = match &args.log {
         None => None,
@@ -95,8 +102,9 @@ pub fn verify(args: &VerifyReceiptArgs) -> anyhow::Result<Outcome> {
                     return Err(err).context("cannot check the receipt against the log");
                 }
                 Err(err) => {
-                    let dir = escape(&dir.display().to_string());
-                    return invalid(&format!("against the log in {dir}: {err}"));
+                    let against = |dir: &str| format!("against the log in {dir}: {err}");
+                    let raw = dir.display().to_string();
+                    return invalid(&against(&escape(&raw)), &against(&raw));
                 }
             }
         }
