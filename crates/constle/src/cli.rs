@@ -416,6 +416,9 @@ pub struct VerifyReceiptArgs {
     /// agent's day files in it): the log must hold the cosigned entries.
     #[arg(long, value_name = "DIR_OR_DAYFILE")]
     pub log: Option<PathBuf>,
+    /// Output format; `json` prints one JSON object (docs/audit-log.md).
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
     /// The receipt.
     pub file: PathBuf,
 }
@@ -438,6 +441,10 @@ pub struct VerifyArgs {
     /// witnesses cosigned. Repeatable; needs the Agentfile's audit.witnesses.
     #[arg(long = "checkpoint", value_name = "FILE", requires = "agentfile")]
     pub checkpoints: Vec<PathBuf>,
+    /// Output format; `json` prints one JSON object per line
+    /// (docs/audit-log.md).
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
     /// Day files, `<agent>-<YYYY-MM-DD>.jsonl`.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,

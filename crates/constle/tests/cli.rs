@@ -587,7 +587,40 @@ fn spend_show_never_shows_the_ledger_password() {
         assert_eq!(out.status.code(), status, "{url}\n{}", stderr(&out));
         let shown = shows_no_secret(&out);
         assert!(shown.contains(says), "{url}\n{shown}");
+        // The same status as JSON, the same ledger without its password;
+        // on failure nothing on stdout and the same reason on stderr.
+        let json = case.run(&["spend", "show", "--format=json", file.to_str().unwrap()]);
+        assert_eq!(json.status.code(), status, "{url}\n{}", stderr(&json));
+        assert_eq!(stderr(&json), stderr(&out));
+        if status == Some(0) {
+            let agent = &json_lines(&json)[0];
+            assert_eq!(agent["type"], "agent");
+            let ledger = agent["ledger"].as_str().unwrap();
+            assert!(ledger.starts_with("Redis redis+unix://"), "{ledger}");
+            assert!(
+                ledger.contains("***") && !ledger.contains(MARKER),
+                "{ledger}"
+            );
+        } else {
+            assert_eq!(stdout(&json), "");
+        }
     }
+}
+
+/// An Agentfile `spend show` cannot use: exit 1 either way, its errors on
+/// stderr, nothing on stdout.
+#[test]
+fn spend_show_refuses_an_invalid_agentfile_alike_as_json() {
+    let case = Case::new();
+    let file = case.write("agent.yaml", "name: ../etc\nsandbox:\n  command: [\"x\"]\n");
+    let file = file.to_str().unwrap();
+    let human = case.run(&["spend", "show", file]);
+    let json = case.run(&["spend", "show", "--format", "json", file]);
+    assert_eq!(human.status.code(), Some(1), "{}", stderr(&human));
+    assert_eq!(json.status.code(), Some(1), "{}", stderr(&json));
+    assert_eq!(stdout(&json), "");
+    assert_eq!(stderr(&json), stderr(&human));
+    assert!(!stderr(&json).is_empty());
 }
 
 /// Writes a state file into the embedded ledger of `key`, for today.
@@ -787,4 +820,278 @@ fn audit_reads_only_regular_files_of_bounded_size() {
                 .unwrap();
         }
     }
+}
+
+/// The objects `--format json` printed, each alone on its line and the last
+/// line ended, as `validate` prints them.
+fn json_lines(out: &Output) -> Vec<serde_json::Value> {
+    let text = stdout(out);
+    assert!(text.ends_with('\n'), "{text:?}");
+    text.lines()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{e}: {line}\nstderr: {}", stderr(out)));
+            assert!(value.is_object(), "{line}");
+            value
+        })
+        .collect()
+}
+
+/// The field names of `object`, sorted.
+fn fields(object: &serde_json::Value) -> Vec<&str> {
+    let mut names: Vec<&str> = object
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    names.sort_unstable();
+    names
+}
+
+const LOG_FIELDS: [&str; 9] = [
+    "entries",
+    "error",
+    "findings",
+    "notes",
+    "ok",
+    "path",
+    "pinned",
+    "signed_by",
+    "type",
+];
+
+/// `audit verify --format json`: a line per day file, then the summary;
+/// the exit status the text gives.
+#[test]
+fn audit_verify_speaks_json_lines_with_the_same_exit_status() {
+    let case = Case::new();
+    let (agentfile, did) = case.signed_agent();
+    let log = case.log(vec![
+        event("run_started", "note", "a"),
+        event("run_finished", "note", "b"),
+    ]);
+    let (pin, path) = (
+        format!("--agentfile={}", agentfile.display()),
+        log.to_str().unwrap(),
+    );
+    let out = case.run(&["audit", "verify", "--format", "json", &pin, path, path]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for line in &lines[..2] {
+        assert_eq!(fields(line), LOG_FIELDS);
+        assert_eq!(line["type"], "log");
+        assert_eq!(line["ok"], true);
+        assert_eq!(line["path"], path);
+        assert_eq!(line["error"], serde_json::Value::Null);
+        assert_eq!(line["entries"], 2);
+        assert_eq!(line["signed_by"], did.as_str());
+        assert_eq!(line["pinned"], true);
+        assert_eq!(line["findings"], serde_json::json!([]));
+        assert_eq!(line["notes"], serde_json::json!([]));
+    }
+    assert_eq!(
+        lines[2],
+        serde_json::json!({"type": "summary", "ok": true, "logs": 2, "failed": 0})
+    );
+
+    let unpinned = json_lines(&case.run(&["audit", "verify", "--format=json", path]));
+    assert_eq!(unpinned[0]["pinned"], false);
+    assert_eq!(unpinned[0]["signed_by"], did.as_str());
+
+    let text = fs::read_to_string(&log)
+        .unwrap()
+        .replacen(r#""note":"b""#, r#""note":"c""#, 1);
+    fs::write(&log, text).unwrap();
+    let out = case.run(&["audit", "verify", "--format", "json", &pin, path]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let lines = json_lines(&out);
+    let tampered = &lines[0];
+    assert_eq!(fields(tampered), LOG_FIELDS);
+    assert_eq!(tampered["ok"], false);
+    assert_eq!(
+        tampered["error"],
+        format!("TAMPERING DETECTED in {}", log.display())
+    );
+    assert_eq!(tampered["entries"], serde_json::Value::Null);
+    assert_eq!(tampered["signed_by"], serde_json::Value::Null);
+    let finding = &tampered["findings"][0];
+    assert_eq!(fields(finding), ["code", "detail", "line", "meaning"]);
+    assert_eq!(finding["line"], 2);
+    assert_eq!(finding["code"], "invalid_signature");
+    assert!(finding["detail"].as_str().unwrap().len() > 1, "{finding}");
+    assert!(
+        finding["meaning"]
+            .as_str()
+            .unwrap()
+            .contains("the entry was edited after signing"),
+        "{finding}"
+    );
+    assert_eq!(
+        lines[1],
+        serde_json::json!({"type": "summary", "ok": false, "logs": 1, "failed": 1})
+    );
+
+    // No summary, nothing on stdout: exit 2, the reason on stderr, as the
+    // text says it.
+    for args in [
+        vec!["audit", "verify", "missing-2026-01-01.jsonl"],
+        vec!["audit", "verify", "--agentfile=missing.yaml", path],
+    ] {
+        let human = case.run(&args);
+        let json = case.run(&[&args[..2], &["--format", "json"], &args[2..]].concat());
+        assert_eq!(human.status.code(), Some(2), "{args:?}");
+        assert_eq!(json.status.code(), Some(2), "{args:?}");
+        assert_eq!(stdout(&json), "", "{args:?}");
+        assert_eq!(stderr(&json), stderr(&human), "{args:?}");
+    }
+}
+
+/// The text of `audit verify`, byte for byte, as it was before
+/// `--format` (the default).
+#[test]
+fn audit_verify_prints_the_same_text_by_default() {
+    let case = Case::new();
+    let (agentfile, did) = case.signed_agent();
+    let log = case.log(vec![event("a", "x", "1"), event("b", "x", "2")]);
+    let (pin, path) = (
+        format!("--agentfile={}", agentfile.display()),
+        log.to_str().unwrap(),
+    );
+    let verified = format!(
+        "✓ audit log verified: {path}\n\n  entries:   2 (all signatures valid, hash chain intact)\n  signed by: {did}\n"
+    );
+    for args in [
+        vec!["audit", "verify", &pin, path, path],
+        vec!["audit", "verify", "--format", "human", &pin, path, path],
+    ] {
+        let out = case.run(&args);
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(stdout(&out), format!("{verified}\n{verified}"), "{args:?}");
+    }
+    let text = fs::read_to_string(&log)
+        .unwrap()
+        .replacen(r#""x":"2""#, r#""x":"9""#, 1);
+    fs::write(&log, text).unwrap();
+    let out = case.run(&["audit", "verify", &pin, path]);
+    assert_eq!(out.status.code(), Some(1));
+    let shown = stdout(&out);
+    assert_eq!(
+        shown,
+        format!(
+            "error: TAMPERING DETECTED in {path}\n  line 2: invalid_signature — signature does not verify against {did}\n  — the entry was edited after signing\n  line 2: tail_removed — line 2 is not the entry the head anchor records (sequence 1)\n  — entries were cut off the end of the log\n"
+        )
+    );
+}
+
+/// `audit verify-receipt --format json` on what is not a receipt: one
+/// object, `ok` false and the reason the text gives, exit 1; on a missing
+/// file, nothing on stdout and exit 2, as the text.
+#[test]
+fn verify_receipt_speaks_json_with_the_same_exit_status() {
+    let case = Case::new();
+    let receipt = case.write("run.receipt.json", "{}\n");
+    let receipt = receipt.to_str().unwrap();
+    let human = case.run(&["audit", "verify-receipt", receipt]);
+    let out = case.run(&["audit", "verify-receipt", "--format", "json", receipt]);
+    assert_eq!(human.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(1));
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let reason = stdout(&human).lines().nth(1).unwrap().trim().to_owned();
+    assert_eq!(
+        lines[0],
+        serde_json::json!({"ok": false, "file": receipt, "error": reason, "receipt": null})
+    );
+    assert_eq!(
+        stdout(&human),
+        format!("error: RECEIPT INVALID: {receipt}\n  {reason}\n")
+    );
+
+    let human = case.run(&["audit", "verify-receipt", "missing.json"]);
+    let out = case.run(&["audit", "verify-receipt", "--format=json", "missing.json"]);
+    assert_eq!(human.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(stderr(&out), stderr(&human));
+}
+
+/// An Agentfile with a secret in a URL pins nothing (it is invalid), and
+/// neither format of `audit verify` or `verify-receipt` shows the secret.
+#[test]
+fn audit_verify_never_shows_a_secret_from_the_agentfile() {
+    let case = Case::new();
+    case.signed_agent();
+    let log = case.log(vec![event("a", "x", "1")]);
+    let receipt = case.write("run.receipt.json", "{}\n");
+    let file = case.write(
+        "secret.yaml",
+        &format!(
+            "{VALID}mcp:\n  servers:\n    - id: s\n      url: \"https://u:{MARKER}@mcp.example.com/mcp\"\n      tools: [t]\nspending:\n  ledger: \"redis://:{MARKER}@redis.example.com/\"\n"
+        ),
+    );
+    let pin = format!("--agentfile={}", file.display());
+    for (command, file) in [("verify", &log), ("verify-receipt", &receipt)] {
+        let status = |format: &str| {
+            let out = case.run(&[
+                "audit",
+                command,
+                "--format",
+                format,
+                &pin,
+                file.to_str().unwrap(),
+            ]);
+            let shown = format!("{}{}", stdout(&out), stderr(&out));
+            assert!(
+                !shown.contains(MARKER),
+                "{command} shows the secret:\n{shown}"
+            );
+            out.status.code()
+        };
+        assert_eq!(status("human"), status("json"), "{command}");
+    }
+    assert_eq!(
+        case.run(&["audit", "verify", &pin, log.to_str().unwrap()])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+/// An approver set that does not verify: the only line before the
+/// summary, with the reason the text gives, exit 1 either way.
+#[test]
+fn audit_verify_says_as_json_that_the_approver_set_does_not_verify() {
+    let case = Case::new();
+    let (_, did) = case.signed_agent();
+    let log = case.log(vec![event("a", "x", "1")]);
+    let file = case.write(
+        "set.yaml",
+        &format!(
+            "name: my-agent\nidentity:\n  did: {did}\nsandbox:\n  command: [\"true\"]\nhuman_gates:\n  approver_set:\n    dir: ./set\n    pin: sha256:{}\n",
+            "0".repeat(64)
+        ),
+    );
+    let (pin, path) = (
+        format!("--agentfile={}", file.display()),
+        log.to_str().unwrap(),
+    );
+    let human = case.run(&["audit", "verify", &pin, path]);
+    assert_eq!(human.status.code(), Some(1), "{}", stderr(&human));
+    let said = stdout(&human);
+    let error = said.trim_end().strip_prefix("error: ").unwrap();
+    assert!(
+        error.starts_with("TAMPERING DETECTED in the approver set: cannot read directory"),
+        "{said}"
+    );
+    let out = case.run(&["audit", "verify", "--format", "json", &pin, path]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        json_lines(&out),
+        [
+            serde_json::json!({"type": "approver_set", "ok": false, "error": error}),
+            serde_json::json!({"type": "summary", "ok": false, "logs": 0, "failed": 1}),
+        ]
+    );
 }

@@ -107,11 +107,16 @@ impl Case {
     }
 }
 
-/// The JSON report in `out`, checked for its shape: `ok`, and each check
-/// with every field, in order; `ok` and the exit status agree with the
-/// required checks' statuses.
+/// The JSON report in `out`, checked for its shape: one line, `ok`, and
+/// each check with every field, in order; `ok` and the exit status agree
+/// with the required checks' statuses.
 fn report(out: &Output) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
+    // One object on one line, as `validate` prints each of its own.
+    assert!(
+        stdout.ends_with('\n') && stdout.lines().count() == 1,
+        "{stdout}"
+    );
     let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!(
             "{e}: {stdout}\nstderr: {}",

@@ -38,6 +38,10 @@ fn main() {
         ),
         e2e("an_edited_receipt_does_not_verify", edited),
         e2e(
+            "a_receipt_and_a_witnessed_log_verify_as_json_with_the_same_exit_status",
+            as_json,
+        ),
+        e2e(
             "a_log_started_over_after_the_receipt_is_caught_with_log",
             started_over,
         ),
@@ -191,6 +195,180 @@ fn written_and_verified() {
     assert_eq!(out.status.code(), Some(0), "{}", report(&out));
 }
 
+/// The one object `--format json` printed, alone on its line.
+fn json_object(out: &Output) -> Value {
+    let said = text(&out.stdout);
+    assert_eq!(said.lines().count(), 1, "{}", report(out));
+    assert!(said.ends_with('\n'), "{}", report(out));
+    serde_json::from_str(&said).unwrap()
+}
+
+/// `verify-receipt --format json` and `audit verify --format json` of a
+/// witnessed log: what the text says, field by field, and the same exit
+/// status for a good receipt and an edited one.
+fn as_json() {
+    let fx = Witnessed::new();
+    let started = fx.run();
+    let file = fx.agent.case.path("run.receipt.json");
+    fx.receipt(&file, &[]);
+    let written = receipt_json(&file);
+    let logs = fx.logs();
+    let (pin, log) = (fx.pin(), format!("--log={}", logs.display()));
+
+    let out = fx.verify(&file, &[&pin, &log, "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+    let said = json_object(&out);
+    assert_eq!(said["ok"], true);
+    assert_eq!(said["file"], file.to_str().unwrap());
+    assert_eq!(said["error"], Value::Null);
+    let receipt = &said["receipt"];
+    let human = text(&fx.verify(&file, &[&pin, &log]).stdout);
+    assert_eq!(receipt["agent"], "test-agent");
+    let did = receipt["did"].as_str().unwrap();
+    assert!(
+        human.contains(&format!("agent:      test-agent ({did})")),
+        "{human}"
+    );
+    let origin = receipt["origin"].as_str().unwrap();
+    assert!(human.contains(&format!("origin:     {origin}")), "{human}");
+    assert_eq!(receipt["pinned"], true);
+    let run = &receipt["run"];
+    assert_eq!(run["started_seq"], started);
+    assert_eq!(run["finished_seq"], written["run_finished"]["entry"]["seq"]);
+    assert_eq!(run["exit_status"], 0);
+    for at in ["started_at", "finished_at"] {
+        let ts: jiff::Timestamp = run[at].as_str().unwrap().parse().unwrap();
+        let shown = ts.strftime("%Y-%m-%d %H:%M:%S UTC").to_string();
+        assert!(human.contains(&shown), "{at}: {shown}\n{human}");
+    }
+    assert_eq!(receipt["policy_digest"], written["policy_digest"]);
+    assert_eq!(receipt["tools"], serde_json::json!([]));
+    let checkpoint = &receipt["checkpoint"];
+    let line = format!(
+        "checkpoint: size {}, root {}, signed by the agent's key",
+        checkpoint["size"],
+        checkpoint["root"].as_str().unwrap()
+    );
+    assert!(human.contains(&line), "{line}\n{human}");
+    let witnesses: Vec<&str> = receipt["cosignatures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert!(c["timestamp"].as_u64().unwrap() > 0, "{c}");
+            c["witness"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(witnesses.len(), 2, "{receipt}");
+    assert!(witnesses.contains(&"w1.example.org") && witnesses.contains(&"w2.example.org"));
+    assert_eq!(receipt["quorum"], 2);
+    assert_eq!(receipt["entries"], 2);
+    let matched = &receipt["log"];
+    assert_eq!(matched["dir"], logs.to_str().unwrap());
+    assert!(
+        matched["log_entries"].as_u64().unwrap() >= checkpoint["size"].as_u64().unwrap(),
+        "{matched}"
+    );
+    assert!(matched["run_entries"].as_u64().unwrap() >= 2, "{matched}");
+    let unpinned = json_object(&fx.verify(&file, &["--format=json"]));
+    assert_eq!(unpinned["receipt"]["pinned"], false);
+    assert_eq!(unpinned["receipt"]["log"], Value::Null);
+
+    // An edited receipt: exit 1 either way, and the reason the text gives.
+    let edited = fx.agent.case.path("edited.receipt.json");
+    let bytes = fs::read_to_string(&file).unwrap();
+    fs::write(
+        &edited,
+        bytes.replacen("w1.example.org", "w9.example.org", 1),
+    )
+    .unwrap();
+    let human = fx.verify(&edited, &[&pin]);
+    let out = fx.verify(&edited, &[&pin, "--format", "json"]);
+    assert_eq!(human.status.code(), Some(1), "{}", report(&human));
+    assert_eq!(out.status.code(), Some(1), "{}", report(&out));
+    let said = json_object(&out);
+    let reason = text(&human.stdout)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_eq!(
+        said,
+        serde_json::json!({"ok": false, "file": edited.to_str().unwrap(), "error": reason, "receipt": null})
+    );
+
+    // The log and what its witnesses cosigned of it: a line each, then
+    // the summary.
+    let day = fx.agent.case.log_file();
+    let out = fx.constle(&[
+        "audit",
+        "verify",
+        "--format",
+        "json",
+        &pin,
+        day.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", report(&out));
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{}", report(&out));
+    assert_eq!(lines[0]["type"], "log");
+    assert_eq!(lines[0]["ok"], true);
+    let witnessed = &lines[1];
+    let mut names: Vec<&str> = witnessed
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "agent",
+            "cosigned",
+            "coverage",
+            "dir",
+            "entries",
+            "error",
+            "findings",
+            "notes",
+            "ok",
+            "quorum",
+            "type",
+            "witnessed"
+        ]
+    );
+    assert_eq!(witnessed["type"], "witnesses");
+    assert_eq!(witnessed["ok"], true);
+    assert_eq!(witnessed["agent"], "test-agent");
+    assert_eq!(witnessed["dir"], day.parent().unwrap().to_str().unwrap());
+    assert_eq!(witnessed["error"], Value::Null);
+    assert_eq!(witnessed["quorum"], 2);
+    let size = witnessed["entries"].as_u64().unwrap();
+    let upto = witnessed["witnessed"].as_u64().unwrap();
+    assert!(upto > 0 && upto <= size, "{witnessed}");
+    for reach in witnessed["cosigned"].as_array().unwrap() {
+        assert!(reach["size"].as_u64().unwrap() >= upto, "{witnessed}");
+    }
+    let human = text(
+        &fx.constle(&["audit", "verify", &pin, day.to_str().unwrap()])
+            .stdout,
+    );
+    let coverage = witnessed["coverage"].as_str().unwrap();
+    assert!(
+        human.contains(&format!("  witnessed: {coverage}\n")),
+        "{human}"
+    );
+    assert_eq!(
+        lines[2],
+        serde_json::json!({"type": "summary", "ok": true, "logs": 1, "failed": 0})
+    );
+}
+
 fn edited() {
     let fx = Witnessed::new();
     fx.run();
@@ -317,6 +495,15 @@ fn tools_offered() {
     assert_eq!(out.status.code(), Some(0), "{}", report(&out));
     let said = text(&out.stdout);
     assert!(said.contains("accounting (entry"), "{said}");
+    let json = json_object(&fx.verify(&file, &[&fx.pin(), &log, "--format=json"]));
+    let listed = &json["receipt"]["tools"];
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{json}");
+    assert_eq!(listed[0]["server"], "accounting");
+    assert_eq!(listed[0]["seq"], entry["seq"]);
+    assert_eq!(listed[0]["tools"], entry["tools"]);
+    let digest = listed[0]["digest"].as_str().unwrap();
+    assert!(said.contains(&format!("({digest})")), "{said}");
+    assert_eq!(json["receipt"]["entries"], 3);
     // The list left out: offline it still verifies, against the log not.
     let mut value = receipt.clone();
     value["tools_offered"] = Value::Array(Vec::new());
@@ -329,5 +516,13 @@ fn tools_offered() {
         text(&out.stdout).contains("leaves some out"),
         "{}",
         report(&out)
+    );
+    let out = fx.verify(&file, &[&fx.pin(), &log, "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", report(&out));
+    let said = json_object(&out);
+    assert_eq!(said["ok"], false);
+    assert!(
+        said["error"].as_str().unwrap().contains("leaves some out"),
+        "{said}"
     );
 }

@@ -724,3 +724,116 @@ fn a_log_whose_first_line_is_not_an_entry_is_tampering_and_still_checked_against
         "{stderr}"
     );
 }
+
+/// `audit verify --format json` and the arguments of [`verify`]: each
+/// line parsed, each one object alone on its line.
+fn verify_json(case: &Case, agentfile: &Path, file: &Path) -> (Option<i32>, Vec<Value>) {
+    let pin = format!("--agentfile={}", agentfile.display());
+    let out = case.run(&[
+        "audit",
+        "verify",
+        "--format",
+        "json",
+        &pin,
+        file.to_str().unwrap(),
+    ]);
+    let said = text(&out.stdout);
+    assert!(said.ends_with('\n'), "{said}{}", text(&out.stderr));
+    let lines = said
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (out.status.code(), lines)
+}
+
+/// What the witnesses cosigned, as JSON: how far, by whom, what does not
+/// count, and a rewrite they contradict, with the exit status of the text.
+#[test]
+fn verify_says_as_json_how_far_the_log_is_witnessed_and_where_it_was_rewritten() {
+    let case = Case::new();
+    let logs = case.home().join("logs");
+    let (w1, w2, w3, w4) = (witness(1), witness(2), witness(3), witness(4));
+    let writer = Writer::new(&logs, 1);
+    writer.entries(5);
+    writer.round(&[&w1, &w2, &w4]);
+    writer.entries(3);
+    let file = day_file(&logs);
+    let three = agentfile(&case, "three.yaml", &[&w1, &w2, &w3], 2);
+    let (status, lines) = verify_json(&case, &three, &file);
+    assert_eq!(status, Some(0), "{lines:?}");
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0]["entries"], 12);
+    let witnessed = &lines[1];
+    assert_eq!(witnessed["type"], "witnesses");
+    assert_eq!(witnessed["ok"], true);
+    assert_eq!(witnessed["agent"], "test-agent");
+    assert_eq!(witnessed["dir"], logs.to_str().unwrap());
+    assert_eq!(witnessed["error"], Value::Null);
+    assert_eq!(witnessed["entries"], 12);
+    assert_eq!(witnessed["witnessed"], 5);
+    assert_eq!(witnessed["quorum"], 2);
+    assert_eq!(
+        witnessed["cosigned"],
+        serde_json::json!([
+            {"witness": "witness.example.org/w1", "size": 5},
+            {"witness": "witness.example.org/w2", "size": 5},
+            {"witness": "witness.example.org/w3", "size": 0},
+        ])
+    );
+    assert_eq!(
+        witnessed["coverage"],
+        "entries 0–4 by 2 of 3 witnesses (quorum 2); 7 entries after that not yet"
+    );
+    assert_eq!(witnessed["findings"], serde_json::json!([]));
+    let notes = witnessed["notes"].as_array().unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0]
+            .as_str()
+            .unwrap()
+            .contains("witness.example.org/w4+"),
+        "{notes:?}"
+    );
+    assert_eq!(
+        lines[2],
+        serde_json::json!({"type": "summary", "ok": true, "logs": 1, "failed": 0})
+    );
+
+    let case = Case::new();
+    let (logs, _) = two_rounds(&case);
+    let mut entries = read_entries(&logs, &agent());
+    entries[9]["tool"] = Value::from("edited");
+    let (dir, file) = resealed(&case, "edited", &entries);
+    let two = agentfile(&case, "two.yaml", &[&witness(1), &witness(2)], 2);
+    let (status, lines) = verify_json(&case, &two, &file);
+    assert_eq!(status, Some(1), "{lines:?}");
+    assert_eq!(lines[0]["ok"], true, "the file itself verifies");
+    let rewritten = &lines[1];
+    assert_eq!(rewritten["ok"], false);
+    assert_eq!(
+        rewritten["error"],
+        format!(
+            "TAMPERING DETECTED in test-agent's log in {}",
+            dir.display()
+        )
+    );
+    for absent in ["entries", "witnessed", "coverage"] {
+        assert_eq!(rewritten[absent], Value::Null, "{absent}");
+    }
+    assert_eq!(rewritten["cosigned"], serde_json::json!([]));
+    let finding = &rewritten["findings"][0];
+    assert_eq!(finding["line"], Value::Null);
+    assert_eq!(finding["code"], "witnessed_history_rewritten");
+    assert_eq!(finding["meaning"], REWRITTEN);
+    assert!(
+        finding["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("the histories part at an entry in seq 5..11"),
+        "{finding}"
+    );
+    assert_eq!(
+        lines[2],
+        serde_json::json!({"type": "summary", "ok": false, "logs": 1, "failed": 1})
+    );
+}

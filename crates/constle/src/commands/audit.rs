@@ -1,4 +1,8 @@
 //! `constle audit verify` and `constle audit show`.
+//!
+//! `audit verify --format json` prints one object per result and a summary
+//! last (the objects are in `verify_json`); the exit status is the same
+//! either way.
 
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -18,7 +22,8 @@ use constle_tlog::{
 use serde_json::Value;
 
 use crate::Outcome;
-use crate::cli::{LogKeyArgs, ShowArgs, VerifyArgs};
+use crate::cli::{Format, LogKeyArgs, ShowArgs, VerifyArgs};
+use crate::commands::verify_json::{self, VerifyLine, WitnessCheck};
 use crate::terminal::{self, Paint, escape, paint};
 
 pub fn verify(args: &VerifyArgs) -> anyhow::Result<Outcome> {
@@ -32,16 +37,13 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<Outcome> {
             "--checkpoint needs witnesses to check it against: the Agentfile declares no audit.witnesses"
         ),
     };
+    let mut report = Report::new(args.format);
     let anchors = match &manifest {
         Some(manifest) => match pinned_anchors(manifest) {
             Ok(anchors) => anchors,
             Err(set_problem) => {
-                terminal::out(&format!(
-                    "{} TAMPERING DETECTED in the approver set: {}",
-                    paint(Paint::Red, "error:"),
-                    escape(&set_problem)
-                ));
-                return Ok(Outcome::PolicyFailure);
+                report.approver_set(&set_problem)?;
+                return report.finish(Outcome::PolicyFailure);
             }
         },
         None => TrustAnchors::default(),
@@ -49,26 +51,26 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<Outcome> {
     let mut outcome = Outcome::Success;
     for (index, file) in args.files.iter().enumerate() {
         if index > 0 {
-            terminal::out("");
+            report.blank();
         }
         let verdict = verify_file(file, &anchors)
             .with_context(|| format!("cannot verify {}", file.display()))?;
         match verdict {
-            Verdict::Verified(log) => print_verified(&log),
+            Verdict::Verified(log) => report.verified(&log)?,
             Verdict::Tampered {
                 path,
                 findings,
                 notes,
             } => {
-                print_tampered(&path, &findings, &notes);
+                report.tampered(&path, &findings, &notes, anchors.pinned)?;
                 outcome = Outcome::PolicyFailure;
             }
         }
     }
     if let Some(witnessing) = &witnessing {
         for dir in log_dirs(&args.files) {
-            terminal::out("");
-            match witnessing.check(&dir, &held) {
+            report.blank();
+            match witnessing.check(&dir, &held, &mut report) {
                 Ok(true) => {}
                 Ok(false) => outcome = Outcome::PolicyFailure,
                 // Tampering found already stays tampering (exit 1), though
@@ -80,7 +82,119 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<Outcome> {
             }
         }
     }
-    Ok(outcome)
+    report.finish(outcome)
+}
+
+/// Where `audit verify` says what it found: the terminal, as text or as
+/// JSON lines (counting results for the summary line).
+struct Report {
+    format: Format,
+    logs: usize,
+    failed: usize,
+}
+
+impl Report {
+    fn new(format: Format) -> Report {
+        Report {
+            format,
+            logs: 0,
+            failed: 0,
+        }
+    }
+
+    /// The blank line between two results of the human output.
+    fn blank(&self) {
+        if self.format == Format::Human {
+            terminal::out("");
+        }
+    }
+
+    /// A JSON line, counted in the summary.
+    fn json(&mut self, line: &VerifyLine<'_>) -> anyhow::Result<()> {
+        if let VerifyLine::Log { .. } = line {
+            self.logs += 1;
+        }
+        let ok = match line {
+            VerifyLine::Log { ok, .. }
+            | VerifyLine::Witnesses { ok, .. }
+            | VerifyLine::ApproverSet { ok, .. }
+            | VerifyLine::Summary { ok, .. } => *ok,
+        };
+        if !ok {
+            self.failed += 1;
+        }
+        terminal::out(&serde_json::to_string(line)?);
+        Ok(())
+    }
+
+    fn approver_set(&mut self, problem: &str) -> anyhow::Result<()> {
+        match self.format {
+            Format::Human => {
+                terminal::out(&format!(
+                    "{} TAMPERING DETECTED in the approver set: {}",
+                    paint(Paint::Red, "error:"),
+                    escape(problem)
+                ));
+                Ok(())
+            }
+            Format::Json => self.json(&VerifyLine::ApproverSet {
+                ok: false,
+                error: format!("TAMPERING DETECTED in the approver set: {problem}"),
+            }),
+        }
+    }
+
+    fn verified(&mut self, log: &VerifiedLog) -> anyhow::Result<()> {
+        match self.format {
+            Format::Human => {
+                print_verified(log);
+                Ok(())
+            }
+            Format::Json => self.json(&verify_json::log_verified(log)),
+        }
+    }
+
+    fn tampered(
+        &mut self,
+        path: &Path,
+        findings: &[Finding],
+        notes: &[String],
+        pinned: bool,
+    ) -> anyhow::Result<()> {
+        match self.format {
+            Format::Human => {
+                print_tampered(path, findings, notes);
+                Ok(())
+            }
+            Format::Json => self.json(&verify_json::log_tampered(path, findings, notes, pinned)),
+        }
+    }
+
+    /// What a check of the witnesses found; `heading` names the log for
+    /// the human output (escaped already).
+    fn witnesses(&mut self, heading: &str, check: &WitnessCheck<'_>) -> anyhow::Result<()> {
+        match (self.format, check.coverage) {
+            (Format::Json, _) => return self.json(&verify_json::witnesses(check)),
+            (Format::Human, Some(coverage)) if check.findings.is_empty() => {
+                print_witnessed(heading, coverage);
+            }
+            (Format::Human, _) => print_findings(heading, "log", check.findings, check.notes),
+        }
+        Ok(())
+    }
+
+    /// Ends the output (the JSON summary line) with `outcome`.
+    fn finish(mut self, outcome: Outcome) -> anyhow::Result<Outcome> {
+        if self.format == Format::Json {
+            let (logs, failed) = (self.logs, self.failed);
+            self.json(&VerifyLine::Summary {
+                ok: outcome == Outcome::Success,
+                logs,
+                failed,
+            })?;
+        }
+        Ok(outcome)
+    }
 }
 
 fn load_manifest(path: &Path) -> anyhow::Result<Manifest> {
@@ -189,8 +303,8 @@ impl Witnessing {
     }
 
     /// Checks every cosignature of the agent's log in `dir` (those it
-    /// records and `held`) and prints what they show; false for tampering.
-    fn check(&self, dir: &Path, held: &[Cosigned]) -> anyhow::Result<bool> {
+    /// records and `held`) and reports what they show; false for tampering.
+    fn check(&self, dir: &Path, held: &[Cosigned], report: &mut Report) -> anyhow::Result<bool> {
         let log = LogTree::from_log_dir(dir, &self.agent).with_context(|| {
             format!(
                 "cannot check what the witnesses cosigned of {}'s log in {}",
@@ -208,22 +322,30 @@ impl Witnessing {
             escape(&dir.display().to_string())
         );
         let mut findings = log.recorded.malformed;
-        let notes = match verdict {
-            CoverageVerdict::Covered(coverage) if findings.is_empty() => {
-                print_witnessed(&heading, &coverage);
-                return Ok(true);
+        let (coverage, notes) = match verdict {
+            CoverageVerdict::Covered(coverage) => {
+                let notes = coverage.notes().to_vec();
+                (Some(coverage), notes)
             }
-            CoverageVerdict::Covered(coverage) => coverage.notes().to_vec(),
             CoverageVerdict::Tampered {
                 findings: contradictions,
                 notes,
             } => {
                 findings.extend(contradictions);
-                notes
+                (None, notes)
             }
         };
-        print_findings(&heading, "log", &findings, &notes);
-        Ok(false)
+        let agent = self.agent.to_string();
+        let check = WitnessCheck {
+            agent: &agent,
+            dir,
+            quorum: self.quorum.get(),
+            coverage: coverage.as_ref(),
+            findings: &findings,
+            notes: &notes,
+        };
+        report.witnesses(&heading, &check)?;
+        Ok(coverage.is_some() && findings.is_empty())
     }
 }
 

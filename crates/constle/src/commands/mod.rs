@@ -11,6 +11,7 @@ mod receipt;
 mod run;
 mod spend;
 mod validate;
+mod verify_json;
 mod witness;
 
 use std::future::Future;

@@ -1,5 +1,6 @@
 //! `constle audit receipt` and `constle audit verify-receipt`: thin over
-//! `constle-receipt`.
+//! `constle-receipt`. `verify-receipt --format json` prints one object (in
+//! `verify_json`), with the exit status the text would have.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +13,8 @@ use constle_receipt::{
 use constle_tlog::LogFilesError;
 
 use crate::Outcome;
-use crate::cli::{ReceiptArgs, VerifyReceiptArgs};
+use crate::cli::{Format, ReceiptArgs, VerifyReceiptArgs};
+use crate::commands::verify_json;
 use crate::home::constle_home;
 use crate::terminal::{self, Paint, escape, paint};
 
@@ -56,23 +58,37 @@ pub fn write(args: &ReceiptArgs) -> anyhow::Result<Outcome> {
 
 pub fn verify(args: &VerifyReceiptArgs) -> anyhow::Result<Outcome> {
     let file = escape(&args.file.display().to_string());
-    let invalid = |what: &str| {
-        terminal::out(&format!(
-            "{} RECEIPT INVALID: {file}",
-            paint(Paint::Red, "error:")
-        ));
-        terminal::out(&format!("  {}", escape(what)));
+    // What failed: as the text shows it (escaped), and as it is.
+    let invalid = |shown: &str, what: &str| {
+        match args.format {
+            Format::Human => {
+                terminal::out(&format!(
+                    "{} RECEIPT INVALID: {file}",
+                    paint(Paint::Red, "error:")
+                ));
+                terminal::out(&format!("  {}", escape(shown)));
+            }
+            Format::Json => terminal::out(&serde_json::to_string(&verify_json::receipt_invalid(
+                &args.file, what,
+            ))?),
+        }
         Ok(Outcome::PolicyFailure)
     };
     let receipt = match read_receipt(&args.file) {
         Ok(receipt) => receipt,
-        Err(FileError::Format { source, .. }) => return invalid(&source.to_string()),
+        Err(FileError::Format { source, .. }) => {
+            let why = source.to_string();
+            return invalid(&why, &why);
+        }
         Err(err) => return Err(err).context("cannot verify the receipt"),
     };
     let pins = args.agentfile.as_deref().map(pins).transpose()?;
     let verified = match receipt.verify(pins.as_ref()) {
         Ok(verified) => verified,
-        Err(err) => return invalid(&err.to_string()),
+        Err(err) => {
+            let why = err.to_string();
+            return invalid(&why, &why);
+        }
     };
     let checked = match &args.log {
         None => None,
@@ -86,12 +102,21 @@ pub fn verify(args: &VerifyReceiptArgs) -> anyhow::Result<Outcome> {
                     return Err(err).context("cannot check the receipt against the log");
                 }
                 Err(err) => {
-                    let dir = escape(&dir.display().to_string());
-                    return invalid(&format!("against the log in {dir}: {err}"));
+                    let against = |dir: &str| format!("against the log in {dir}: {err}");
+                    let raw = dir.display().to_string();
+                    return invalid(&against(&escape(&raw)), &against(&raw));
                 }
             }
         }
     };
+    if args.format == Format::Json {
+        let checked = checked
+            .as_ref()
+            .map(|(dir, matched)| (dir.as_path(), *matched));
+        let json = verify_json::receipt_verified(&args.file, &verified, checked);
+        terminal::out(&serde_json::to_string(&json)?);
+        return Ok(Outcome::Success);
+    }
     terminal::out(&paint(Paint::Green, &format!("✓ receipt verified: {file}")));
     terminal::out("");
     print_run(&verified);
