@@ -78,6 +78,7 @@ mod fixes;
 mod identity;
 mod idmap;
 mod needs;
+mod passed;
 mod probe;
 mod programs;
 mod report;
@@ -89,6 +90,8 @@ pub use needs::Needs;
 pub use probe::child::probe_main;
 pub use report::{Check, CheckId, Fixes, Report, Status};
 pub use steps::PROBE_SUBCOMMAND;
+
+use std::path::Path;
 
 use classify::Verdict;
 use seen::Seen;
@@ -122,9 +125,21 @@ pub fn check(needs: &Needs) -> Report {
 /// costs nothing more. The other checks are the run's own steps (the
 /// idmapped mount, the cgroups, finding bwrap and Squid), which fail with
 /// their own reasons. Empty: nothing is missing.
-pub fn before_run(needs: &Needs) -> Vec<Check> {
+///
+/// A probe that found nothing missing is remembered in `passed` (a
+/// directory only constle reads, e.g. under `$CONSTLE_HOME`) under what it
+/// depended on: the boot, the user, the path the run takes, the constle
+/// binary, and everything [`before_run`] reads to decide to probe. The
+/// next run in the same place skips it (a container's runs after its
+/// first); anything changed, it probes again. A failure is never
+/// remembered.
+pub fn before_run(needs: &Needs, passed: &Path) -> Vec<Check> {
     let seen = Seen::read();
     if !seen.could_refuse_namespaces() {
+        return Vec::new();
+    }
+    let marker = passed::marker(passed, needs, &seen);
+    if marker.as_deref().is_some_and(Path::exists) {
         return Vec::new();
     }
     let ids = [
@@ -132,11 +147,16 @@ pub fn before_run(needs: &Needs) -> Vec<Check> {
         CheckId::SystemCalls,
         CheckId::ProcMount,
     ];
-    ids.into_iter()
+    let missing: Vec<Check> = ids
+        .into_iter()
         .zip(namespaces_as_seen(needs, &seen))
         .map(|(id, verdict)| verdict.check(id, true))
         .filter(|check| check.status == Status::Missing)
-        .collect()
+        .collect();
+    if let (true, Some(marker)) = (missing.is_empty(), marker) {
+        passed::remember(&marker);
+    }
+    missing
 }
 
 /// The three checks the probe process serves.

@@ -135,7 +135,7 @@ impl Checked<'_> {
 /// The layers the sandbox needs that this machine refuses.
 fn preflight(options: &RunOptions) -> Result<(), RunError> {
     let needs = constle_preflight::Needs::any_run(options.constle_exe.clone(), None);
-    let missing = constle_preflight::before_run(&needs);
+    let missing = constle_preflight::before_run(&needs, &options.home.join("preflight"));
     match missing.is_empty() {
         true => Ok(()),
         false => Err(RunError::Preflight(missing)),

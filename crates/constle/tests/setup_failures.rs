@@ -188,6 +188,10 @@ fn a_masked_proc_is_a_setup_failure_not_the_agents_exit() {
              spec.hostUsers: false; `constle doctor` checks every layer (docs/containers.md)"
         ),
     );
+    // A probe that failed is never remembered: the next run probes again.
+    let passed = case.home().join("preflight");
+    let remembered = fs::read_dir(&passed).map_or(0, Iterator::count);
+    assert_eq!(remembered, 0, "{}", passed.display());
 }
 
 #[test]
