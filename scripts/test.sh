@@ -45,3 +45,10 @@ if [ "${CONSTLE_E2E:-}" = require ] || { command -v podman && command -v mmdebst
 else
   echo "skipped: the fleet test: needs podman, mmdebstrap and redis-server (./scripts/setup.sh)"
 fi
+
+section "the rendered pod under podman kube play"
+if [ "${CONSTLE_E2E:-}" = require ] || { [ "$(id -u)" -eq 0 ] && command -v podman && command -v mmdebstrap; } >/dev/null 2>&1; then
+  scripts/container/kube-play
+else
+  echo "skipped: the rendered pod under podman kube play: needs root, podman and mmdebstrap (./scripts/setup.sh)"
+fi
