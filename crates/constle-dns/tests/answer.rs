@@ -3,11 +3,12 @@
 
 mod common;
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 
 use common::{Got, ask, message, query, restricted, take};
 use constle_dns::{
-    Decision, POOL_ADDRESSES, QueryType, Reason, Refused, Resolver, TTL_SECONDS, Transport,
+    DEFAULT_MAX_NAMES, Decision, QueryType, Reason, Refused, Resolver, TTL_SECONDS, Transport,
 };
 use constle_egress::EgressPolicy;
 use hickory_proto::op::{MessageType, OpCode, ResponseCode};
@@ -265,10 +266,26 @@ fn past_the_cap_new_names_are_refused_and_old_ones_kept() {
     for (name, ip) in names.iter().zip(&kept) {
         assert_eq!(placeholder(&mut r, name, RecordType::A), *ip);
     }
-    // A cap beyond the range is the range.
-    let mut all = Resolver::with_max_names(Some(&EgressPolicy::open()), usize::MAX);
-    placeholder(&mut all, "a.example.com", RecordType::A);
-    assert!(POOL_ADDRESSES > 100_000);
+}
+
+#[test]
+fn the_default_cap_holds_and_a_larger_one_is_honoured() {
+    let names: Vec<String> = (0..=DEFAULT_MAX_NAMES)
+        .map(|i| format!("n{i}.example.com"))
+        .collect();
+    let (last, first) = names.split_last().unwrap();
+    let mut default = Resolver::new(Some(&EgressPolicy::open()));
+    let mut larger = Resolver::with_max_names(Some(&EgressPolicy::open()), usize::MAX);
+    let mut seen = HashSet::new();
+    for name in first {
+        assert!(seen.insert(placeholder(&mut default, name, RecordType::A)));
+        placeholder(&mut larger, name, RecordType::A);
+    }
+    assert_nxdomain(
+        &ask(&mut default, &query(last, RecordType::A)),
+        Reason::PoolFull,
+    );
+    assert!(seen.insert(placeholder(&mut larger, last, RecordType::A)));
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! over any sequence of queries an allowed name keeps one placeholder,
 //! no two names share one, and a refused name never gets one.
 
+#![allow(clippy::unwrap_used, reason = "test helpers panic on setup failure")]
+
 mod common;
 
 use std::collections::HashMap;

@@ -3,6 +3,8 @@
 //! its placeholder, and a refused one NXDOMAIN at once, never a timeout.
 //! The socket is the test's own; the crate itself has none.
 
+#![allow(clippy::unwrap_used, reason = "test helpers panic on setup failure")]
+
 use std::net::UdpSocket;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};

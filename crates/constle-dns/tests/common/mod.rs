@@ -2,6 +2,7 @@
 //! both with `hickory-proto`, for the tests of the resolver.
 
 #![allow(dead_code, reason = "each test binary uses part of this")]
+#![allow(clippy::unwrap_used, reason = "test helpers panic on setup failure")]
 
 use std::net::IpAddr;
 
