@@ -93,7 +93,7 @@ pub enum Reason {
     NotPublic,
     /// Not a valid host name: a byte other than a letter, digit or `-`,
     /// or (open egress) what [`Hostname`] refuses: one label, a numeric
-    /// last label, a label starting or ending with `-`, over 253 bytes.
+    /// last label, a label starting or ending with `-`.
     NotAHostName,
     /// An allowed name asked for an address when the pool already holds
     /// as many names as it may.

@@ -27,14 +27,13 @@
 //! Everything else, at once, with `NXDOMAIN`: never silence, which would
 //! leave a client waiting for its timeout. That includes names not
 //! allowed, names that are not host names (a byte other than a letter,
-//! digit or `-`; over 253 bytes), any type (`TXT`, `ANY`, …) for such a
-//! name, several questions in one query, a class other than `IN`, and an
+//! digit or `-`), any type (`TXT`, `ANY`, …) for such a name, several questions in one query, a class other than `IN`, and an
 //! allowed name once the pool is full. With `egress: none`, every name.
 //! A message that cannot be read gets `FORMERR` if its id can be read and
 //! nothing otherwise; another operation than a query gets `NOTIMP`; a
-//! response gets nothing. Labels over 63 bytes and names over 255 bytes
-//! cannot be written in a DNS message at all: `hickory-proto` refuses to
-//! read them, and they get `FORMERR`.
+//! response gets nothing. Labels over 63 bytes and names over 253 bytes
+//! (255 on the wire) cannot be written in a DNS message at all:
+//! `hickory-proto` refuses to read them, and they get `FORMERR`, as fast.
 //!
 //! No query ever leaves the resolver: it has no upstream, so a name cannot
 //! carry data out of the sandbox through DNS. Only what it records does,
