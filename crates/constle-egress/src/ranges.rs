@@ -101,13 +101,15 @@ pub const INTERNAL_IPV4_RANGES: [Cidr; 11] = [
 ];
 
 /// The IPv6 destinations refused in their own right: link-local,
-/// unique-local, multicast.
+/// unique-local, multicast, benchmarking (the IPv4 list's `198.18.0.0/15`
+/// counterpart, and the sandbox resolver's placeholders).
 ///
 /// The unspecified address `::` and loopback `::1` are refused too, but not
 /// listed here: they lie in the IPv4-compatible form of `0.0.0.0/8`
 /// (`::/104`), and Squid complains about a range listed inside another.
-pub const INTERNAL_IPV6_RANGES: [Cidr; 3] = [
+pub const INTERNAL_IPV6_RANGES: [Cidr; 4] = [
     Cidr::v6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10),
+    Cidr::v6(Ipv6Addr::new(0x2001, 0x2, 0, 0, 0, 0, 0, 0), 48),
     Cidr::v6(Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7),
     Cidr::v6(Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8),
 ];
@@ -258,6 +260,7 @@ mod tests {
         for expected in [
             "10.0.0.0/8",
             "fc00::/7",
+            "2001:2::/48",
             "64:ff9b::a9fe:0/112",
             "64:ff9b::a00:0/104",
             "2002:a9fe::/32",
@@ -378,6 +381,10 @@ mod tests {
             ("fe80::1", true),
             ("fd00:ec2::254", true),
             ("ff02::2", true),
+            // Benchmarking, where the sandbox resolver's placeholders are;
+            // its neighbours are not.
+            ("2001:2::c612:1", true),
+            ("2001:3::1", false),
         ] {
             assert_eq!(refused(v6(ip)), internal, "{ip}");
         }
