@@ -511,6 +511,39 @@ async fn sse_passes_chunk_by_chunk_and_settles_on_the_final_usage() {
     assert_eq!(settled.request_id.as_deref(), Some("req_stream_1"));
 }
 
+/// The agent reads only whole events, each as soon as its last byte has
+/// arrived: a part of one is held until the rest comes, then the event
+/// passes in one piece, before the provider sends anything more.
+#[tokio::test]
+async fn an_event_passes_whole_once_its_last_byte_arrives() {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let rx = Arc::new(Mutex::new(Some(rx)));
+    let reply: Reply = Arc::new(move |_| sse_reply(rx.lock().unwrap().take().unwrap()));
+    let h = harness(Api::Anthropic, reply, false).await;
+    let delta = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"tok \"}}\n\n";
+    // All of it but the `\n` of its blank line.
+    let (most, last) = delta.split_at(delta.len() - 1);
+    tx.send(most.to_owned()).unwrap();
+    let response = h
+        .post(
+            "/v1/messages",
+            &json!({"model": "m", "max_tokens": 5, "stream": true, "messages": []}),
+        )
+        .await;
+    let mut body = response.into_body();
+    let early = tokio::time::timeout(Duration::from_millis(200), body.frame()).await;
+    assert!(early.is_err(), "nothing of an unfinished event passes");
+    tx.send(last.to_owned()).unwrap();
+    let whole = tokio::time::timeout(Duration::from_secs(5), body.frame())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(whole.into_data().unwrap(), delta.as_bytes());
+    drop(tx);
+    assert!(body.collect().await.unwrap().to_bytes().is_empty());
+}
+
 #[tokio::test]
 async fn a_stream_without_usage_is_charged_its_reservation() {
     let reply: Reply = Arc::new(|_| {
