@@ -9,6 +9,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+mod common;
+
+use common::fields;
 use constle_audit::{Appender, Event};
 use constle_identity::{KeyKind, KeyStore, Name};
 
@@ -835,18 +838,6 @@ fn json_lines(out: &Output) -> Vec<serde_json::Value> {
             value
         })
         .collect()
-}
-
-/// The field names of `object`, sorted.
-fn fields(object: &serde_json::Value) -> Vec<&str> {
-    let mut names: Vec<&str> = object
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    names.sort_unstable();
-    names
 }
 
 const LOG_FIELDS: [&str; 9] = [

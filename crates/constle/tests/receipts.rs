@@ -23,7 +23,7 @@ mod common;
 
 use common::mcp::{Parties, Setup, step};
 use common::witnesses::{Agent, DEPLOYMENT, NsWitness};
-use common::{e2e, report, text};
+use common::{e2e, fields, report, text};
 
 fn main() {
     common::mcp::be_the_client_if_asked();
@@ -318,15 +318,8 @@ fn as_json() {
     assert_eq!(lines[0]["type"], "log");
     assert_eq!(lines[0]["ok"], true);
     let witnessed = &lines[1];
-    let mut names: Vec<&str> = witnessed
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    names.sort_unstable();
     assert_eq!(
-        names,
+        fields(witnessed),
         [
             "agent",
             "cosigned",

@@ -239,13 +239,7 @@ fn root_at(dir: &Path, size: u64) -> Hash {
 #[test]
 fn verify_says_how_far_the_log_is_witnessed() {
     let case = Case::new();
-    let logs = case.home().join("logs");
-    let (w1, w2, w3, w4) = (witness(1), witness(2), witness(3), witness(4));
-    let writer = Writer::new(&logs, 1);
-    writer.entries(5);
-    writer.round(&[&w1, &w2, &w4]);
-    writer.entries(3);
-    let file = day_file(&logs);
+    let (logs, file, [w1, w2, w3, w4]) = one_round(&case);
     let rest = "7 entries after that not yet";
 
     let two = agentfile(&case, "two.yaml", &[&w1, &w2], 2);
@@ -299,6 +293,21 @@ fn witnesses_declared_but_nothing_cosigned_yet_is_said_so() {
         "no entry yet (2 witnesses declared, quorum 2)",
     ));
     assert_eq!(lines(&stdout), expected);
+}
+
+/// Writes 5 entries, a round cosigned at size 5 by w1, w2 and w4 (w3
+/// cosigns nothing; entries 5 to 8 record it), then 3 more entries. The
+/// directory, the day's file, and the four witnesses.
+fn one_round(case: &Case) -> (PathBuf, PathBuf, [WitnessSigner; 4]) {
+    let logs = case.home().join("logs");
+    let witnesses = [witness(1), witness(2), witness(3), witness(4)];
+    let [w1, w2, _, w4] = &witnesses;
+    let writer = Writer::new(&logs, 1);
+    writer.entries(5);
+    writer.round(&[w1, w2, w4]);
+    writer.entries(3);
+    let file = day_file(&logs);
+    (logs, file, witnesses)
 }
 
 /// A log with two rounds cosigned by w1 and w2: at size 5 (entries 5 to 7
@@ -751,13 +760,7 @@ fn verify_json(case: &Case, agentfile: &Path, file: &Path) -> (Option<i32>, Vec<
 #[test]
 fn verify_says_as_json_how_far_the_log_is_witnessed_and_where_it_was_rewritten() {
     let case = Case::new();
-    let logs = case.home().join("logs");
-    let (w1, w2, w3, w4) = (witness(1), witness(2), witness(3), witness(4));
-    let writer = Writer::new(&logs, 1);
-    writer.entries(5);
-    writer.round(&[&w1, &w2, &w4]);
-    writer.entries(3);
-    let file = day_file(&logs);
+    let (logs, file, [w1, w2, w3, _]) = one_round(&case);
     let three = agentfile(&case, "three.yaml", &[&w1, &w2, &w3], 2);
     let (status, lines) = verify_json(&case, &three, &file);
     assert_eq!(status, Some(0), "{lines:?}");

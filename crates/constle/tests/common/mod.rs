@@ -154,3 +154,15 @@ pub fn e2e(name: &str, test: impl FnOnce() + Send + 'static) -> libtest_mimic::T
         test,
     )
 }
+
+/// The field names of `object`, sorted.
+pub fn fields(object: &serde_json::Value) -> Vec<&str> {
+    let mut names: Vec<&str> = object
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    names.sort_unstable();
+    names
+}
