@@ -13,20 +13,19 @@ use crate::seen::Seen;
 
 /// The marker of a passing probe for `needs` on a machine that shows
 /// `seen`, in `dir`; `None` when what it depends on cannot be read (then
-/// nothing is remembered).
+/// nothing is remembered), this process's capabilities among it.
 pub(crate) fn marker(dir: &Path, needs: &Needs, seen: &Seen) -> Option<PathBuf> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let exe = std::fs::metadata(&needs.constle_exe).ok()?;
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    seen.effective_caps.as_ref()?;
     let depends = format!(
-        "{boot}|{}|{}|{}:{}:{}:{}|{seen:?}|{}",
+        "{boot}|{}|{}|{}:{}:{}:{}|{seen:?}",
         nix::unistd::geteuid(),
         needs.as_root,
         exe.dev(),
         exe.ino(),
         exe.mtime(),
         exe.mtime_nsec(),
-        crate::identity::status_field(&status, "CapEff").unwrap_or_default(),
     );
     Some(dir.join(hex::encode(Sha256::digest(depends.as_bytes()))))
 }
@@ -56,19 +55,32 @@ mod tests {
         let dir = Path::new("/nowhere");
         let exe = std::env::current_exe().unwrap();
         let needs = Needs::any_run(exe, None);
-        let seen = Seen::default();
+        let seen = Seen {
+            effective_caps: Some("00000000a80425fb".to_owned()),
+            ..Seen::default()
+        };
         let first = marker(dir, &needs, &seen).unwrap();
         assert_eq!(marker(dir, &needs, &seen).unwrap(), first, "stable");
         let masked = Seen {
             proc_overmounts: vec!["/proc/kcore".to_owned()],
-            ..Seen::default()
+            ..seen.clone()
         };
         assert_ne!(marker(dir, &needs, &masked).unwrap(), first);
+        let fewer_caps = Seen {
+            effective_caps: Some("0000000000000000".to_owned()),
+            ..seen.clone()
+        };
+        assert_ne!(marker(dir, &needs, &fewer_caps).unwrap(), first);
         let as_root = Needs {
             as_root: !needs.as_root,
             ..Needs::any_run(needs.constle_exe.clone(), None)
         };
         assert_ne!(marker(dir, &as_root, &seen).unwrap(), first);
         assert!(first.starts_with(dir));
+        let unread = Seen {
+            effective_caps: None,
+            ..seen.clone()
+        };
+        assert_eq!(marker(dir, &needs, &unread), None, "nothing remembered");
     }
 }

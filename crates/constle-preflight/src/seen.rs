@@ -28,22 +28,27 @@ pub(crate) struct Seen {
     pub apparmor_profile: Option<String>,
     /// Mount points below `/proc` (what a container masks `/proc` with).
     pub proc_overmounts: Vec<String>,
+    /// This process's effective capabilities (`CapEff`, in hex), which the
+    /// probe's outcome depends on too; `None` where they cannot be read.
+    pub effective_caps: Option<String>,
 }
 
 impl Seen {
     /// What this machine shows to this process.
     pub(crate) fn read() -> Seen {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let status = crate::identity::status();
+        let field = |name| crate::identity::status_field(&status, name);
         Seen {
             max_user_namespaces: sysctl(MAX_USER_NAMESPACES),
             unprivileged_userns_clone: sysctl(UNPRIVILEGED_USERNS_CLONE),
             apparmor_restrict: sysctl(APPARMOR_RESTRICT),
-            seccomp_filter: crate::identity::status_field(&crate::identity::status(), "Seccomp")
-                == Some("2"),
+            seccomp_filter: field("Seccomp") == Some("2"),
             apparmor_profile: std::fs::read_to_string("/proc/self/attr/current")
                 .ok()
                 .and_then(|label| apparmor_profile(&label)),
             proc_overmounts: proc_overmounts(&mountinfo),
+            effective_caps: field("CapEff").map(str::to_owned),
         }
     }
 

@@ -17,6 +17,7 @@ fn docker_like() -> Seen {
         seccomp_filter: true,
         apparmor_profile: None,
         proc_overmounts: Vec::new(),
+        effective_caps: Some("00000000a80425fb".to_owned()),
     }
 }
 
