@@ -293,6 +293,7 @@ impl Started {
             etc_files: BTreeMap::new(),
             home: manifest.sandbox.home.clone(),
             home_inode: None,
+            name_service: None,
         };
         // What the sandbox would mount, before anything starts; the
         // launcher checks it all again on the objects it then mounts.

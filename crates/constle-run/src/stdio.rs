@@ -260,6 +260,7 @@ impl Running {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
+            name_service: None,
         };
         dirs.push(stage);
         spec.check_dirs()

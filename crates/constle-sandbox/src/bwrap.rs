@@ -157,6 +157,10 @@ pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>, fds: &Descriptors) -> BwrapArgs
     // The agent is an unprivileged uid in its namespace, which maps to the
     // launcher's own unprivileged uid on the host; constle's init is pid 1.
     a.flag("--unshare-all");
+    // With a name service, the namespace the launcher made and set up.
+    if spec.name_service {
+        a.flag("--share-net");
+    }
     a.flag("--unshare-user");
     a.push(&["--uid".as_ref(), id.as_ref(), "--gid".as_ref(), id.as_ref()]);
     a.flag("--disable-userns");
@@ -347,6 +351,7 @@ mod tests {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
+            name_service: None,
         };
         let checked = spec.check().unwrap();
         let fds = Descriptors {
@@ -461,6 +466,7 @@ mod tests {
             workdir_inode: None,
             home: Some(dir.path().join("home")),
             home_inode: None,
+            name_service: None,
             etc_files: BTreeMap::new(),
         };
         let checked = spec.check().unwrap();

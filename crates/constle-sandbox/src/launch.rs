@@ -47,7 +47,8 @@ use nix::unistd::{Gid, Uid, fchownat, setgroups, setresgid, setresuid};
 use rustix::mount::{MoveMountFlags, move_mount};
 
 use crate::descriptors::{Descriptors, RootfsEntry};
-use crate::layout::{LAUNCH_SUBCOMMAND, ROOTFS_SKIPPED, group, passwd};
+use crate::layout::{LAUNCH_SUBCOMMAND, ROOTFS_SKIPPED, group, hosts, passwd, resolv_conf};
+use crate::netns::{self, NetnsFailed};
 use crate::plan::Plan;
 use crate::resolve::OpenDir;
 use crate::spec::CheckedSpec;
@@ -109,6 +110,15 @@ enum LaunchError {
     HostId { given: Option<u32> },
 }
 
+impl From<NetnsFailed> for LaunchError {
+    fn from(failed: NetnsFailed) -> LaunchError {
+        LaunchError::Io {
+            what: failed.what,
+            source: failed.source,
+        }
+    }
+}
+
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> LaunchError {
     let what = what.into();
     move |source| LaunchError::Io { what, source }
@@ -165,6 +175,9 @@ fn launch() -> Result<Infallible, LaunchError> {
     // everything the sandbox runs is inside the run's cgroups.
     constle_limits::enter(&plan.spec.cgroup_procs)
         .map_err(|e| LaunchError::Usage(format!("cannot enter the run's cgroups: {e}")))?;
+    if let Some(service) = &plan.spec.name_service {
+        netns::enter(as_root.is_some(), service)?;
+    }
     if let Some(id) = as_root {
         become_agent(id)?;
     }
@@ -205,11 +218,7 @@ fn open_mounts(checked: &CheckedSpec<'_>, stage: &Path) -> Result<Descriptors, L
         },
         passwd,
         group,
-        etc: checked
-            .etc_files
-            .iter()
-            .map(|(path, content)| Ok((memfd(c"etc", content.as_bytes())?, PathBuf::from(path))))
-            .collect::<Result<_, LaunchError>>()?,
+        etc: etc_files(checked)?,
         seccomp: seccomp_programs()?
             .iter()
             .map(|program| memfd(c"seccomp", program))
@@ -217,6 +226,26 @@ fn open_mounts(checked: &CheckedSpec<'_>, stage: &Path) -> Result<Descriptors, L
         status: crate::setup::create_status(stage)
             .map_err(io_err("cannot make the sandbox's status file"))?,
     })
+}
+
+/// The files written into the sandbox's `/etc`: the caller's, and with a
+/// name service (and no rootfs, whose `/etc` is its own) the resolver's
+/// configuration and `localhost`.
+fn etc_files(checked: &CheckedSpec<'_>) -> Result<Vec<(OwnedFd, PathBuf)>, LaunchError> {
+    let resolver = match (checked.name_service, &checked.rootfs) {
+        (true, None) => vec![
+            ("/etc/resolv.conf".to_owned(), resolv_conf()),
+            ("/etc/hosts".to_owned(), hosts()),
+        ],
+        _ => Vec::new(),
+    };
+    checked
+        .etc_files
+        .iter()
+        .map(|(path, content)| (path.clone(), content.clone()))
+        .chain(resolver)
+        .map(|(path, content)| Ok((memfd(c"etc", content.as_bytes())?, PathBuf::from(path))))
+        .collect()
 }
 
 /// A mount namespace of the launcher's own, so that nothing it mounts is

@@ -1,5 +1,6 @@
 //! Fixed names and paths of the sandbox.
 
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 /// The directory inside the sandbox holding the constle executable and the
@@ -81,6 +82,27 @@ pub(crate) const ETC_PATHS: &[&str] = &[
 /// at the model gate. Nothing of the host's `/etc` is among them, so none
 /// can cover a file the sandbox needs.
 pub const WRITABLE_ETC_FILES: &[&str] = &["/etc/codex/config.toml"];
+
+/// The DNS server's address inside the sandbox, with a name service
+/// (`/etc/resolv.conf`'s, and the one resolvers try when they find no
+/// configuration).
+pub const NAME_SERVER: Ipv4Addr = Ipv4Addr::LOCALHOST;
+
+/// The only port a placeholder accepts connections on.
+pub const CAPTURED_PORT: u16 = 443;
+
+/// The sandbox's `/etc/resolv.conf`, with a name service: the resolver
+/// constle serves on the sandbox's loopback, asked once, with no search
+/// domains (so a name is asked for as written).
+pub(crate) fn resolv_conf() -> String {
+    format!("nameserver {}\noptions attempts:1\n", NAME_SERVER)
+}
+
+/// The sandbox's `/etc/hosts`, with a name service: `localhost`, which no
+/// resolver is asked about.
+pub(crate) fn hosts() -> String {
+    "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n".to_owned()
+}
 
 /// The sandbox's `/etc/passwd`: root, the agent (at home in
 /// [`AGENT_HOME`]) and nobody.

@@ -80,6 +80,7 @@
 //!     etc_files: BTreeMap::new(),
 //!     home: None,
 //!     home_inode: None,
+//!     name_service: None,
 //! };
 //! let status = sandbox_command(&spec)?.status()?;
 //! match constle_sandbox::sandbox_end(&spec, status) {
@@ -179,6 +180,7 @@ mod error;
 mod init;
 mod launch;
 mod layout;
+mod netns;
 mod plan;
 mod private;
 mod resolve;
@@ -195,12 +197,13 @@ pub use error::{SandboxError, SetupCause, SetupFailure};
 pub use init::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, init_main};
 pub use launch::launch_main;
 pub use layout::{
-    AGENT_HOME, AGENT_ID, DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND,
-    RUN_DIR, STDIO_INSIDE, WRITABLE_ETC_FILES,
+    AGENT_HOME, AGENT_ID, CAPTURED_PORT, DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND,
+    LAUNCH_SUBCOMMAND, NAME_SERVER, RUN_DIR, STDIO_INSIDE, WRITABLE_ETC_FILES,
 };
+pub use netns::{NamespaceSockets, receive_sockets};
 pub use private::Private;
 pub use seccomp::seccomp_programs;
 pub use setup::{SandboxEnd, sandbox_end, setup_failure};
-pub use spec::{CommandIo, MIN_TMPFS_BYTES, Relay, SandboxSpec, TmpfsSizes};
+pub use spec::{CommandIo, MIN_TMPFS_BYTES, NameService, Relay, SandboxSpec, TmpfsSizes};
 pub use splice::{SpliceSocket, splice_bidirectional};
 pub use stdio::accept_stdio;

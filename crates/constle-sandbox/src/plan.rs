@@ -123,6 +123,7 @@ mod tests {
                 etc_files: BTreeMap::new(),
                 home: None,
                 home_inode: None,
+                name_service: None,
             },
             bwrap: "/usr/bin/bwrap".into(),
         };

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
-use std::net::SocketAddrV4;
+use std::net::{IpAddr, SocketAddrV4};
 use std::os::unix::fs::{FileTypeExt, MetadataExt as _};
 use std::path::{Component, Path, PathBuf};
 
@@ -130,6 +130,26 @@ pub struct SandboxSpec {
     /// The device and inode [`SandboxSpec::home`] must be, as
     /// [`SandboxSpec::workdir_inode`] for the work directory.
     pub home_inode: Option<(u64, u64)>,
+    /// A network namespace the launcher makes and sets up for a name
+    /// service served from the host; `None`: bwrap's own, holding nothing
+    /// but loopback.
+    #[serde(default)]
+    pub name_service: Option<NameService>,
+}
+
+/// What the launcher sets up in the sandbox's network namespace for the
+/// host to serve (see [`receive_sockets`](crate::receive_sockets)).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NameService {
+    /// A Unix socket the caller listens on: the launcher connects once and
+    /// sends the namespace's sockets, before bwrap starts. The caller
+    /// checks the peer is the process it started.
+    #[serde(with = "crate::plan::path")]
+    pub channel: PathBuf,
+    /// Address ranges routed to the namespace's loopback (the placeholder
+    /// pools), as address and prefix length: a connection to any address
+    /// in them reaches the namespace's own listeners.
+    pub local_routes: Vec<(IpAddr, u8)>,
 }
 
 /// The most each of the sandbox's file systems in memory may hold, in
@@ -181,6 +201,8 @@ pub(crate) struct CheckedSpec<'a> {
     pub stdio: Option<&'a Path>,
     pub tmpfs: TmpfsSizes,
     pub etc_files: &'a BTreeMap<String, String>,
+    /// Whether the sandbox gets a name service ([`SandboxSpec::name_service`]).
+    pub name_service: bool,
 }
 
 impl CheckedSpec<'_> {
@@ -255,6 +277,7 @@ impl SandboxSpec {
             stdio,
             tmpfs: check_tmpfs(self.tmpfs)?,
             etc_files: check_etc_files(&self.etc_files, self.rootfs.is_some())?,
+            name_service: self.name_service.is_some(),
         })
     }
 
@@ -743,6 +766,7 @@ mod check_tests {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
+            name_service: None,
         };
         base.check().unwrap();
 
@@ -899,6 +923,7 @@ mod check_tests {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
+            name_service: None,
         };
         assert_ne!(top, "tmp");
         // Not in the rootfs at all: the sandbox creates the mount point.
@@ -956,6 +981,7 @@ mod check_tests {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
+            name_service: None,
         };
         spec(work.clone()).check().unwrap();
         for (workdir, relation) in [
@@ -1021,6 +1047,7 @@ mod home_tests {
             workdir_inode: None,
             home: Some(root.join("home")),
             home_inode: None,
+            name_service: None,
             etc_files: BTreeMap::new(),
         }
     }

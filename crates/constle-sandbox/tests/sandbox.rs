@@ -29,9 +29,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use constle_sandbox::{
-    AGENT_HOME, CommandIo, DEFAULT_PATH, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND, Private,
-    Relay, SandboxError, SandboxSpec, TmpfsSizes, init_main, launch_main, sandbox_command,
-    seccomp_programs,
+    AGENT_HOME, CommandIo, DEFAULT_PATH, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND, NameService,
+    Private, Relay, SandboxError, SandboxSpec, TmpfsSizes, init_main, launch_main, receive_sockets,
+    sandbox_command, seccomp_programs,
 };
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use sha2::{Digest, Sha256};
@@ -52,6 +52,10 @@ fn main() {
     }
     let tests = vec![
         e2e("network_is_unreachable_v4_and_v6", network_is_unreachable),
+        e2e(
+            "a_name_service_namespace_reaches_the_host_only_as_a_peer",
+            name_service_namespace,
+        ),
         e2e(
             "host_abstract_sockets_unreachable",
             host_abstract_sockets_unreachable,
@@ -213,6 +217,7 @@ impl Fixture {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
+            name_service: None,
         }
     }
 
@@ -537,6 +542,108 @@ print("interfaces=" + ",".join(sorted(ifaces)))
     check(run.value("interfaces") == "lo", || {
         format!("interfaces: {run}")
     })
+}
+
+/// With a name service, the launcher's namespace: the host receives its
+/// sockets; a placeholder's port 443 reaches the capture listener (the
+/// accepted stream's local address is the placeholder), its other ports
+/// are refused at once and seen by the SYN watch, DNS reaches the host,
+/// and every other address still has no route.
+fn name_service_namespace() -> TestResult {
+    use std::os::unix::net::UnixListener;
+    let fx = Fixture::new();
+    let channel = fx.dir.path().join("names.sock");
+    let listener = UnixListener::bind(&channel).unwrap();
+    let mut spec = fx.python(
+        r#"
+import errno, socket
+def attempt(name, family, addr):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect(addr)
+        s.sendall(name.encode())
+        s.recv(1)
+        print(f"{name}=CONNECTED")
+    except OSError as e:
+        print(f"{name}={errno.errorcode.get(e.errno, e.errno)}")
+attempt("v4", socket.AF_INET, ("198.18.0.7", 443))
+attempt("v6", socket.AF_INET6, ("2001:2::c612:7", 443))
+attempt("v4_other_port", socket.AF_INET, ("198.18.0.7", 80))
+attempt("elsewhere", socket.AF_INET, ("203.0.113.10", 443))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.sendto(b"query", ("127.0.0.1", 53))
+print("resolv=" + open("/etc/resolv.conf").read().split()[1])
+"#,
+        &[],
+    );
+    spec.name_service = Some(NameService {
+        channel: channel.clone(),
+        local_routes: vec![
+            ("198.18.0.0".parse().unwrap(), 15),
+            ("2001:2::".parse().unwrap(), 48),
+        ],
+    });
+    let host = thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let sockets = receive_sockets(&stream).unwrap();
+        let mut seen = Vec::new();
+        for capture in [&sockets.capture_v4, &sockets.capture_v6] {
+            let (mut conn, _) = capture.accept().unwrap();
+            let mut name = [0u8; 2];
+            conn.read_exact(&mut name).unwrap();
+            conn.write_all(b"!").unwrap();
+            seen.push(format!(
+                "{} {}",
+                String::from_utf8_lossy(&name),
+                conn.local_addr().unwrap().ip()
+            ));
+        }
+        let mut datagram = [0u8; 16];
+        let (n, _) = sockets.dns_udp.recv_from(&mut datagram).unwrap();
+        seen.push(String::from_utf8_lossy(&datagram[..n]).into_owned());
+        seen.push(format!("syn to port {}", syn_port(&sockets.syn_v4)));
+        seen
+    });
+    let run = run_spec(&spec);
+    run.assert_success();
+    let seen = host.join().unwrap();
+    check(
+        seen == [
+            "v4 198.18.0.7",
+            "v6 2001:2::c612:7",
+            "query",
+            "syn to port 80",
+        ],
+        || format!("the host saw {seen:?}\n{run}"),
+    )?;
+    for (key, expected) in [
+        ("v4", "CONNECTED"),
+        ("v6", "CONNECTED"),
+        ("v4_other_port", "ECONNREFUSED"),
+        ("elsewhere", "ENETUNREACH"),
+        ("resolv", "127.0.0.1"),
+    ] {
+        check(run.value(key) == expected, || format!("{key}: {run}"))?;
+    }
+    Ok(())
+}
+
+/// The destination port of the first SYN (IPv4, IP header first) the raw
+/// socket holds that is not to port 443.
+fn syn_port(raw: &std::os::fd::OwnedFd) -> u16 {
+    let mut file = std::fs::File::from(raw.try_clone().unwrap());
+    loop {
+        let mut packet = [0u8; 128];
+        let n = file.read(&mut packet).unwrap();
+        let header = usize::from(packet[0] & 0x0f) * 4;
+        let tcp = &packet[header..n];
+        let port = u16::from_be_bytes([tcp[2], tcp[3]]);
+        let syn_only = tcp[13] & 0x12 == 0x02;
+        if syn_only && port != 443 {
+            return port;
+        }
+    }
 }
 
 fn host_abstract_sockets_unreachable() -> TestResult {

@@ -1,0 +1,301 @@
+//! The sandbox's own network namespace, for a spec with a
+//! [`NameService`]: made by the launcher before bwrap, which then shares it
+//! instead of making an empty one.
+//!
+//! In it, the launcher brings `lo` up, routes the placeholder ranges to it
+//! (`local … dev lo`, so a connection to any placeholder is delivered to
+//! this namespace's own listeners), binds the service sockets and sends
+//! them to `constle run` on the host over the spec's channel
+//! (`SCM_RIGHTS`), closing its own copies before bwrap starts. Served on
+//! the host, the sockets are reachable from inside only as a peer: nothing
+//! in the sandbox holds them, and the namespace belongs to a user
+//! namespace (the host's, or the launcher's own) in which the agent has no
+//! capability, so it can neither unbind, reroute nor sniff.
+//!
+//! The sockets, in the order they travel ([`NamespaceSockets`]):
+//! DNS over UDP and TCP on 127.0.0.1:53, the capture listeners on
+//! 0.0.0.0:443 and `[::]:443` (IPv6 only), and a raw TCP socket of each
+//! family, whose copy of every SYN tells the host about a connection to a
+//! placeholder's other ports (which the kernel refuses at once, there
+//! being no listener).
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd as _, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use netlink_packet_core::{NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST, NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::link::{LinkFlags, LinkMessage};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{Socket, SocketAddr as NetlinkAddr, protocols::NETLINK_ROUTE};
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::socket::{
+    AddressFamily as Family, Backlog, SockFlag, SockProtocol, SockType, SockaddrIn, SockaddrIn6,
+    bind, listen, setsockopt, socket, sockopt,
+};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
+};
+
+use crate::layout::{CAPTURED_PORT, NAME_SERVER};
+use crate::spec::NameService;
+
+/// How many descriptors travel, in [`NamespaceSockets`]'s order.
+const SOCKETS: usize = 6;
+
+/// `lo`'s index in a new network namespace.
+const LOOPBACK_INDEX: u32 = 1;
+
+/// The kernel's `local` routing table.
+const LOCAL_TABLE: u8 = 255;
+
+/// The sockets of a sandbox's network namespace, as the host receives them.
+#[derive(Debug)]
+pub struct NamespaceSockets {
+    /// DNS over UDP, on [`NAME_SERVER`] port 53.
+    pub dns_udp: UdpSocket,
+    /// DNS over TCP, on [`NAME_SERVER`] port 53.
+    pub dns_tcp: TcpListener,
+    /// Connections to an IPv4 placeholder's [`CAPTURED_PORT`] (listening
+    /// on `0.0.0.0`: the accepted stream's local address is the
+    /// placeholder).
+    pub capture_v4: TcpListener,
+    /// The same for IPv6 (`[::]`, IPv6 only).
+    pub capture_v6: TcpListener,
+    /// A raw IPv4 `IPPROTO_TCP` socket: a copy of every TCP segment the
+    /// namespace receives, IP header first. Only ever read.
+    pub syn_v4: OwnedFd,
+    /// The same for IPv6: TCP header only, the destination in an
+    /// `IPV6_PKTINFO` control message (asked for).
+    pub syn_v6: OwnedFd,
+}
+
+/// Why the namespace could not be set up.
+#[derive(Debug)]
+pub(crate) struct NetnsFailed {
+    pub what: String,
+    pub source: io::Error,
+}
+
+fn failed(what: impl Into<String>) -> impl FnOnce(nix::Error) -> NetnsFailed {
+    let what = what.into();
+    move |errno| NetnsFailed {
+        what,
+        source: errno.into(),
+    }
+}
+
+fn failed_io(what: impl Into<String>) -> impl FnOnce(io::Error) -> NetnsFailed {
+    let what = what.into();
+    move |source| NetnsFailed { what, source }
+}
+
+/// Moves the (single-threaded) launcher into a new network namespace, sets
+/// it up, and sends its sockets over `service.channel`. As root with
+/// `CAP_SYS_ADMIN` (`as_root`) the namespace belongs to the host's user
+/// namespace; otherwise to a new one of the launcher's own, which maps only
+/// the launcher's ids to themselves (bwrap's own user namespace, the
+/// agent's, is made inside it).
+pub(crate) fn enter(as_root: bool, service: &NameService) -> Result<(), NetnsFailed> {
+    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+    let flags = match as_root {
+        true => CloneFlags::CLONE_NEWNET,
+        false => CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWUSER,
+    };
+    unshare(flags).map_err(failed("cannot make the sandbox's network namespace"))?;
+    if !as_root {
+        map_self(uid.as_raw(), gid.as_raw())?;
+    }
+    loopback_up()?;
+    for &(address, prefix) in &service.local_routes {
+        route_locally(address, prefix)?;
+    }
+    let sockets = bind_all()?;
+    send(&service.channel, &sockets)
+}
+
+/// The new user namespace's only ids: the launcher's own.
+fn map_self(uid: u32, gid: u32) -> Result<(), NetnsFailed> {
+    let write = |file: &str, text: String| {
+        std::fs::write(format!("/proc/self/{file}"), text).map_err(failed_io(format!(
+            "cannot write the user namespace's {file}"
+        )))
+    };
+    write("setgroups", "deny".into())?;
+    write("uid_map", format!("{uid} {uid} 1\n"))?;
+    write("gid_map", format!("{gid} {gid} 1\n"))
+}
+
+fn loopback_up() -> Result<(), NetnsFailed> {
+    let mut link = LinkMessage::default();
+    link.header.index = LOOPBACK_INDEX;
+    link.header.flags = LinkFlags::Up;
+    link.header.change_mask = LinkFlags::Up;
+    request(RouteNetlinkMessage::SetLink(link), 0)
+        .map_err(failed_io("cannot bring the sandbox's loopback up"))
+}
+
+/// `ip route add local ADDRESS/PREFIX dev lo` (table `local`).
+fn route_locally(address: IpAddr, prefix: u8) -> Result<(), NetnsFailed> {
+    let mut route = RouteMessage::default();
+    route.header.address_family = match address {
+        IpAddr::V4(_) => AddressFamily::Inet,
+        IpAddr::V6(_) => AddressFamily::Inet6,
+    };
+    route.header.destination_prefix_length = prefix;
+    route.header.table = LOCAL_TABLE;
+    route.header.protocol = RouteProtocol::Boot;
+    route.header.scope = RouteScope::Host;
+    route.header.kind = RouteType::Local;
+    route.attributes = vec![
+        RouteAttribute::Destination(RouteAddress::from(address)),
+        RouteAttribute::Oif(LOOPBACK_INDEX),
+    ];
+    request(RouteNetlinkMessage::NewRoute(route), NLM_F_CREATE).map_err(failed_io(format!(
+        "cannot route {address}/{prefix} to the sandbox's loopback"
+    )))
+}
+
+/// Sends one request and waits for the kernel's acknowledgement.
+fn request(message: RouteNetlinkMessage, flags: u16) -> io::Result<()> {
+    let mut packet = NetlinkMessage::from(message);
+    packet.header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+    packet.finalize();
+    let mut bytes = vec![0; packet.buffer_len()];
+    packet.serialize(&mut bytes);
+    let mut socket = Socket::new(NETLINK_ROUTE)?;
+    socket.bind_auto()?;
+    socket.connect(&NetlinkAddr::new(0, 0))?;
+    socket.send(&bytes, 0)?;
+    let (reply, _) = socket.recv_from_full()?;
+    let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&reply)
+        .map_err(|e| io::Error::other(format!("unreadable netlink reply: {e}")))?;
+    match reply.payload {
+        NetlinkPayload::Error(error) if error.code.is_some() => Err(error.to_io()),
+        NetlinkPayload::Error(_) => Ok(()),
+        other => Err(io::Error::other(format!(
+            "unexpected netlink reply {other:?}"
+        ))),
+    }
+}
+
+/// Every socket, bound in the current (the sandbox's) namespace.
+fn bind_all() -> Result<[OwnedFd; SOCKETS], NetnsFailed> {
+    let dns = SocketAddr::from((NAME_SERVER, 53));
+    let any_v4 = SocketAddr::from((Ipv4Addr::UNSPECIFIED, CAPTURED_PORT));
+    let any_v6 = SocketAddr::from((Ipv6Addr::UNSPECIFIED, CAPTURED_PORT));
+    Ok([
+        bound(dns, SockType::Datagram)?,
+        listening(dns)?,
+        listening(any_v4)?,
+        listening(any_v6)?,
+        raw(Family::Inet)?,
+        raw(Family::Inet6)?,
+    ])
+}
+
+fn bound(at: SocketAddr, kind: SockType) -> Result<OwnedFd, NetnsFailed> {
+    let what = || format!("cannot bind {at} in the sandbox's network namespace");
+    let family = match at {
+        SocketAddr::V4(_) => Family::Inet,
+        SocketAddr::V6(_) => Family::Inet6,
+    };
+    let fd = socket(family, kind, SockFlag::SOCK_CLOEXEC, None).map_err(failed(what()))?;
+    match at {
+        SocketAddr::V4(v4) => bind(fd.as_raw_fd(), &SockaddrIn::from(v4)),
+        SocketAddr::V6(v6) => {
+            setsockopt(&fd, sockopt::Ipv6V6Only, &true).map_err(failed(what()))?;
+            bind(fd.as_raw_fd(), &SockaddrIn6::from(v6))
+        }
+    }
+    .map_err(failed(what()))?;
+    Ok(fd)
+}
+
+fn listening(at: SocketAddr) -> Result<OwnedFd, NetnsFailed> {
+    let fd = bound(at, SockType::Stream)?;
+    listen(&fd, Backlog::MAXCONN).map_err(failed(format!("cannot listen on {at}")))?;
+    Ok(fd)
+}
+
+fn raw(family: Family) -> Result<OwnedFd, NetnsFailed> {
+    let fd = socket(
+        family,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::Tcp,
+    )
+    .map_err(failed("cannot open the sandbox's SYN watch"))?;
+    if family == Family::Inet6 {
+        setsockopt(&fd, sockopt::Ipv6RecvPacketInfo, &true)
+            .map_err(failed("cannot open the sandbox's SYN watch"))?;
+    }
+    Ok(fd)
+}
+
+/// Connects to the host's `channel` and sends every socket in one message.
+fn send(channel: &Path, sockets: &[OwnedFd; SOCKETS]) -> Result<(), NetnsFailed> {
+    let what = || format!("cannot send the sandbox's sockets to {}", channel.display());
+    let stream = UnixStream::connect(channel).map_err(failed_io(what()))?;
+    let fds: Vec<BorrowedFd<'_>> = sockets.iter().map(AsFd::as_fd).collect();
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(SOCKETS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(failed_io(what())(io::Error::other(
+            "no room for the descriptors",
+        )));
+    }
+    match sendmsg(
+        &stream,
+        &[IoSlice::new(b"n")],
+        &mut control,
+        SendFlags::empty(),
+    ) {
+        Ok(1) => Ok(()),
+        Ok(_) => Err(failed_io(what())(io::Error::other("short write"))),
+        Err(errno) => Err(failed_io(what())(errno.into())),
+    }
+}
+
+/// Receives a launcher's sockets from `stream` (accepted on the channel,
+/// its peer checked by the caller).
+pub fn receive_sockets(stream: &UnixStream) -> io::Result<NamespaceSockets> {
+    let mut byte = [0u8; 1];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(SOCKETS))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let received = recvmsg(
+        stream,
+        &mut [IoSliceMut::new(&mut byte)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    if received.flags.contains(ReturnFlags::CTRUNC) {
+        return Err(io::Error::other("the sandbox's sockets arrived truncated"));
+    }
+    let fds: Vec<OwnedFd> = control
+        .drain()
+        .filter_map(|message| match message {
+            RecvAncillaryMessage::ScmRights(fds) => Some(fds),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let [dns_udp, dns_tcp, capture_v4, capture_v6, syn_v4, syn_v6]: [OwnedFd; SOCKETS] =
+        fds.try_into().map_err(|got: Vec<OwnedFd>| {
+            io::Error::other(format!("expected {SOCKETS} sockets, got {}", got.len()))
+        })?;
+    Ok(NamespaceSockets {
+        dns_udp: dns_udp.into(),
+        dns_tcp: dns_tcp.into(),
+        capture_v4: capture_v4.into(),
+        capture_v6: capture_v6.into(),
+        syn_v4,
+        syn_v6,
+    })
+}
