@@ -244,10 +244,8 @@ async fn closed_at_once(served: &Served, address: SocketAddr) -> bool {
     let mut stream = served.connect(address).await.unwrap();
     let _ = stream.write_all(b"client hello").await;
     let mut rest = Vec::new();
-    match tokio::time::timeout(WAIT, stream.read_to_end(&mut rest)).await {
-        Ok(Ok(0)) | Ok(Err(_)) => true,
-        _ => false,
-    }
+    let read = tokio::time::timeout(WAIT, stream.read_to_end(&mut rest)).await;
+    matches!(read, Ok(Ok(0) | Err(_)))
 }
 
 #[tokio::test]

@@ -55,7 +55,7 @@ impl Namespace {
                 job();
             }
         });
-        started.recv().unwrap();
+        started.recv().unwrap().unwrap();
         Namespace { jobs }
     }
 
@@ -69,16 +69,21 @@ impl Namespace {
     }
 }
 
-fn enter() {
-    unshare(CloneFlags::CLONE_NEWNET).unwrap();
+/// Moves this thread into a new network namespace prepared as the
+/// launcher prepares the sandbox's; what failed, if anything.
+fn enter() -> Result<(), String> {
+    unshare(CloneFlags::CLONE_NEWNET).map_err(|e| format!("unshare: {e}"))?;
     for args in [
         &["link", "set", "lo", "up"][..],
         &["route", "add", "local", "198.18.0.0/15", "dev", "lo"],
         &["-6", "route", "add", "local", "2001:2::/48", "dev", "lo"],
     ] {
-        let status = Command::new("ip").args(args).status().unwrap();
-        assert!(status.success(), "ip {args:?}");
+        let status = Command::new("ip").args(args).status();
+        if !status.as_ref().is_ok_and(|s| s.success()) {
+            return Err(format!("ip {args:?}: {status:?}"));
+        }
     }
+    Ok(())
 }
 
 /// The sockets the launcher binds: DNS on 127.0.0.1:53, capture on
