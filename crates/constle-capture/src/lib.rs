@@ -27,7 +27,11 @@
 //!   name, a proxy that answers anything else, no proxy: reset at once.
 //! - **SYN watch** (raw TCP sockets): nothing listens on a placeholder's
 //!   other ports, so the kernel resets a connection there at once; the
-//!   watch sees the SYN and records [`Event::PortRefused`].
+//!   watch sees the SYN and records [`Event::PortRefused`]. It reads as
+//!   fast as the recorder takes events; SYNs that come faster wait in the
+//!   raw socket's receive buffer, and past it the kernel drops them
+//!   unseen (they are refused all the same, but not recorded): a paced
+//!   recorder cannot slow the agent here, since the kernel answers.
 //!
 //! A recorder's `Err` stops the whole service ([`serve`] returns
 //! [`CaptureError::Record`]): no more replies, no more connections.

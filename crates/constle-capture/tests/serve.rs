@@ -282,6 +282,19 @@ async fn a_connection_the_proxy_refuses_is_closed() {
 }
 
 #[tokio::test]
+async fn without_a_proxy_a_captured_connection_is_closed() {
+    if !can_run("without_a_proxy_a_captured_connection_is_closed") {
+        return;
+    }
+    let mut served = start().await;
+    assert_eq!(resolve(&served, ALLOWED, RecordType::A).await, [ip(V4)]);
+    served.proxy_fails();
+    assert!(closed_at_once(&served, SocketAddr::new(ip(V4), 443)).await);
+    assert_eq!(served.proxy.heads(), Vec::<String>::new());
+    served.server.abort();
+}
+
+#[tokio::test]
 async fn a_syn_to_another_port_of_a_placeholder_is_refused_and_recorded() {
     if !can_run("a_syn_to_another_port_of_a_placeholder_is_refused_and_recorded") {
         return;

@@ -213,7 +213,7 @@ pub struct Served {
     pub log: Log,
     pub proxy: Proxy,
     pub server: JoinHandle<Result<Infallible, CaptureError>>,
-    _proxy_address: watch::Sender<Option<SocketAddr>>,
+    proxy_address: Option<watch::Sender<Option<SocketAddr>>>,
 }
 
 impl Served {
@@ -245,7 +245,15 @@ impl Served {
             log,
             proxy,
             server,
-            _proxy_address: proxy_address,
+            proxy_address: Some(proxy_address),
+        }
+    }
+
+    /// The proxy's address is taken back and will never come: as when
+    /// the proxy did not start.
+    pub fn proxy_fails(&mut self) {
+        if let Some(address) = self.proxy_address.take() {
+            address.send_replace(None);
         }
     }
 
