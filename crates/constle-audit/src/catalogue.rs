@@ -334,6 +334,42 @@ catalogue! {
     /// The proxy refused a request (the fields of `network_allowed`).
     network_blocked => NetworkBlocked(NetworkAllowed)
 
+    /// The sandbox's resolver gave a name its placeholders (once a name).
+    dns_resolved => DnsResolved {
+        /// The name, as the egress policy spells it.
+        name: String,
+        /// Its IPv4 placeholder.
+        ipv4: String,
+        /// Its IPv6 placeholder.
+        ipv6: String,
+        /// The stdio MCP server whose resolver it was.
+        server: OrOmitted<String>,
+    }
+
+    /// The sandbox's resolver refused a query.
+    dns_refused => DnsRefused {
+        /// The name asked for, escaped and bounded.
+        name: Option<String>,
+        /// The query type (`A`, `TXT`, `TYPE65280`).
+        qtype: Option<String>,
+        /// Why (`dns_not_allowed`, …).
+        reason: String,
+        /// The stdio MCP server whose resolver it was.
+        server: OrOmitted<String>,
+    }
+
+    /// A connection to a placeholder's port other than 443, refused.
+    capture_refused => CaptureRefused {
+        /// The placeholder connected to.
+        address: String,
+        /// The port.
+        port: u16,
+        /// The name the placeholder stands for, if it was given out.
+        name: Option<String>,
+        /// The stdio MCP server whose sandbox it was.
+        server: OrOmitted<String>,
+    }
+
     /// An MCP gate refused a request itself.
     mcp_refused => McpRefused {
         /// The server's id.

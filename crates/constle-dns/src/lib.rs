@@ -91,5 +91,7 @@ mod resolver;
 pub use decision::{Answer, Answered, Decision, QueryType, Reason, Refused};
 pub use name::MAX_RECORDED_BYTES;
 pub use policy::SPECIAL_USE_NAMES;
-pub use pool::{DEFAULT_MAX_NAMES, PLACEHOLDER_IPV4, PLACEHOLDER_IPV6, POOL_ADDRESSES};
+pub use pool::{
+    DEFAULT_MAX_NAMES, PLACEHOLDER_IPV4, PLACEHOLDER_IPV6, POOL_ADDRESSES, placeholders,
+};
 pub use resolver::{Resolver, TTL_SECONDS, Transport};

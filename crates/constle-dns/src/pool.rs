@@ -70,6 +70,13 @@ impl Pool {
     }
 }
 
+/// Both placeholders of the name whose placeholder (of either family)
+/// `address` is; `None` for an address outside the pool.
+pub fn placeholders(address: IpAddr) -> Option<(Ipv4Addr, Ipv6Addr)> {
+    let slot = slot_of(address)?;
+    Some((ipv4(slot), ipv6(slot)))
+}
+
 /// The IPv4 placeholder of `slot`.
 pub(crate) fn ipv4(slot: u32) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(PLACEHOLDER_IPV4.0) + 1 + slot)
@@ -120,6 +127,21 @@ mod tests {
         let last = u32::try_from(POOL_ADDRESSES - 1).unwrap();
         assert_eq!(ipv4(last), Ipv4Addr::new(198, 19, 255, 254));
         assert_eq!(ipv6(last), "2001:2::c613:fffe".parse::<Ipv6Addr>().unwrap());
+    }
+
+    #[test]
+    fn either_placeholder_gives_both() {
+        let both = Some((ipv4(7), ipv6(7)));
+        assert_eq!(placeholders(IpAddr::V4(ipv4(7))), both);
+        assert_eq!(placeholders(IpAddr::V6(ipv6(7))), both);
+        for outside in [
+            "198.18.0.0",
+            "198.20.0.1",
+            "2001:2:0:1::c612:1",
+            "127.0.0.1",
+        ] {
+            assert_eq!(placeholders(outside.parse().unwrap()), None, "{outside}");
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod limits;
 mod llm;
 mod llm_spend;
 mod mcp;
+mod names;
 mod options;
 mod output;
 mod plan;

@@ -23,6 +23,7 @@ use crate::bridge;
 use crate::error::{RunError, io};
 use crate::events::record;
 use crate::hidden::private_dir;
+use crate::names::Names;
 use crate::options::RunOptions;
 
 /// Where a sandbox finds its proxy.
@@ -32,6 +33,9 @@ pub(crate) const PROXY_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALH
 pub(crate) struct Proxy {
     pub(crate) relay: Relay,
     bridge: JoinHandle<()>,
+    /// The sandbox's resolver and captured connections, which go through
+    /// this proxy.
+    names: Names,
     squid: Starting,
     log: Arc<AuditLog>,
     server: Option<String>,
@@ -59,6 +63,8 @@ pub(crate) enum ProxyTrouble {
     NotStarted(RunError),
     Died(String),
     NotRecorded(String),
+    /// The sandbox's name service failed (an event it could not record).
+    NamesFailed(String),
 }
 
 impl Proxy {
@@ -78,6 +84,7 @@ impl Proxy {
             Some(id) => sockets.join(format!("proxy-{id}.sock")),
         };
         let (target, address) = watch::channel(None);
+        let names = Names::start(policy, address.clone(), sockets, log, server)?;
         let bridge = bridge::forward(&socket, address)
             .map_err(io(format!("cannot bind {}", socket.display())))?;
         let (run_dir, policy) = (dir.path().to_path_buf(), policy.clone());
@@ -93,11 +100,23 @@ impl Proxy {
                 host_socket: socket,
             },
             bridge,
+            names,
             squid: Starting::Pending { start, target },
             log: Arc::clone(log),
             server: server.map(str::to_owned),
             _dir: dir,
         })
+    }
+
+    /// What the sandbox's launcher sets up for the name service.
+    pub(crate) fn name_service(&self) -> constle_sandbox::NameService {
+        self.names.spec()
+    }
+
+    /// The sandbox's launcher was started as `pid`: only it may hand over
+    /// the name service's sockets.
+    pub(crate) fn launched(&mut self, pid: Option<u32>) {
+        self.names.launched(pid);
     }
 
     /// Waits until Squid accepts connections; from then on the bridge
@@ -152,6 +171,13 @@ impl Proxy {
     /// Resolves when the proxy stops working: Squid did not start, exited,
     /// or its decisions can no longer be recorded.
     pub(crate) async fn trouble(&mut self) -> ProxyTrouble {
+        tokio::select! {
+            why = self.names.failure() => ProxyTrouble::NamesFailed(why),
+            trouble = self.squid_trouble() => trouble,
+        }
+    }
+
+    async fn squid_trouble(&mut self) -> ProxyTrouble {
         if let Err(err) = self.ready().await {
             return ProxyTrouble::NotStarted(err);
         }
@@ -179,6 +205,7 @@ impl Proxy {
     /// still logs them.
     pub(crate) fn close(&self) {
         self.bridge.abort();
+        self.names.close();
     }
 
     /// Stops Squid and waits until every decision it logged is recorded.
@@ -187,6 +214,7 @@ impl Proxy {
     /// start leaves nothing behind when dropped.
     pub(crate) async fn stop(self) -> Result<(), RunError> {
         self.bridge.abort();
+        self.names.close();
         match self.squid {
             Starting::Pending { start, .. } => {
                 start.abort();

@@ -302,7 +302,7 @@ impl Started {
         // Next: on cgroup v2, constle may have to move itself into a cgroup
         // of its own, before anything it starts would share its old one.
         let limits = RunLimits::create(manifest)?;
-        let proxy = EgressPolicy::from_network(&manifest.sandbox.network)
+        let mut proxy = EgressPolicy::from_network(&manifest.sandbox.network)
             .map(|policy| Proxy::start(&policy, options, sockets.path(), log, None))
             .transpose()?;
         // Squid's start is the slowest of all: it begins at its task's first
@@ -368,6 +368,7 @@ impl Started {
             .chain(a2a.iter().map(|a| a.relay().clone()))
             .collect();
         spec.cgroup_procs = limits.procs_files();
+        spec.name_service = proxy.as_ref().map(Proxy::name_service);
         laps.lap();
         let workdir = workdir::prepare(&spec.workdir, host_id.as_ref(), log, Dir::Agent).await?;
         spec.workdir_inode = Some(workdir.inode());
@@ -396,6 +397,9 @@ impl Started {
                 return Err(err);
             }
         };
+        if let Some(proxy) = &mut proxy {
+            proxy.launched(agent.child.id());
+        }
         Ok(Started {
             log: Arc::clone(log),
             agent,
@@ -601,6 +605,9 @@ async fn proxy_failed(
         ProxyTrouble::Died(status) => format!("{whose} exited: {status}"),
         ProxyTrouble::NotRecorded(error) => {
             format!("{whose}'s decisions could not be recorded: {error}")
+        }
+        ProxyTrouble::NamesFailed(error) => {
+            format!("the name service beside {whose} failed: {error}")
         }
     };
     let failed = EgressFailed {
