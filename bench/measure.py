@@ -306,8 +306,8 @@ class Bench:
         hosts = ["--hosts-file", str(self.hosts)] if restricted else []
         return [self.args.constle, "run", *hosts, str(agentfile)]
 
-    def client_agent(self, name, *client_args, linger=0.0):
-        command = ["python3", "tunnel_client.py", "--via-proxy", "--host", HOST_NAME]
+    def client_agent(self, name, *client_args, linger=0.0, how="--via-proxy"):
+        command = ["python3", "tunnel_client.py", how, "--host", HOST_NAME]
         if linger:
             command += ["--linger", str(linger)]
         return self.constle_cmd(self.agentfile(name, command + list(client_args), True), True)
@@ -451,9 +451,23 @@ class Bench:
         out, _ = run_plain(self.client_agent("bench-connect", "latency", k), self.env, self.dir, timeout,
                            "constle run of the latency agent")
         proxy = result_line(out, "proxied latency")["samples_us"]
-        allowed = sum(1 for line in self.home.glob("logs/bench-connect-*.jsonl")
+        progress(f"CONNECT latency: {k} captured connections (the name's placeholder, no proxy setting)")
+        out, _ = run_plain(self.client_agent("bench-captured", "latency", k, how="--captured"), self.env,
+                           self.dir, timeout, "constle run of the captured latency agent")
+        captured = result_line(out, "captured latency")["samples_us"]
+        allowed = sum(1 for agent in ("bench-connect", "bench-captured")
+                      for line in self.home.glob(f"logs/{agent}-*.jsonl")
                       for l in line.read_text().splitlines() if '"network_allowed"' in l)
-        return direct, proxy, allowed
+        return direct, proxy, captured, allowed
+
+    # 4. Name lookups inside the sandbox
+    def lookups(self):
+        k = str(self.args.connects)
+        progress(f"lookups: {k} of an allowed name, {k} of a refused one, in the sandbox")
+        out, _ = run_plain(self.client_agent("bench-lookup", "lookup", k, how="--captured"), self.env,
+                           self.dir, 60 + self.args.connects, "constle run of the lookup agent")
+        found = result_line(out, "lookups")
+        return found["allowed_us"], found["refused_us"]
 
 
 def make_tree(root, files):
@@ -475,7 +489,7 @@ def ms(seconds, digits=1):
 def print_workdir_table(args, walls, cpus, checks):
     p = print
     p()
-    p(f"4. The work directory's checks: agent `true`, egress none, a work directory of N small files")
+    p(f"5. The work directory's checks: agent `true`, egress none, a work directory of N small files")
     p(f"   ({args.runs} runs each, interleaved, after {WARMUP_RUNS} warm-ups). checks = run_finished.phases_us.workdir")
     p("   (the walk before the sandbox starts and the one after it is gone, in constle's own clock);")
     p("   share = checks / the run's wall time; CPU as in 1.")
@@ -492,7 +506,8 @@ def print_workdir_table(args, walls, cpus, checks):
           f"   {wall / base:4.2f}x, CPU {cpu / base_cpu:4.2f}x{aim}")
 
 
-def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, direct_lat, proxy_lat, allowed):
+def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, latencies, lookups):
+    direct_lat, proxy_lat, captured_lat, allowed = latencies
     p = print
     p()
     p(f"Constle benchmarks: {os.cpu_count()} CPUs, shared. Medians and percentiles of repeated runs;")
@@ -603,7 +618,18 @@ def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, direct_
     p(f"   {'direct TCP connect + banner (baseline)':<44} {ms(dp50, 3)} {ms(dp99, 3)}")
     p(f"   {'CONNECT through the proxy, from the sandbox':<44} {ms(xp50, 3)} {ms(xp99, 3)}"
       f"   {xp50 / dp50:5.1f}x, {xp99 / dp99:5.1f}x  (+{(xp50 - dp50) * 1000:.2f} ms at p50)")
-    p(f"   audit log: {allowed} network_allowed events for {args.connects + 1} CONNECTs")
+    cp50, cp99 = percentile(captured_lat, 50) / 1e6, percentile(captured_lat, 99) / 1e6
+    p(f"   {'captured: the placeholder, no proxy setting':<44} {ms(cp50, 3)} {ms(cp99, 3)}"
+      f"   {cp50 / dp50:5.1f}x, {cp99 / dp99:5.1f}x  (+{(cp50 - dp50) * 1000:.2f} ms at p50;"
+      f" {cp50 / xp50:.2f}x the proxied p50)")
+    p(f"   audit log: {allowed} network_allowed events for {2 * (args.connects + 1)} CONNECTs")
+    p()
+    found, refused = lookups
+    p(f"4. lookups in the sandbox (getaddrinfo, sequential: {len(found)} of an allowed name, {len(refused)}"
+      " of a refused one, whose A and AAAA queries stay inside the refusals' burst)")
+    p(f"   {'':44} {'p50':>10} {'p99':>10}")
+    for label, samples in (("allowed name (its placeholder)", found), ("refused name (NXDOMAIN)", refused)):
+        p(f"   {label:<44} {ms(percentile(samples, 50) / 1e6, 3)} {ms(percentile(samples, 99) / 1e6, 3)}")
 
 
 def main():
@@ -627,7 +653,8 @@ def main():
         bench.preflight()
         walls, cpus, phases = bench.overhead()
         workdir = bench.workdir_checks()
-        direct_lat, proxy_lat, allowed = bench.latency()
+        latencies = bench.latency()
+        lookups = bench.lookups()
         rates, seconds, cpu, machine = bench.throughput()
     except Failed as err:
         print(f"bench: FAILED: {err}", file=sys.stderr)
@@ -635,7 +662,7 @@ def main():
     except Interrupted as signame:
         print(f"bench: stopped by {signame}", file=sys.stderr)
         return 130
-    print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, direct_lat, proxy_lat, allowed)
+    print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, latencies, lookups)
     print_workdir_table(args, *workdir)
     return 0
 

@@ -11,8 +11,12 @@
 #    (relay in the sandbox, Unix socket, host bridge, Squid) to a simulated
 #    host that echoes, against the same client connecting to that host
 #    directly; with the CPU time each process spent;
-# 3. CONNECT setup latency, p50 and p99, against a direct TCP connect;
-# 4. the work directory's checks before and after a run, for work
+# 3. CONNECT setup latency, p50 and p99, against a direct TCP connect:
+#    through HTTPS_PROXY, and captured (the agent looks the name up in the
+#    sandbox, gets a placeholder and connects to it with no proxy setting);
+# 4. lookups inside the sandbox (getaddrinfo of an allowed name and of a
+#    refused one), p50 and p99;
+# 5. the work directory's checks before and after a run, for work
 #    directories of 0, 10 000 and 100 000 files: their time (from
 #    run_finished.phases_us.workdir) and its share of the run's wall time.
 #

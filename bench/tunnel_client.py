@@ -1,9 +1,11 @@
 """The benchmark client of bench/run.sh: one program for both sides.
 
 Inside the sandbox (as the agent, `--via-proxy`) it reaches the simulated
-host through the egress proxy named by HTTPS_PROXY with a CONNECT; on the
-host (`--direct ADDRESS`) it connects to the same namespace listener
-straight, without any proxy. Everything after the connection is the same
+host through the egress proxy named by HTTPS_PROXY with a CONNECT; as the
+agent with `--captured`, it looks the host's name up (the sandbox's resolver
+answers a placeholder) and connects to that address, which constle turns
+into the same CONNECT; on the host (`--direct ADDRESS`) it connects to the
+same namespace listener straight, without any proxy. Everything after the connection is the same
 code, so the two differ only in the path the bytes take.
 
 The simulated host (constle-testkit's TestHost) writes one banner line,
@@ -23,6 +25,10 @@ Subcommands, each printing one line `RESULT <json>` on stdout:
                 path twice (up, and back as the echo). Then closes. Also
                 reports the machine's CPU time (/proc/stat) over that time.
   probe         one connection, prints the banner.
+  lookup K      K lookups of --host (getaddrinfo, after one untimed), then
+                at most 40 of a name the resolver refuses (their 80 queries,
+                A and AAAA, stay inside the burst past which refusals are
+                paced); every sample in microseconds.
 
 Python standard library only: it runs on the host's python3 in the sandbox.
 """
@@ -66,8 +72,9 @@ def read_until(conn, buf, marker):
 def open_tunnel(args):
     """Connects, through the proxy or directly, and reads the banner line.
     Returns the socket and the banner."""
-    if args.direct:
-        conn = socket.create_connection((args.direct, args.port), timeout=TIMEOUT)
+    if args.direct or args.captured:
+        address = args.direct or args.captured_address
+        conn = socket.create_connection((address, args.port), timeout=TIMEOUT)
         buf = bytearray()
     else:
         conn = socket.create_connection(args.proxy, timeout=TIMEOUT)
@@ -103,6 +110,27 @@ def latency(args):
         samples.append((time.perf_counter_ns() - start) // 1000)
         conn.close()
     return {"banner": banner, "samples_us": samples}
+
+
+def lookup(args):
+    """Lookups as a client makes them: getaddrinfo of a name and port."""
+    def timed(name, allowed, count):
+        samples = []
+        for _ in range(count):
+            start = time.perf_counter_ns()
+            try:
+                socket.getaddrinfo(name, args.port, type=socket.SOCK_STREAM)
+                found = True
+            except socket.gaierror:
+                found = False
+            samples.append((time.perf_counter_ns() - start) // 1000)
+            if found != allowed:
+                raise Failure(f"{name} {'did not resolve' if allowed else 'resolved'}")
+        return samples
+
+    socket.getaddrinfo(args.host, args.port)  # warm-up: the name gets its placeholder
+    return {"allowed_us": timed(args.host, True, args.count),
+            "refused_us": timed("refused.example.net", False, min(args.count, 40))}
 
 
 CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -178,6 +206,8 @@ def main():
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--via-proxy", action="store_true", help="CONNECT through HTTPS_PROXY")
     where.add_argument("--direct", metavar="ADDRESS", help="connect straight to ADDRESS")
+    where.add_argument("--captured", action="store_true",
+                       help="look --host up and connect to the placeholder, no proxy")
     parser.add_argument("--host", default="api.groq.com", help="the name to CONNECT to (proxy only)")
     parser.add_argument("--port", type=int, default=443)
     parser.add_argument(
@@ -188,13 +218,19 @@ def main():
     sub.add_parser("probe")
     p = sub.add_parser("latency")
     p.add_argument("count", type=int)
+    p = sub.add_parser("lookup")
+    p.add_argument("count", type=int)
     p = sub.add_parser("throughput")
     p.add_argument("mib", type=int)
     args = parser.parse_args()
     try:
         if args.via_proxy:
             args.proxy = proxy_address()
-        result = {"probe": probe, "latency": latency, "throughput": throughput}[args.what](args)
+        if args.captured:
+            args.captured_address = socket.getaddrinfo(
+                args.host, args.port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+        result = {"probe": probe, "latency": latency, "throughput": throughput,
+                  "lookup": lookup}[args.what](args)
     except (Failure, OSError) as err:
         print(f"tunnel_client: {args.what}: {err}", file=sys.stderr)
         return 1

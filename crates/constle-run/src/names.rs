@@ -7,10 +7,12 @@
 //! for every refusal, paced like the gates' refusals so a flood slows the
 //! agent's lookups and drops nothing.
 
+use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::net::UnixListener as StdUnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use constle_audit::catalogue::{CaptureRefused, DnsRefused, DnsResolved};
 use constle_audit::{AuditLog, Event};
@@ -19,8 +21,8 @@ use constle_dns::Resolver;
 use constle_egress::EgressPolicy;
 use constle_mcp_gate::Pace;
 use tokio::net::UnixListener;
-use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
 
 use crate::error::{RunError, io};
 use crate::events::record;
@@ -32,21 +34,43 @@ fn local_routes() -> Vec<(IpAddr, u8)> {
     vec![(v4.into(), v4_prefix), (v6.into(), v6_prefix)]
 }
 
-/// A sandbox's name service, from before its launcher starts.
+/// The name service of a sandbox's launches (one for the agent, one per
+/// session for a stdio server), from before the first launcher starts.
 pub(crate) struct Names {
     channel: PathBuf,
-    launcher: Option<oneshot::Sender<u32>>,
+    launches: Launches,
     /// Why the service failed, once it has.
     failed: watch::Receiver<Option<String>>,
     task: JoinHandle<()>,
 }
 
+/// Tells the service which launcher it is to take sockets from next.
+#[derive(Clone)]
+pub(crate) struct Launches(mpsc::UnboundedSender<u32>);
+
+impl Launches {
+    /// The sandbox's launcher was started as `pid`: only a launcher so
+    /// announced may hand over sockets, once.
+    pub(crate) fn launched(&self, pid: Option<u32>) {
+        if let Some(pid) = pid {
+            let _ = self.0.send(pid);
+        }
+    }
+}
+
+/// What each launch's service shares.
+struct Shared {
+    policy: EgressPolicy,
+    proxy: watch::Receiver<Option<SocketAddr>>,
+    recorder: Arc<NameLog>,
+}
+
 impl Names {
-    /// Binds the channel under `sockets` and waits, in a task, for the
-    /// launcher's sockets, then serves them: names `policy` allows
-    /// resolve, and captured connections go through the proxy at `proxy`'s
-    /// address. Events name `server`
-    /// when the sandbox is a stdio MCP server's.
+    /// Binds the channel under `sockets` and waits, in a task, for each
+    /// announced launcher's sockets, then serves them, each sandbox with a
+    /// resolver of its own: names `policy` allows resolve, and captured
+    /// connections go through the proxy at `proxy`'s address. Events name
+    /// `server` when the sandbox is a stdio MCP server's.
     pub(crate) fn start(
         policy: &EgressPolicy,
         proxy: watch::Receiver<Option<SocketAddr>>,
@@ -62,24 +86,24 @@ impl Names {
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .and_then(UnixListener::from_std)
             .map_err(io(format!("cannot bind {}", channel.display())))?;
-        let (launcher, pid) = oneshot::channel();
-        let resolver = Resolver::new(Some(policy));
-        let recorder = NameLog {
-            log: Arc::clone(log),
-            pace: Pace::for_refusals(),
-            server: server.map(str::to_owned),
+        let (launches, pids) = mpsc::unbounded_channel();
+        let shared = Shared {
+            policy: policy.clone(),
+            proxy,
+            recorder: Arc::new(NameLog {
+                log: Arc::clone(log),
+                pace: Pace::for_refusals(),
+                server: server.map(str::to_owned),
+            }),
         };
         let (fail, failed) = watch::channel(None);
         let task = tokio::spawn(async move {
-            let why = match receive(listener, pid).await {
-                Ok(sockets) => serve(sockets, resolver, proxy, recorder).await,
-                Err(err) => err,
-            };
+            let why = serve_launches(listener, pids, shared).await;
             let _ = fail.send(Some(why));
         });
         Ok(Names {
             channel,
-            launcher: Some(launcher),
+            launches: Launches(launches),
             failed,
             task,
         })
@@ -93,11 +117,9 @@ impl Names {
         }
     }
 
-    /// Only the launcher with this pid may hand over the sockets.
-    pub(crate) fn launched(&mut self, pid: Option<u32>) {
-        if let (Some(launcher), Some(pid)) = (self.launcher.take(), pid) {
-            let _ = launcher.send(pid);
-        }
+    /// Where to announce each launcher.
+    pub(crate) fn launches(&self) -> Launches {
+        self.launches.clone()
     }
 
     /// Takes no new query or connection; those open end.
@@ -130,54 +152,104 @@ impl Drop for Names {
     }
 }
 
-/// The first connection from the launcher (checked by its pid) on the
-/// channel, and the sockets it sends.
-async fn receive(listener: UnixListener, pid: oneshot::Receiver<u32>) -> Result<Sockets, String> {
-    let Ok(pid) = pid.await else {
-        return std::future::pending().await;
-    };
+/// Takes each announced launcher's sockets (a connection from anyone else
+/// is dropped) and serves them, until one service fails: why.
+async fn serve_launches(
+    listener: UnixListener,
+    mut pids: mpsc::UnboundedReceiver<u32>,
+    shared: Shared,
+) -> String {
+    let mut expected = HashSet::new();
+    let mut serving = JoinSet::new();
     loop {
-        let (stream, _) = listener
-            .accept()
-            .await
-            .map_err(|e| format!("the name service's channel failed: {e}"))?;
-        let peer = stream.peer_cred().ok().and_then(|cred| cred.pid());
-        if peer != i32::try_from(pid).ok() {
-            continue;
+        tokio::select! {
+            Some(pid) = pids.recv() => {
+                expected.insert(pid);
+            }
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => return format!("the name service's channel failed: {e}"),
+                };
+                let peer = stream.peer_cred().ok().and_then(|cred| cred.pid());
+                let Some(pid) = peer.and_then(|pid| u32::try_from(pid).ok()) else { continue };
+                if !announced(pid, &mut expected, &mut pids).await {
+                    continue;
+                }
+                match receive(stream).await {
+                    Ok(sockets) => serving.spawn(serve(sockets, &shared)),
+                    Err(why) => return why,
+                };
+            }
+            Some(ended) = serving.join_next() => {
+                return ended.unwrap_or_else(|e| format!("the name service ended: {e}"));
+            }
         }
-        let stream = stream
-            .into_std()
-            .and_then(|s| s.set_nonblocking(false).map(|()| s))
-            .map_err(|e| format!("the name service's channel failed: {e}"))?;
-        let sockets =
-            tokio::task::spawn_blocking(move || constle_sandbox::receive_sockets(&stream))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("cannot receive the sandbox's sockets: {e}"))?;
-        return Ok(Sockets {
-            dns_udp: vec![sockets.dns_udp],
-            dns_tcp: vec![sockets.dns_tcp],
-            capture: vec![sockets.capture_v4, sockets.capture_v6],
-            syn_watch: vec![sockets.syn_v4, sockets.syn_v6],
-        });
     }
 }
 
-async fn serve(
-    sockets: Sockets,
-    resolver: Resolver,
-    proxy: watch::Receiver<Option<SocketAddr>>,
-    recorder: NameLog,
-) -> String {
-    let recorder = Arc::new(recorder);
+/// How long a connection waits for its launcher to be announced: the pid
+/// is sent the moment the spawn returns, long before the launcher connects.
+const ANNOUNCE_WAIT: Duration = Duration::from_secs(1);
+
+/// Whether `pid` was announced (and is no longer expected), waiting a
+/// little for an announcement still on its way.
+async fn announced(
+    pid: u32,
+    expected: &mut HashSet<u32>,
+    pids: &mut mpsc::UnboundedReceiver<u32>,
+) -> bool {
+    let wait = async {
+        while !expected.contains(&pid) {
+            match pids.recv().await {
+                Some(announced) => expected.insert(announced),
+                None => return,
+            };
+        }
+    };
+    let _ = tokio::time::timeout(ANNOUNCE_WAIT, wait).await;
+    expected.remove(&pid)
+}
+
+/// The sockets a launcher sends on `stream`.
+async fn receive(stream: tokio::net::UnixStream) -> Result<Sockets, String> {
+    let stream = stream
+        .into_std()
+        .and_then(|s| s.set_nonblocking(false).map(|()| s))
+        .map_err(|e| format!("the name service's channel failed: {e}"))?;
+    let sockets = tokio::task::spawn_blocking(move || constle_sandbox::receive_sockets(&stream))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot receive the sandbox's sockets: {e}"))?;
+    Ok(Sockets {
+        dns_udp: vec![sockets.dns_udp],
+        dns_tcp: vec![sockets.dns_tcp],
+        capture: vec![sockets.capture_v4, sockets.capture_v6],
+        syn_watch: vec![sockets.syn_v4, sockets.syn_v6],
+    })
+}
+
+/// Serves one sandbox's sockets until that fails: why.
+fn serve(sockets: Sockets, shared: &Shared) -> impl Future<Output = String> + Send + use<> {
+    let resolver = Resolver::new(Some(&shared.policy));
+    let recorder = Arc::clone(&shared.recorder);
     let record = move |event| {
         let recorder = Arc::clone(&recorder);
         async move { recorder.record(event).await }
     };
-    match constle_capture::serve(sockets, resolver, proxy, record, Limits::default()).await {
-        Ok(never) => match never {},
-        Err(CaptureError::Record(why)) => why,
-        Err(err) => err.to_string(),
+    let served = constle_capture::serve(
+        sockets,
+        resolver,
+        shared.proxy.clone(),
+        record,
+        Limits::default(),
+    );
+    async move {
+        match served.await {
+            Ok(never) => match never {},
+            Err(CaptureError::Record(why)) => why,
+            Err(err) => err.to_string(),
+        }
     }
 }
 

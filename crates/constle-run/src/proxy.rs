@@ -23,7 +23,7 @@ use crate::bridge;
 use crate::error::{RunError, io};
 use crate::events::record;
 use crate::hidden::private_dir;
-use crate::names::Names;
+use crate::names::{Launches, Names};
 use crate::options::RunOptions;
 
 /// Where a sandbox finds its proxy.
@@ -113,10 +113,10 @@ impl Proxy {
         self.names.spec()
     }
 
-    /// The sandbox's launcher was started as `pid`: only it may hand over
-    /// the name service's sockets.
-    pub(crate) fn launched(&mut self, pid: Option<u32>) {
-        self.names.launched(pid);
+    /// Where to announce each of the sandbox's launchers: only those may
+    /// hand over the name service's sockets.
+    pub(crate) fn launches(&self) -> Launches {
+        self.names.launches()
     }
 
     /// Waits until Squid accepts connections; from then on the bridge

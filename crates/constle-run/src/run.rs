@@ -302,7 +302,7 @@ impl Started {
         // Next: on cgroup v2, constle may have to move itself into a cgroup
         // of its own, before anything it starts would share its old one.
         let limits = RunLimits::create(manifest)?;
-        let mut proxy = EgressPolicy::from_network(&manifest.sandbox.network)
+        let proxy = EgressPolicy::from_network(&manifest.sandbox.network)
             .map(|policy| Proxy::start(&policy, options, sockets.path(), log, None))
             .transpose()?;
         // Squid's start is the slowest of all: it begins at its task's first
@@ -397,8 +397,8 @@ impl Started {
                 return Err(err);
             }
         };
-        if let Some(proxy) = &mut proxy {
-            proxy.launched(agent.child.id());
+        if let Some(proxy) = &proxy {
+            proxy.launches().launched(agent.child.id());
         }
         Ok(Started {
             log: Arc::clone(log),

@@ -41,6 +41,7 @@ use crate::error::{RunError, io};
 use crate::events::record;
 use crate::hidden::{private_dir, server_private};
 use crate::limits::{RunLimits, ServerLimits, tmpfs_sizes};
+use crate::names::Launches;
 use crate::options::RunOptions;
 use crate::proxy::{PROXY_LISTEN, Proxy, ProxyTrouble};
 use crate::workdir::{self, Dir, WorkdirChecked};
@@ -260,7 +261,7 @@ impl Running {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
-            name_service: None,
+            name_service: proxy.as_ref().map(Proxy::name_service),
         };
         dirs.push(stage);
         spec.check_dirs()
@@ -276,6 +277,7 @@ impl Running {
             sockets: cx.sockets.to_path_buf(),
             starts: AtomicU32::new(0),
             stderr: Arc::clone(&stderr),
+            launches: proxy.as_ref().map(Proxy::launches),
         });
         let launch = SandboxLaunch(plan);
         let (events, received) = mpsc::unbounded_channel();
@@ -379,6 +381,8 @@ struct LaunchPlan {
     sockets: PathBuf,
     starts: AtomicU32,
     stderr: Arc<StderrLog>,
+    /// Where each launcher is announced to the name service, with egress.
+    launches: Option<Launches>,
 }
 
 struct SandboxLaunch(Arc<LaunchPlan>);
@@ -411,6 +415,9 @@ impl LaunchPlan {
         let mut child = command.kill_on_drop(true).spawn()?;
         // The command holds this process's copy of the lifeline's read end.
         drop(command);
+        if let Some(launches) = &self.launches {
+            launches.launched(child.id());
+        }
         if let Some(stderr) = child.stderr.take() {
             tokio::spawn(Arc::clone(&self.stderr).copy(stderr, child.id()));
         }

@@ -399,7 +399,8 @@ fn stdio_tools() -> Vec<Tool> {
         ),
         Tool::new(
             "connect",
-            "Open a tunnel to a host's port 443 through the proxy in HTTPS_PROXY",
+            "Open a tunnel to a host's port 443 through the proxy in HTTPS_PROXY; \
+             `dns:<host>` looks the host up instead and connects to what it resolves to",
             one_string("host", "The host name"),
         ),
         Tool::new(
@@ -415,6 +416,37 @@ fn stdio_tools() -> Vec<Tool> {
 fn hog(mib: usize) -> CallToolResponse {
     let held: Vec<Vec<u8>> = (0..mib).map(|_| vec![1u8; 1 << 20]).collect();
     text_result(format!("held {} MiB", held.len()))
+}
+
+/// `connect`: `dns:<host>` connects to what the name resolves to (no
+/// proxy), anything else through the proxy ([`tunnel`]).
+async fn resolve_or_tunnel(host: &str) -> Result<String, String> {
+    match host.strip_prefix("dns:") {
+        Some(name) => resolved(name).await,
+        None => tunnel(host).await,
+    }
+}
+
+/// The first address `name` resolves to, and what the host said on it.
+async fn resolved(name: &str) -> Result<String, String> {
+    use tokio::io::AsyncBufReadExt as _;
+    let talk = async {
+        let address = tokio::net::lookup_host((name, 443))
+            .await?
+            .next()
+            .ok_or_else(|| std::io::Error::other("no address"))?;
+        let stream = tokio::net::TcpStream::connect(address).await?;
+        let mut first = String::new();
+        tokio::io::BufReader::new(stream)
+            .read_line(&mut first)
+            .await?;
+        Ok::<String, std::io::Error>(format!("resolved: {address}\nhost: {}", first.trim_end()))
+    };
+    match tokio::time::timeout(Duration::from_secs(10), talk).await {
+        Ok(Ok(said)) => Ok(said),
+        Ok(Err(error)) => Err(format!("{name}: {error}")),
+        Err(_) => Err(format!("{name}: no answer within 10 s")),
+    }
 }
 
 /// `connect`: what the proxy, then the host, said.
@@ -553,7 +585,7 @@ impl ServerHandler for InvoiceServer {
             eprintln!("stdio server: call {}", request.name);
             if request.name == "connect" {
                 return Ok(match string_argument(arguments, "host") {
-                    Ok(host) => match tunnel(host).await {
+                    Ok(host) => match resolve_or_tunnel(host).await {
                         Ok(said) => text_result(said),
                         Err(message) => tool_error(message),
                     },

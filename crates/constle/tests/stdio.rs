@@ -468,8 +468,9 @@ fn stopped_with_the_run() {
 }
 
 /// With `network.allowed_hosts`, the server reaches its allowed host on 443
-/// through a proxy of its own, and nothing else; each decision is recorded
-/// with the server's id. Without, it has no proxy at all.
+/// through a proxy of its own, or by its name resolved in its sandbox, and
+/// nothing else; each decision is recorded with the server's id. Without,
+/// it has no proxy at all.
 fn allowed_hosts_only() {
     let host = TestHost::start().unwrap();
     let fx = Fixture::new();
@@ -482,6 +483,12 @@ fn allowed_hosts_only() {
     let steps = [
         call("allowed", "connect", r#"{"host":"api.example.com"}"#),
         call("other", "connect", r#"{"host":"evil.example.com"}"#),
+        call("captured", "connect", r#"{"host":"dns:api.example.com"}"#),
+        call(
+            "unresolved",
+            "connect",
+            r#"{"host":"dns:evil.example.com"}"#,
+        ),
     ];
     let network = "      network:\n        allowed_hosts: [api.example.com]\n";
     let file = fx.agentfile_with(network, &steps);
@@ -497,16 +504,40 @@ fn allowed_hosts_only() {
     let (said, status) = outcome(&stdout, "other", &report);
     assert_eq!(status, 0, "{said}");
     assert!(said.contains("proxy: HTTP/1.1 403"), "{said}");
+    // Without the proxy: the name resolves in the server's sandbox to a
+    // placeholder, and the connection to it is the same tunnel.
+    let (said, status) = outcome(&stdout, "captured", &report);
+    assert_eq!(status, 0, "{said}");
+    assert!(said.contains("resolved: 198.18."), "{said}");
+    assert!(said.contains(banner.trim()), "{said}");
+    let (said, _) = outcome(&stdout, "unresolved", &report);
+    assert!(!said.contains("resolved:"), "{said}");
     assert_eq!(
         host.connections(),
-        1,
-        "only the allowed tunnel reaches the host"
+        2,
+        "only the allowed tunnels reach the host"
     );
     let allowed = fx.case.events("network_allowed");
-    assert_eq!(allowed.len(), 1, "{allowed:?}");
+    assert_eq!(allowed.len(), 2, "{allowed:?}");
+    for allowed in &allowed {
+        assert_eq!(
+            (allowed["host"].as_str(), allowed["server"].as_str()),
+            (Some("api.example.com"), Some("accounting"))
+        );
+    }
+    let resolved = fx.case.events("dns_resolved");
+    assert_eq!(resolved.len(), 1, "{resolved:?}");
     assert_eq!(
-        (allowed[0]["host"].as_str(), allowed[0]["server"].as_str()),
+        (resolved[0]["name"].as_str(), resolved[0]["server"].as_str()),
         (Some("api.example.com"), Some("accounting"))
+    );
+    let refused = fx.case.events("dns_refused");
+    assert!(
+        !refused.is_empty()
+            && refused
+                .iter()
+                .all(|e| e["name"] == "evil.example.com" && e["server"] == "accounting"),
+        "{refused:?}"
     );
     let blocked = fx.case.events("network_blocked");
     assert_eq!(blocked.len(), 1, "{blocked:?}");
