@@ -35,13 +35,14 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{Socket, SocketAddr as NetlinkAddr, protocols::NETLINK_ROUTE};
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::socket::{
-    AddressFamily as Family, Backlog, SockFlag, SockProtocol, SockType, SockaddrIn, SockaddrIn6,
-    bind, listen, setsockopt, socket, sockopt,
+    AddressFamily as Family, Backlog, SockFlag, SockType, SockaddrIn, SockaddrIn6, bind, listen,
+    setsockopt, socket, sockopt,
 };
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
 };
+use socket2::{Domain, Protocol, SockFilter, Socket as RawSocket, Type};
 
 use crate::layout::{CAPTURED_PORT, NAME_SERVER};
 use crate::spec::NameService;
@@ -116,7 +117,7 @@ pub(crate) fn enter(as_root: bool, service: &NameService) -> Result<(), NetnsFai
     for &(address, prefix) in &service.local_routes {
         route_locally(address, prefix)?;
     }
-    let sockets = bind_all()?;
+    let sockets = bind_all(&service.local_routes)?;
     send(&service.channel, &sockets)
 }
 
@@ -186,7 +187,7 @@ fn request(message: RouteNetlinkMessage, flags: u16) -> io::Result<()> {
 }
 
 /// Every socket, bound in the current (the sandbox's) namespace.
-fn bind_all() -> Result<[OwnedFd; SOCKETS], NetnsFailed> {
+fn bind_all(routes: &[(IpAddr, u8)]) -> Result<[OwnedFd; SOCKETS], NetnsFailed> {
     let dns = SocketAddr::from((NAME_SERVER, 53));
     let any_v4 = SocketAddr::from((Ipv4Addr::UNSPECIFIED, CAPTURED_PORT));
     let any_v6 = SocketAddr::from((Ipv6Addr::UNSPECIFIED, CAPTURED_PORT));
@@ -195,8 +196,8 @@ fn bind_all() -> Result<[OwnedFd; SOCKETS], NetnsFailed> {
         listening(dns)?,
         listening(any_v4)?,
         listening(any_v6)?,
-        raw(Family::Inet)?,
-        raw(Family::Inet6)?,
+        raw(Family::Inet, routes)?,
+        raw(Family::Inet6, routes)?,
     ])
 }
 
@@ -224,19 +225,115 @@ fn listening(at: SocketAddr) -> Result<OwnedFd, NetnsFailed> {
     Ok(fd)
 }
 
-fn raw(family: Family) -> Result<OwnedFd, NetnsFailed> {
-    let fd = socket(
-        family,
-        SockType::Raw,
-        SockFlag::SOCK_CLOEXEC,
-        SockProtocol::Tcp,
-    )
-    .map_err(failed("cannot open the sandbox's SYN watch"))?;
+/// A raw TCP socket that keeps only what the SYN watch is for: a SYN
+/// without ACK, to a placeholder, for a port other than 443. Filtered in
+/// the kernel, so the agent's other traffic (a tunnel's gigabytes through
+/// the relay on `lo`) is neither copied nor wakes the host.
+fn raw(family: Family, routes: &[(IpAddr, u8)]) -> Result<OwnedFd, NetnsFailed> {
+    let what = "cannot open the sandbox's SYN watch";
+    let (domain, filter) = match family {
+        Family::Inet6 => (Domain::IPV6, syn_filter_v6(routes)),
+        _ => (Domain::IPV4, syn_filter_v4(routes)),
+    };
+    let socket = RawSocket::new(domain, Type::RAW.cloexec(), Some(Protocol::TCP))
+        .map_err(failed_io(what))?;
+    socket.attach_filter(&filter).map_err(failed_io(what))?;
+    let fd = OwnedFd::from(socket);
     if family == Family::Inet6 {
-        setsockopt(&fd, sockopt::Ipv6RecvPacketInfo, &true)
-            .map_err(failed("cannot open the sandbox's SYN watch"))?;
+        setsockopt(&fd, sockopt::Ipv6RecvPacketInfo, &true).map_err(failed(what))?;
     }
     Ok(fd)
+}
+
+// Classic BPF, as `linux/filter.h` spells it.
+const LD_W_ABS: u16 = 0x20;
+const LD_H_ABS: u16 = 0x28;
+const LD_B_ABS: u16 = 0x30;
+const LD_H_IND: u16 = 0x48;
+const LD_B_IND: u16 = 0x50;
+const LDX_B_MSH: u16 = 0xb1;
+const AND_K: u16 = 0x54;
+const JEQ_K: u16 = 0x15;
+const JSET_K: u16 = 0x45;
+const RET_K: u16 = 0x06;
+/// Where a filter reads the network header from, whatever the data
+/// starts with (`SKF_NET_OFF`, as an unsigned offset).
+const NET_OFF: u32 = 0xfff0_0000;
+/// SYN and ACK in the TCP flags byte, and SYN alone.
+const SYN_ACK: u32 = 0x12;
+const SYN: u32 = 0x02;
+/// How much of a kept packet is queued: the longest IPv4 header and the
+/// TCP header's first 20 bytes.
+const KEEP: u32 = 80;
+
+/// The mask, in a field `width` bits wide, of a `prefix`'s bits past the
+/// first `skip` (those the field before held).
+fn mask(prefix: u8, skip: u8, width: u8) -> u32 {
+    match u32::from(prefix.saturating_sub(skip).min(width)) {
+        0 => 0,
+        bits => (u32::MAX << (u32::from(width) - bits)) & (u32::MAX >> (32 - u32::from(width))),
+    }
+}
+
+/// A filter that keeps nothing: for a family with no route to watch.
+fn nothing() -> Vec<SockFilter> {
+    vec![SockFilter::new(RET_K, 0, 0, 0)]
+}
+
+/// IPv4: the data starts with the IP header. The first IPv4 route is
+/// watched.
+fn syn_filter_v4(routes: &[(IpAddr, u8)]) -> Vec<SockFilter> {
+    let Some((pool, prefix)) = routes.iter().find_map(|&(address, prefix)| match address {
+        IpAddr::V4(v4) => Some((u32::from(v4), prefix)),
+        IpAddr::V6(_) => None,
+    }) else {
+        return nothing();
+    };
+    let mask = mask(prefix, 0, 32);
+    vec![
+        SockFilter::new(LD_W_ABS, 0, 0, 16), // destination address
+        SockFilter::new(AND_K, 0, 0, mask),
+        SockFilter::new(JEQ_K, 0, 9, pool & mask),
+        SockFilter::new(LD_H_ABS, 0, 0, 6), // a fragment past the first
+        SockFilter::new(JSET_K, 7, 0, 0x1fff),
+        SockFilter::new(LDX_B_MSH, 0, 0, 0), // X: the IP header's length
+        SockFilter::new(LD_B_IND, 0, 0, 13), // TCP flags
+        SockFilter::new(AND_K, 0, 0, SYN_ACK),
+        SockFilter::new(JEQ_K, 0, 3, SYN),
+        SockFilter::new(LD_H_IND, 0, 0, 2), // destination port
+        SockFilter::new(JEQ_K, 1, 0, u32::from(CAPTURED_PORT)),
+        SockFilter::new(RET_K, 0, 0, KEEP),
+        SockFilter::new(RET_K, 0, 0, 0),
+    ]
+}
+
+/// IPv6: the data starts with the TCP header; the destination address is
+/// read from the network header. The first IPv6 route is watched, on its
+/// first 48 bits at most (a longer prefix is watched as its /48).
+fn syn_filter_v6(routes: &[(IpAddr, u8)]) -> Vec<SockFilter> {
+    let Some((pool, prefix)) = routes.iter().find_map(|&(address, prefix)| match address {
+        IpAddr::V6(v6) => Some((v6.segments(), prefix)),
+        IpAddr::V4(_) => None,
+    }) else {
+        return nothing();
+    };
+    let [a, b, c, ..] = pool;
+    let (high, low) = (mask(prefix, 0, 32), mask(prefix, 32, 16));
+    vec![
+        SockFilter::new(LD_W_ABS, 0, 0, NET_OFF + 24), // destination, first 32 bits
+        SockFilter::new(AND_K, 0, 0, high),
+        SockFilter::new(JEQ_K, 0, 9, ((u32::from(a) << 16) | u32::from(b)) & high),
+        SockFilter::new(LD_H_ABS, 0, 0, NET_OFF + 28), // the next 16 bits
+        SockFilter::new(AND_K, 0, 0, low),
+        SockFilter::new(JEQ_K, 0, 6, u32::from(c) & low),
+        SockFilter::new(LD_B_ABS, 0, 0, 13), // TCP flags
+        SockFilter::new(AND_K, 0, 0, SYN_ACK),
+        SockFilter::new(JEQ_K, 0, 3, SYN),
+        SockFilter::new(LD_H_ABS, 0, 0, 2), // destination port
+        SockFilter::new(JEQ_K, 1, 0, u32::from(CAPTURED_PORT)),
+        SockFilter::new(RET_K, 0, 0, KEEP),
+        SockFilter::new(RET_K, 0, 0, 0),
+    ]
 }
 
 /// Connects to the host's `channel` and sends every socket in one message.

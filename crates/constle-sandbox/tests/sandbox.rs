@@ -603,6 +603,19 @@ print("resolv=" + open("/etc/resolv.conf").read().split()[1])
         let (n, _) = sockets.dns_udp.recv_from(&mut datagram).unwrap();
         seen.push(String::from_utf8_lossy(&datagram[..n]).into_owned());
         seen.push(format!("syn to port {}", syn_port(&sockets.syn_v4)));
+        // The kernel's filter kept nothing else: no DNS, no tunnel's
+        // segments, no SYN to port 443.
+        for raw in [&sockets.syn_v4, &sockets.syn_v6] {
+            let mut file = std::fs::File::from(raw.try_clone().unwrap());
+            nix::fcntl::fcntl(
+                &file,
+                nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+            )
+            .unwrap();
+            let mut rest = [0u8; 128];
+            let left = file.read(&mut rest).map_err(|e| e.kind());
+            seen.push(format!("then {left:?}"));
+        }
         seen
     });
     let run = run_spec(&spec);
@@ -614,6 +627,8 @@ print("resolv=" + open("/etc/resolv.conf").read().split()[1])
             "v6 2001:2::c612:7",
             "query",
             "syn to port 80",
+            "then Err(WouldBlock)",
+            "then Err(WouldBlock)",
         ],
         || format!("the host saw {seen:?}\n{run}"),
     )?;
@@ -629,21 +644,16 @@ print("resolv=" + open("/etc/resolv.conf").read().split()[1])
     Ok(())
 }
 
-/// The destination port of the first SYN (IPv4, IP header first) the raw
-/// socket holds that is not to port 443.
+/// The destination port of the first packet (IPv4, IP header first) the
+/// raw socket holds: a SYN, the filter keeping nothing else.
 fn syn_port(raw: &std::os::fd::OwnedFd) -> u16 {
     let mut file = std::fs::File::from(raw.try_clone().unwrap());
-    loop {
-        let mut packet = [0u8; 128];
-        let n = file.read(&mut packet).unwrap();
-        let header = usize::from(packet[0] & 0x0f) * 4;
-        let tcp = &packet[header..n];
-        let port = u16::from_be_bytes([tcp[2], tcp[3]]);
-        let syn_only = tcp[13] & 0x12 == 0x02;
-        if syn_only && port != 443 {
-            return port;
-        }
-    }
+    let mut packet = [0u8; 128];
+    let n = file.read(&mut packet).unwrap();
+    let header = usize::from(packet[0] & 0x0f) * 4;
+    let tcp = &packet[header..n];
+    assert_eq!(tcp[13] & 0x12, 0x02, "not a SYN alone");
+    u16::from_be_bytes([tcp[2], tcp[3]])
 }
 
 fn host_abstract_sockets_unreachable() -> TestResult {
