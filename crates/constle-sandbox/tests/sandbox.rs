@@ -570,6 +570,7 @@ def attempt(name, family, addr):
 attempt("v4", socket.AF_INET, ("198.18.0.7", 443))
 attempt("v6", socket.AF_INET6, ("2001:2::c612:7", 443))
 attempt("v4_other_port", socket.AF_INET, ("198.18.0.7", 80))
+attempt("v6_other_port", socket.AF_INET6, ("2001:2::c612:7", 8443))
 attempt("elsewhere", socket.AF_INET, ("203.0.113.10", 443))
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 u.sendto(b"query", ("127.0.0.1", 53))
@@ -602,7 +603,8 @@ print("resolv=" + open("/etc/resolv.conf").read().split()[1])
         let mut datagram = [0u8; 16];
         let (n, _) = sockets.dns_udp.recv_from(&mut datagram).unwrap();
         seen.push(String::from_utf8_lossy(&datagram[..n]).into_owned());
-        seen.push(format!("syn to port {}", syn_port(&sockets.syn_v4)));
+        seen.push(format!("syn to port {}", syn_port(&sockets.syn_v4, true)));
+        seen.push(format!("syn to port {}", syn_port(&sockets.syn_v6, false)));
         // The kernel's filter kept nothing else: no DNS, no tunnel's
         // segments, no SYN to port 443.
         for raw in [&sockets.syn_v4, &sockets.syn_v6] {
@@ -627,6 +629,7 @@ print("resolv=" + open("/etc/resolv.conf").read().split()[1])
             "v6 2001:2::c612:7",
             "query",
             "syn to port 80",
+            "syn to port 8443",
             "then Err(WouldBlock)",
             "then Err(WouldBlock)",
         ],
@@ -636,6 +639,7 @@ print("resolv=" + open("/etc/resolv.conf").read().split()[1])
         ("v4", "CONNECTED"),
         ("v6", "CONNECTED"),
         ("v4_other_port", "ECONNREFUSED"),
+        ("v6_other_port", "ECONNREFUSED"),
         ("elsewhere", "ENETUNREACH"),
         ("resolv", "127.0.0.1"),
     ] {
@@ -644,13 +648,17 @@ print("resolv=" + open("/etc/resolv.conf").read().split()[1])
     Ok(())
 }
 
-/// The destination port of the first packet (IPv4, IP header first) the
-/// raw socket holds: a SYN, the filter keeping nothing else.
-fn syn_port(raw: &std::os::fd::OwnedFd) -> u16 {
+/// The destination port of the first packet the raw socket holds (IPv4:
+/// the IP header first; IPv6: the TCP header only): a SYN, the filter
+/// keeping nothing else.
+fn syn_port(raw: &std::os::fd::OwnedFd, ipv4: bool) -> u16 {
     let mut file = std::fs::File::from(raw.try_clone().unwrap());
     let mut packet = [0u8; 128];
     let n = file.read(&mut packet).unwrap();
-    let header = usize::from(packet[0] & 0x0f) * 4;
+    let header = match ipv4 {
+        true => usize::from(packet[0] & 0x0f) * 4,
+        false => 0,
+    };
     let tcp = &packet[header..n];
     assert_eq!(tcp[13] & 0x12, 0x02, "not a SYN alone");
     u16::from_be_bytes([tcp[2], tcp[3]])
