@@ -2,11 +2,12 @@
 //! 26): `curl --noproxy '*'` and curl without the variables, `openssl
 //! s_client`, Python's `socket.create_connection` and `ssl` (over IPv4 and
 //! over IPv6), Node's `dns.lookup` and `tls.connect`, and Java's
-//! `HttpClient`, each run inside the sandbox, reaching a simulated HTTPS
-//! site ([`HttpsSite`], in a network namespace the test creates) through
-//! the sandbox's resolver and captured connections, and refused for a name
-//! the Agentfile does not allow at once (`NXDOMAIN`, no timeout), with
-//! `dns_resolved`, `network_allowed` and `dns_refused` in the log.
+//! `HttpClient`, each run inside the sandbox, reach a simulated HTTPS site
+//! ([`HttpsSite`], in a network namespace the test creates) through the
+//! sandbox's resolver and captured connections, and are refused at once
+//! (`NXDOMAIN`, no timeout) a name the Agentfile does not allow, with
+//! `dns_resolved`, `network_allowed` and `dns_refused` in the log. Beside
+//! them, curl through `HTTPS_PROXY` works as it did.
 //!
 //! Then the attacks: DNS tunnelling (63-byte labels, 250-byte names, TXT,
 //! NULL and ANY, many names) answered `NXDOMAIN` fast, each recorded with
@@ -21,10 +22,11 @@
 //! fails the test under `CONSTLE_E2E=require` (CI) and skips it otherwise,
 //! except Java, which `scripts/setup.sh` does not install: without a `java`
 //! that can run in the sandbox its test is skipped even under
-//! `CONSTLE_E2E=require`. (Debian's OpenJDK cannot: its security
+//! `CONSTLE_E2E=require`. Debian's OpenJDK cannot: its security
 //! configuration links into `/etc/java-17-openjdk`, which the sandbox does
-//! not show, and the JVM stops at "Error loading java.security file".) Nothing here sends
-//! traffic anywhere but loopback and the test's namespaces.
+//! not show, and the JVM stops at "Error loading java.security file".
+//! Nothing here sends traffic anywhere but loopback and the test's
+//! namespaces.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -490,16 +492,18 @@ fn other_ports_and_placeholders_not_given_out_go_nowhere() {
     if !e2e_ready("placeholder misuse") {
         return;
     }
-    let setup = Setup::new(&[ALLOWED]);
-    let script = format!("python3 probe.py ports {ALLOWED}");
-    let (said, report) = setup.run(&setup.agentfile(&script, &[ALLOWED]));
-    let [v4, v6] = resolved_once(&setup.case, ALLOWED, &report);
-    let line = said.lines().find_map(|l| l.strip_prefix("placeholders "));
-    assert_eq!(line, Some(format!("{v4} {v6}").as_str()), "{report}");
+    // The pool's last addresses: it gives them out from its start.
     let unassigned: [IpAddr; 2] = [
         "198.19.255.254".parse().unwrap(),
         "2001:2::c613:fffe".parse().unwrap(),
     ];
+    let setup = Setup::new(&[ALLOWED]);
+    let [u4, u6] = unassigned;
+    let script = format!("python3 probe.py ports {ALLOWED} {u4} {u6}");
+    let (said, report) = setup.run(&setup.agentfile(&script, &[ALLOWED]));
+    let [v4, v6] = resolved_once(&setup.case, ALLOWED, &report);
+    let line = said.lines().find_map(|l| l.strip_prefix("placeholders "));
+    assert_eq!(line, Some(format!("{v4} {v6}").as_str()), "{report}");
     let refused = [
         (v4, 80, Some(ALLOWED)),
         (v4, 8443, Some(ALLOWED)),
@@ -518,20 +522,8 @@ fn other_ports_and_placeholders_not_given_out_go_nowhere() {
     for addr in unassigned {
         assert!(went_nowhere(&said, addr), "{addr}\n{report}");
     }
-    let recorded = |case: &Case| -> Vec<String> {
-        let mut events: Vec<String> = case
-            .events("capture_refused")
-            .iter()
-            .map(|e| {
-                let addr: IpAddr = e["address"].as_str().unwrap().parse().unwrap();
-                format!("{addr} {} {:?}", e["port"], e["name"].as_str())
-            })
-            .collect();
-        events.sort();
-        events
-    };
     expected.sort();
-    assert_eq!(recorded(&setup.case), expected, "{report}");
+    assert_eq!(capture_refusals(&setup.case), expected, "{report}");
 
     let script = format!("python3 probe.py stale {v4} {v6}");
     let (said, report) = setup.run(&setup.agentfile(&script, &[ALLOWED]));
@@ -543,6 +535,20 @@ fn other_ports_and_placeholders_not_given_out_go_nowhere() {
         assert!(setup.case.events(event).is_empty(), "{event}\n{report}");
     }
     assert!(setup.site.requests().is_empty(), "{report}");
+}
+
+/// The run's `capture_refused` events as `ADDRESS PORT NAME`, sorted.
+fn capture_refusals(case: &Case) -> Vec<String> {
+    let mut events: Vec<String> = case
+        .events("capture_refused")
+        .iter()
+        .map(|e| {
+            let addr: IpAddr = e["address"].as_str().unwrap().parse().unwrap();
+            format!("{addr} {} {:?}", e["port"], e["name"].as_str())
+        })
+        .collect();
+    events.sort();
+    events
 }
 
 /// Whether `said` shows the connection to `addr`'s port 443 closed or

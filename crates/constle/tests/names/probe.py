@@ -5,8 +5,9 @@ sockets, the resolver /etc/resolv.conf names, and the placeholders it gives.
                               prints the body of /hello.txt and "via ADDR"
   probe.py dns SUFFIX ADDR... DNS tunnelling attempts under SUFFIX, then
                               direct DNS to each ADDR: one JSON line
-  probe.py ports HOST         a placeholder's other ports, and placeholders
-                              never given out: a line each
+  probe.py ports HOST ADDR... HOST's placeholders' other ports, and port
+                              443 and 80 of each ADDR (placeholders never
+                              given out): a line each
   probe.py stale ADDR...      port 443 of each ADDR, never looked up
   probe.py lookup NAME...     getaddrinfo of each NAME: a line each
 """
@@ -20,10 +21,6 @@ import string
 import struct
 import sys
 import time
-
-# A placeholder no run gives out first (the pool counts up from its start).
-UNASSIGNED = ["198.19.255.254", "2001:2::c613:fffe"]
-
 
 def why(e):
     return errno.errorcode.get(e.errno, type(e).__name__) if e.errno else type(e).__name__
@@ -138,11 +135,11 @@ def connect(addr, port):
     return f"closed {ms(start)} ms" if got == b"" else f"answered {got!r}"
 
 
-def ports(host):
+def ports(host, unassigned):
     v4 = socket.getaddrinfo(host, 443, socket.AF_INET)[0][4][0]
     v6 = socket.getaddrinfo(host, 443, socket.AF_INET6)[0][4][0]
     print(f"placeholders {v4} {v6}")
-    for addr, port in [(v4, 80), (v4, 8443), (v6, 8443)] + [(a, p) for a in UNASSIGNED for p in (443, 80)]:
+    for addr, port in [(v4, 80), (v4, 8443), (v6, 8443)] + [(a, p) for a in unassigned for p in (443, 80)]:
         print(f"{addr} {port} {connect(addr, port)}")
     # The SYN watch may not have read the last attempts when the run ends,
     # and the run does not wait for it: give it time (a known loss, to go
@@ -172,7 +169,7 @@ if __name__ == "__main__":
     elif command == "dns":
         tunnelling(args[0], args[1:])
     elif command == "ports":
-        ports(args[0])
+        ports(args[0], args[1:])
     elif command == "stale":
         stale(args)
     elif command == "lookup":
