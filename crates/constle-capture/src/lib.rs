@@ -35,7 +35,10 @@
 //!
 //! A recorder's `Err` stops the whole service ([`serve`] returns
 //! [`CaptureError::Record`]): no more replies, no more connections.
-//! Dropping the future returned by [`serve`] stops everything too.
+//! Cancelling its [`CancellationToken`] closes it: DNS and the capture
+//! stop at once, and the SYN watch records what its sockets still hold
+//! before `serve` returns `Ok` (a run's last refused attempts are not lost
+//! to its end). Dropping the future stops everything at once.
 
 #![forbid(unsafe_code)]
 
@@ -56,3 +59,6 @@ pub use error::CaptureError;
 pub use event::{Event, Recorder};
 pub use limits::Limits;
 pub use service::{Sockets, serve};
+/// What closes a [`serve`]: re-exported, so callers need no crate of
+/// their own for it.
+pub use tokio_util::sync::CancellationToken;

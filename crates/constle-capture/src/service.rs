@@ -1,7 +1,6 @@
 //! [`serve`]: every socket of [`Sockets`] served by a task of its own, all
 //! stopping at the first failure.
 
-use std::convert::Infallible;
 use std::net::{SocketAddr, TcpListener as StdTcpListener, UdpSocket as StdUdpSocket};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -9,6 +8,7 @@ use std::sync::Arc;
 use constle_dns::Resolver;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{Semaphore, watch};
+use tokio_util::sync::CancellationToken;
 
 use crate::accept;
 use crate::capture;
@@ -38,17 +38,21 @@ pub struct Sockets {
 }
 
 /// Serves `sockets` with `resolver` until an event cannot be recorded or a
-/// socket fails (the error), or until the future is dropped, which stops
-/// everything, connections included. `proxy` gives the address of the
-/// egress proxy captured connections go through, once it has one. Must be
-/// polled inside a Tokio runtime with I/O and time enabled.
+/// socket fails (the error), or until `closing` is cancelled: then DNS and
+/// the capture stop at once (their connections with them), and the SYN
+/// watch records what its sockets still hold before `serve` returns
+/// `Ok`, so an attempt refused before the close is never lost. Dropping
+/// the future stops everything. `proxy` gives the address of the egress
+/// proxy captured connections go through, once it has one. Must be polled
+/// inside a Tokio runtime with I/O and time enabled.
 pub async fn serve<R: Recorder>(
     sockets: Sockets,
     resolver: Resolver,
     proxy: watch::Receiver<Option<SocketAddr>>,
     recorder: R,
     limits: Limits,
-) -> Result<Infallible, CaptureError> {
+    closing: CancellationToken,
+) -> Result<(), CaptureError> {
     let dns_slots = Arc::new(Semaphore::new(limits.dns_connections));
     let capture_slots = Arc::new(Semaphore::new(limits.captured_connections));
     let context = Arc::new(Context::new(resolver, recorder, proxy, limits));
@@ -69,10 +73,17 @@ pub async fn serve<R: Recorder>(
         let handle = move |stream| capture::connection(stream, Arc::clone(&context));
         tasks.spawn(accept::serve(listener, Arc::clone(&capture_slots), handle));
     }
+    let mut watches = Tasks::default();
     for socket in sockets.syn_watch {
-        tasks.spawn(syn::watch(socket, Arc::clone(&context)));
+        watches.spawn(syn::watch(socket, Arc::clone(&context), closing.clone()));
     }
-    Err(tasks.failed().await)
+    tokio::select! {
+        error = tasks.failed() => return Err(error),
+        error = watches.failed() => return Err(error),
+        () = closing.cancelled() => {}
+    }
+    drop(tasks);
+    watches.finished().await
 }
 
 fn udp(socket: StdUdpSocket) -> std::io::Result<UdpSocket> {

@@ -17,6 +17,7 @@ use nix::sys::socket::{
 };
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
+use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::error::CaptureError;
@@ -38,11 +39,13 @@ enum Family {
     Ipv6,
 }
 
-/// Reads `socket` (`SOCK_RAW`, `IPPROTO_TCP`) for ever, recording each
-/// refused attempt before reading on.
+/// Reads `socket` (`SOCK_RAW`, `IPPROTO_TCP`), recording each refused
+/// attempt before reading on, until `closing`: then what the socket still
+/// holds is recorded, and the watch ends.
 pub(crate) async fn watch<R: Recorder>(
     socket: OwnedFd,
     context: Arc<Context<R>>,
+    closing: CancellationToken,
 ) -> Result<(), CaptureError> {
     let family = prepare(&socket).map_err(CaptureError::socket(WHAT))?;
     // Deprecated because an arbitrary `AsRawFd` may close or swap its
@@ -54,33 +57,58 @@ pub(crate) async fn watch<R: Recorder>(
         AsyncFd::with_interest(socket, Interest::READABLE).map_err(CaptureError::socket(WHAT))?;
     let mut buffer = [0; READ];
     loop {
-        let mut ready = socket
-            .readable()
-            .await
-            .map_err(CaptureError::socket(WHAT))?;
+        let mut ready = tokio::select! {
+            ready = socket.readable() => ready.map_err(CaptureError::socket(WHAT))?,
+            () = closing.cancelled() => return drain(socket.get_ref(), family, &context).await,
+        };
         let read = ready.try_io(|socket| read_one(socket.get_ref(), family, &mut buffer));
         let refused = match read {
-            Ok(Ok(refused)) => refused,
-            Ok(Err(error)) if error.kind() == io::ErrorKind::Interrupted => None,
-            Ok(Err(error)) => {
-                return Err(CaptureError::Socket {
-                    what: WHAT,
-                    source: error,
-                });
-            }
+            Ok(read) => read_or_fail(read)?,
             Err(_would_block) => None,
         };
-        if let Some(Refused { address, port }) = refused {
-            let name = context.name_for(address);
-            context
-                .record(Event::PortRefused {
-                    address,
-                    name,
-                    port,
-                })
-                .await?;
+        record(refused, &context).await?;
+    }
+}
+
+/// Records every attempt the socket (non-blocking) still holds.
+async fn drain<R: Recorder>(
+    socket: &OwnedFd,
+    family: Family,
+    context: &Context<R>,
+) -> Result<(), CaptureError> {
+    let mut buffer = [0; READ];
+    loop {
+        match read_one(socket, family, &mut buffer) {
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            read => record(read_or_fail(read)?, context).await?,
         }
     }
+}
+
+/// A read's attempt, if any; an interrupted read is none.
+fn read_or_fail(read: io::Result<Option<Refused>>) -> Result<Option<Refused>, CaptureError> {
+    match read {
+        Ok(refused) => Ok(refused),
+        Err(error) if error.kind() == io::ErrorKind::Interrupted => Ok(None),
+        Err(source) => Err(CaptureError::Socket { what: WHAT, source }),
+    }
+}
+
+async fn record<R: Recorder>(
+    refused: Option<Refused>,
+    context: &Context<R>,
+) -> Result<(), CaptureError> {
+    let Some(Refused { address, port }) = refused else {
+        return Ok(());
+    };
+    let name = context.name_for(address);
+    context
+        .record(Event::PortRefused {
+            address,
+            name,
+            port,
+        })
+        .await
 }
 
 /// Non-blocking, and for IPv6 with each packet's destination beside it.

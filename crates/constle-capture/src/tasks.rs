@@ -23,6 +23,20 @@ impl Tasks {
         self.set.spawn(task);
     }
 
+    /// Once every task has ended: the first error one returned (a panic is
+    /// passed on), else `Ok`.
+    pub(crate) async fn finished(mut self) -> Result<(), CaptureError> {
+        loop {
+            match self.set.join_next().await {
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(error))) => return Err(error),
+                Some(Err(join)) if join.is_panic() => resume_unwind(join.into_panic()),
+                Some(Err(_cancelled)) => {}
+                None => return Ok(()),
+            }
+        }
+    }
+
     /// The first error a task returns (a panic is passed on); pending
     /// while none has, also when none runs. Cancel-safe, for `select!`.
     pub(crate) async fn failed(&mut self) -> CaptureError {

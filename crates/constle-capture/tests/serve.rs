@@ -331,3 +331,32 @@ async fn a_syn_to_another_port_of_a_placeholder_is_refused_and_recorded() {
     );
     served.server.abort();
 }
+
+#[tokio::test]
+async fn closing_records_every_attempt_refused_before_it_and_then_ends() {
+    if !can_run("closing_records_every_attempt_refused_before_it_and_then_ends") {
+        return;
+    }
+    // A slow recorder: the attempts are still queued when the close comes.
+    let record_delay = Duration::from_millis(100);
+    let mut served = Served::start(record_delay, false, Duration::ZERO, Limits::default()).await;
+    for port in [80, 81, 82] {
+        let refused = served.connect(SocketAddr::new(ip(V4), port)).await;
+        assert!(refused.is_err(), "{port}");
+    }
+    served.closing.cancel();
+    let ended = tokio::time::timeout(WAIT, &mut served.server)
+        .await
+        .unwrap();
+    assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
+    assert_eq!(
+        names(&served.log.events()),
+        [
+            "port 198.18.0.1 - 80",
+            "port 198.18.0.1 - 81",
+            "port 198.18.0.1 - 82",
+        ]
+    );
+    let closed = served.connect("127.0.0.1:53".parse().unwrap()).await;
+    assert!(closed.is_err(), "DNS is closed");
+}

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use constle_audit::catalogue::{CaptureRefused, DnsRefused, DnsResolved};
 use constle_audit::{AuditLog, Event};
-use constle_capture::{CaptureError, Limits, Sockets};
+use constle_capture::{CancellationToken, CaptureError, Limits, Sockets};
 use constle_dns::Resolver;
 use constle_egress::EgressPolicy;
 use constle_mcp_gate::Pace;
@@ -41,6 +41,7 @@ pub(crate) struct Names {
     launches: Launches,
     /// Why the service failed, once it has.
     failed: watch::Receiver<Option<String>>,
+    closing: CancellationToken,
     task: JoinHandle<()>,
 }
 
@@ -63,6 +64,7 @@ struct Shared {
     policy: EgressPolicy,
     proxy: watch::Receiver<Option<SocketAddr>>,
     recorder: Arc<NameLog>,
+    closing: CancellationToken,
 }
 
 impl Names {
@@ -87,7 +89,9 @@ impl Names {
             .and_then(UnixListener::from_std)
             .map_err(io(format!("cannot bind {}", channel.display())))?;
         let (launches, pids) = mpsc::unbounded_channel();
+        let closing = CancellationToken::new();
         let shared = Shared {
+            closing: closing.clone(),
             policy: policy.clone(),
             proxy,
             recorder: Arc::new(NameLog {
@@ -98,13 +102,15 @@ impl Names {
         };
         let (fail, failed) = watch::channel(None);
         let task = tokio::spawn(async move {
-            let why = serve_launches(listener, pids, shared).await;
-            let _ = fail.send(Some(why));
+            if let Err(why) = serve_launches(listener, pids, shared).await {
+                let _ = fail.send(Some(why));
+            }
         });
         Ok(Names {
             channel,
             launches: Launches(launches),
             failed,
+            closing,
             task,
         })
     }
@@ -122,9 +128,17 @@ impl Names {
         self.launches.clone()
     }
 
-    /// Takes no new query or connection; those open end.
+    /// Takes no new query or connection, and those open end; what the
+    /// SYN watches still hold is recorded ([`Names::stop`] waits for it).
     pub(crate) fn close(&self) {
-        self.task.abort();
+        self.closing.cancel();
+    }
+
+    /// Closes, and waits (at most [`DRAIN_GRACE`]) until every attempt
+    /// refused before is recorded.
+    pub(crate) async fn stop(mut self) {
+        self.close();
+        let _ = tokio::time::timeout(DRAIN_GRACE, &mut self.task).await;
     }
 
     /// Resolves when the service fails, with why (an event that could not
@@ -152,37 +166,42 @@ impl Drop for Names {
     }
 }
 
+/// How long the end of a run waits for the refusals still to be recorded.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
 /// Takes each announced launcher's sockets (a connection from anyone else
-/// is dropped) and serves them, until one service fails: why.
+/// is dropped) and serves them, until one service fails (why), or until
+/// closed and every service is done.
 async fn serve_launches(
     listener: UnixListener,
     mut pids: mpsc::UnboundedReceiver<u32>,
     shared: Shared,
-) -> String {
+) -> Result<(), String> {
     let mut expected = HashSet::new();
     let mut serving = JoinSet::new();
     loop {
         tokio::select! {
+            () = shared.closing.cancelled() => {
+                while let Some(ended) = serving.join_next().await {
+                    ended.map_err(|e| e.to_string())??;
+                }
+                return Ok(());
+            }
             Some(pid) = pids.recv() => {
                 expected.insert(pid);
             }
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(e) => return format!("the name service's channel failed: {e}"),
-                };
+                let (stream, _) = accepted
+                    .map_err(|e| format!("the name service's channel failed: {e}"))?;
                 let peer = stream.peer_cred().ok().and_then(|cred| cred.pid());
                 let Some(pid) = peer.and_then(|pid| u32::try_from(pid).ok()) else { continue };
                 if !announced(pid, &mut expected, &mut pids).await {
                     continue;
                 }
-                match receive(stream).await {
-                    Ok(sockets) => serving.spawn(serve(sockets, &shared)),
-                    Err(why) => return why,
-                };
+                serving.spawn(serve(receive(stream).await?, &shared));
             }
             Some(ended) = serving.join_next() => {
-                return ended.unwrap_or_else(|e| format!("the name service ended: {e}"));
+                ended.map_err(|e| format!("the name service ended: {e}"))??;
             }
         }
     }
@@ -229,8 +248,11 @@ async fn receive(stream: tokio::net::UnixStream) -> Result<Sockets, String> {
     })
 }
 
-/// Serves one sandbox's sockets until that fails: why.
-fn serve(sockets: Sockets, shared: &Shared) -> impl Future<Output = String> + Send + use<> {
+/// Serves one sandbox's sockets until that fails (why) or is closed.
+fn serve(
+    sockets: Sockets,
+    shared: &Shared,
+) -> impl Future<Output = Result<(), String>> + Send + use<> {
     let resolver = Resolver::new(Some(&shared.policy));
     let recorder = Arc::clone(&shared.recorder);
     let record = move |event| {
@@ -243,13 +265,13 @@ fn serve(sockets: Sockets, shared: &Shared) -> impl Future<Output = String> + Se
         shared.proxy.clone(),
         record,
         Limits::default(),
+        shared.closing.clone(),
     );
     async move {
-        match served.await {
-            Ok(never) => match never {},
-            Err(CaptureError::Record(why)) => why,
-            Err(err) => err.to_string(),
-        }
+        served.await.map_err(|error| match error {
+            CaptureError::Record(why) => why,
+            error => error.to_string(),
+        })
     }
 }
 

@@ -214,7 +214,7 @@ impl Proxy {
     /// start leaves nothing behind when dropped.
     pub(crate) async fn stop(self) -> Result<(), RunError> {
         self.bridge.abort();
-        self.names.close();
+        self.names.stop().await;
         match self.squid {
             Starting::Pending { start, .. } => {
                 start.abort();

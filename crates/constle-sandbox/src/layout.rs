@@ -70,6 +70,10 @@ pub(crate) const ETC_PATHS: &[&str] = &[
     "/etc/ca-certificates",
     "/etc/pki/tls/certs",
     "/etc/pki/ca-trust/extracted",
+    // Debian's JDKs keep their security configuration here
+    // (`conf/security` links into it): without it no JVM starts
+    "/etc/java-17-openjdk",
+    "/etc/java-21-openjdk",
     // time zone and OS identification
     "/etc/localtime",
     "/etc/timezone",

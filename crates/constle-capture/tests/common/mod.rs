@@ -6,7 +6,6 @@
 #![allow(dead_code, reason = "each test uses part of this")]
 #![allow(clippy::unwrap_used, reason = "test helpers panic on setup failure")]
 
-use std::convert::Infallible;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener as StdTcpListener};
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::process::Command;
@@ -14,7 +13,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::Duration;
 
-use constle_capture::{CaptureError, Event, Limits, Recorder, Sockets, serve};
+use constle_capture::{CancellationToken, CaptureError, Event, Limits, Recorder, Sockets, serve};
 use constle_dns::Resolver;
 use constle_egress::EgressPolicy;
 use constle_manifest::Hostname;
@@ -212,7 +211,9 @@ pub struct Served {
     pub namespace: Namespace,
     pub log: Log,
     pub proxy: Proxy,
-    pub server: JoinHandle<Result<Infallible, CaptureError>>,
+    pub server: JoinHandle<Result<(), CaptureError>>,
+    /// Closes the service.
+    pub closing: CancellationToken,
     proxy_address: Option<watch::Sender<Option<SocketAddr>>>,
 }
 
@@ -233,18 +234,21 @@ impl Served {
         let proxy = Proxy::start(proxy_delay).await;
         let (proxy_address, address) = watch::channel(Some(proxy.address));
         let recorder = log.recorder(record_delay, fail);
+        let closing = CancellationToken::new();
         let server = tokio::spawn(serve(
             sockets,
             Resolver::new(Some(&policy)),
             address,
             recorder,
             limits,
+            closing.clone(),
         ));
         Served {
             namespace,
             log,
             proxy,
             server,
+            closing,
             proxy_address: Some(proxy_address),
         }
     }

@@ -141,10 +141,6 @@ def ports(host, unassigned):
     print(f"placeholders {v4} {v6}")
     for addr, port in [(v4, 80), (v4, 8443), (v6, 8443)] + [(a, p) for a in unassigned for p in (443, 80)]:
         print(f"{addr} {port} {connect(addr, port)}")
-    # The SYN watch may not have read the last attempts when the run ends,
-    # and the run does not wait for it: give it time (a known loss, to go
-    # once the name service drains its raw sockets at the end of a run).
-    time.sleep(0.5)
 
 
 def stale(addrs):
