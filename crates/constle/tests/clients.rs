@@ -22,10 +22,9 @@ mod common;
 use std::fs;
 use std::process::{Command, Stdio};
 
-use constle_sandbox::DEFAULT_PATH;
 use constle_testkit::{Agentfile, HttpsSite, require_e2e, require_nothing_missing, require_root};
 
-use common::{Case, text};
+use common::{Case, in_the_sandbox, text};
 
 /// Builds what the site serves, on the host.
 const SITE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/site.py");
@@ -251,20 +250,6 @@ fn ready(client: &Client) -> bool {
         .map(|(what, _)| (*what).to_owned())
         .collect();
     require_nothing_missing(test, &missing)
-}
-
-/// Whether `check` succeeds with what the sandbox runs: its `PATH` over the
-/// host's system directories, and no other environment.
-fn in_the_sandbox(check: &str) -> bool {
-    Command::new("/bin/sh")
-        .args(["-c", check])
-        .env_clear()
-        .env("PATH", DEFAULT_PATH)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 fn build_site(client: &Client, root: &std::path::Path) {

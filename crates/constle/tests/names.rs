@@ -33,13 +33,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use constle_sandbox::DEFAULT_PATH;
 use constle_testkit::{
     Agentfile, DnsServer, HostsFile, HttpsSite, require_e2e, require_nothing_missing, require_root,
 };
 use serde_json::Value;
 
-use common::{Case, text};
+use common::{Case, in_the_sandbox, text};
 
 /// The test's helpers, copied into the sandbox's work directory.
 const HELPERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/names");
@@ -334,20 +333,6 @@ fn ready(client: &Client) -> bool {
 /// Root, bubblewrap, Squid, namespaces, and the site's tools.
 fn e2e_ready(test: &str) -> bool {
     require_root(test, &["bwrap", "openssl", "python3"]) && require_e2e(test)
-}
-
-/// Whether `check` succeeds with the sandbox's `PATH` and no other
-/// environment.
-fn in_the_sandbox(check: &str) -> bool {
-    Command::new("/bin/sh")
-        .args(["-c", check])
-        .env_clear()
-        .env("PATH", DEFAULT_PATH)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// Whether `said` has a line `<prefix>N ms…` with N under `bound`.

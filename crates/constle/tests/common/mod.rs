@@ -155,6 +155,21 @@ pub fn e2e(name: &str, test: impl FnOnce() + Send + 'static) -> libtest_mimic::T
     )
 }
 
+/// Whether `check` (a shell command) succeeds with what the sandbox runs:
+/// its `PATH` over the host's system directories, and no other
+/// environment.
+pub fn in_the_sandbox(check: &str) -> bool {
+    Command::new("/bin/sh")
+        .args(["-c", check])
+        .env_clear()
+        .env("PATH", constle_sandbox::DEFAULT_PATH)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// The field names of `object`, sorted.
 pub fn fields(object: &serde_json::Value) -> Vec<&str> {
     let mut names: Vec<&str> = object
