@@ -14,7 +14,9 @@
 //! a bounded name, and nothing reaching a DNS server the test listens with
 //! on the host's loopback and in the site's namespace; a placeholder's
 //! other ports, a placeholder never given out, and one from an earlier run;
-//! allowed names Squid resolves to internal addresses; `egress: none`.
+//! allowed names Squid resolves to internal addresses; `egress: none`; and
+//! the agent trying to take the name service's ports, a placeholder's
+//! privileged port, the namespace's settings, routes or raw sockets.
 //!
 //! The site's names resolve for Squid through `--hosts-file`, as in
 //! `clients.rs`; the test CA is named by `TEST_CA` (and `CURL_CA_BUNDLE`).
@@ -621,6 +623,41 @@ fn with_egress_none_nothing_resolves() {
     ] {
         assert!(setup.case.events(event).is_empty(), "{event}\n{report}");
     }
+}
+
+/// The agent cannot take the name service's place or change its
+/// namespace: its ports are the host's, a placeholder's privileged ports
+/// are not the agent's to bind, the namespace's settings are read-only,
+/// and netlink and raw sockets are refused; afterwards the allowed name
+/// still resolves and reaches the site.
+#[test]
+fn the_agent_cannot_take_the_name_service_over() {
+    if !e2e_ready("take over") {
+        return;
+    }
+    let setup = Setup::new(&[ALLOWED]);
+    let script = format!("python3 probe.py takeover; python3 probe.py fetch {ALLOWED}");
+    let (said, report) = setup.run(&setup.agentfile(&script, &[ALLOWED]));
+    // EACCES, not EADDRINUSE: the kernel checks the capability first, so
+    // the agent is refused for lacking it, whatever holds the port.
+    for (attempt, refused) in [
+        ("bind udp 127.0.0.1:53", "EACCES"),
+        ("bind tcp 0.0.0.0:443", "EACCES"),
+        ("bind tcp [::]:443", "EACCES"),
+        ("bind tcp 198.18.0.9:80", "EACCES"),
+        ("lower the privileged ports", "EROFS"),
+        ("netlink route socket", "EAFNOSUPPORT"),
+        ("raw tcp socket", "EPERM"),
+        ("raw tcp6 socket", "EPERM"),
+    ] {
+        let got = said
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{attempt}: ")))
+            .unwrap_or("(not tried)");
+        assert_eq!(got, refused, "{attempt}\n{report}");
+    }
+    assert!(said.contains(GREETING), "{report}");
+    check_tunnels(&setup, 1, &report);
 }
 
 /// A DNS listener the sandbox must never reach: `trap.py`, run by

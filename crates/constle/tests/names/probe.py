@@ -10,6 +10,11 @@ sockets, the resolver /etc/resolv.conf names, and the placeholders it gives.
                               given out): a line each
   probe.py stale ADDR...      port 443 of each ADDR, never looked up
   probe.py lookup NAME...     getaddrinfo of each NAME: a line each
+  probe.py takeover           what the agent tries against the name service
+                              itself (binding its ports, a placeholder's
+                              privileged port, the namespace's settings,
+                              routes, raw sockets): a line each, `NAME: OK`
+                              or `NAME: ERRNO`
 """
 import errno
 import json
@@ -158,6 +163,41 @@ def lookup(names):
             print(f"{name} unresolved {ms(start)} ms {e}")
 
 
+def attempt(name, action):
+    try:
+        action()
+        print(f"{name}: OK")
+    except OSError as e:
+        print(f"{name}: {why(e)}")
+
+
+def bound(family, kind, addr):
+    def action():
+        with socket.socket(family, kind) as s:
+            s.bind(addr)
+    return action
+
+
+def write(path, text):
+    def action():
+        with open(path, "w") as f:
+            f.write(text)
+    return action
+
+
+def takeover():
+    inet, inet6 = socket.AF_INET, socket.AF_INET6
+    attempt("bind udp 127.0.0.1:53", bound(inet, socket.SOCK_DGRAM, ("127.0.0.1", 53)))
+    attempt("bind tcp 0.0.0.0:443", bound(inet, socket.SOCK_STREAM, ("0.0.0.0", 443)))
+    attempt("bind tcp [::]:443", bound(inet6, socket.SOCK_STREAM, ("::", 443)))
+    attempt("bind tcp 198.18.0.9:80", bound(inet, socket.SOCK_STREAM, ("198.18.0.9", 80)))
+    attempt("lower the privileged ports",
+            write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0"))
+    attempt("netlink route socket", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close())
+    attempt("raw tcp socket", lambda: socket.socket(inet, socket.SOCK_RAW, socket.IPPROTO_TCP).close())
+    attempt("raw tcp6 socket", lambda: socket.socket(inet6, socket.SOCK_RAW, socket.IPPROTO_TCP).close())
+
+
 if __name__ == "__main__":
     command, args = sys.argv[1], sys.argv[2:]
     if command == "fetch":
@@ -170,5 +210,7 @@ if __name__ == "__main__":
         stale(args)
     elif command == "lookup":
         lookup(args)
+    elif command == "takeover":
+        takeover()
     else:
         sys.exit(f"unknown command {command}")
