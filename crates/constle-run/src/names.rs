@@ -9,7 +9,6 @@
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
-use std::os::unix::net::UnixListener as StdUnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,9 +83,7 @@ impl Names {
             None => sockets.join("names.sock"),
             Some(id) => sockets.join(format!("names-{id}.sock")),
         };
-        let listener = StdUnixListener::bind(&channel)
-            .and_then(|l| l.set_nonblocking(true).map(|()| l))
-            .and_then(UnixListener::from_std)
+        let listener = UnixListener::bind(&channel)
             .map_err(io(format!("cannot bind {}", channel.display())))?;
         let (launches, pids) = mpsc::unbounded_channel();
         let closing = CancellationToken::new();

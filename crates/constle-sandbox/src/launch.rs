@@ -233,17 +233,18 @@ fn open_mounts(checked: &CheckedSpec<'_>, stage: &Path) -> Result<Descriptors, L
 /// configuration and `localhost`.
 fn etc_files(checked: &CheckedSpec<'_>) -> Result<Vec<(OwnedFd, PathBuf)>, LaunchError> {
     let resolver = match (checked.name_service, &checked.rootfs) {
-        (true, None) => vec![
-            ("/etc/resolv.conf".to_owned(), resolv_conf()),
-            ("/etc/hosts".to_owned(), hosts()),
-        ],
+        (true, None) => vec![("/etc/resolv.conf", resolv_conf()), ("/etc/hosts", hosts())],
         _ => Vec::new(),
     };
     checked
         .etc_files
         .iter()
-        .map(|(path, content)| (path.clone(), content.clone()))
-        .chain(resolver)
+        .map(|(path, content)| (path.as_str(), content.as_str()))
+        .chain(
+            resolver
+                .iter()
+                .map(|(path, content)| (*path, content.as_str())),
+        )
         .map(|(path, content)| Ok((memfd(c"etc", content.as_bytes())?, PathBuf::from(path))))
         .collect()
 }
