@@ -578,14 +578,26 @@ fn names_resolving_to_internal_addresses_are_still_refused() {
         names.len(),
         "{report}"
     );
+    // Python's create_connection tries the name's other placeholder when
+    // the refusal's reset overtakes its check of the first connect (a
+    // loaded machine), so a name is refused once or once per family.
     let blocked = setup.case.events("network_blocked");
-    assert_eq!(blocked.len(), internal.len(), "{blocked:?}\n{report}");
-    for (name, _) in internal {
-        let event = blocked.iter().find(|e| e["host"] == name);
-        let event = event.unwrap_or_else(|| panic!("{name} not blocked\n{report}"));
+    for event in &blocked {
         assert_eq!(event["squid"], "TCP_DENIED/403", "{report}");
         assert_eq!(event["reason"], "internal_destination", "{report}");
     }
+    for (name, _) in internal {
+        let tries = blocked.iter().filter(|e| e["host"] == name).count();
+        assert!((1..=2).contains(&tries), "{name}: {blocked:?}\n{report}");
+    }
+    assert_eq!(
+        blocked.len(),
+        blocked
+            .iter()
+            .filter(|e| internal.iter().any(|(n, _)| e["host"] == *n))
+            .count(),
+        "{blocked:?}\n{report}"
+    );
     check_tunnels(&setup, 1, &report);
 }
 
