@@ -1,7 +1,7 @@
 //! Agent-to-agent messaging in a run. With `a2a.listen`, the host listens
 //! for signed envelopes from the declared peers and puts the accepted ones in
 //! an inbox; with peers that have a URL, the agent can send. Either way the
-//! agent reaches both through one relay, `CONSTLE_A2A_URL`
+//! agent reaches both through one door, `CONSTLE_A2A_URL`
 //! (`GET /inbox/next`, `POST /outbox`), and the host signs for it: the key
 //! never enters the sandbox. Every acceptance, refusal and delivery goes
 //! into the audit log.
@@ -18,18 +18,20 @@ use constle_audit::catalogue::{A2aAccepted, A2aRefused, A2aSent};
 use constle_audit::{AuditLog, Event};
 use constle_identity::{DidKey, KeyKind, KeyStore};
 use constle_manifest::{A2a, Manifest};
-use constle_sandbox::Relay;
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::error::{RunError, io};
+use crate::doors::{self, OpenDoor};
+use crate::error::RunError;
 
-/// Where the agent finds its inbox and outbox inside the sandbox.
-const A2A_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 4000);
+/// Where the agent finds its inbox and outbox inside the sandbox: beside
+/// the proxy's port, clear of the model gates' (from 4000) and the MCP
+/// gates' (from 4100), so a run may have all of them.
+const A2A_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3129);
 
 /// The running A2A parts of a run. Dropping them stops serving.
 pub(crate) struct A2aLink {
-    relay: Relay,
+    door: Option<OpenDoor>,
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
 }
 
@@ -39,7 +41,6 @@ impl A2aLink {
     pub(crate) async fn start(
         manifest: &Manifest,
         home: &Path,
-        sockets: &Path,
         log: &Arc<AuditLog>,
     ) -> Result<Option<A2aLink>, RunError> {
         let (Some(a2a), Some(identity)) = (&manifest.a2a, &manifest.identity) else {
@@ -62,24 +63,20 @@ impl A2aLink {
         let log = Arc::clone(log);
         let outbox = Outbox::new(Arc::new(signer), peer_urls(a2a)?, client)
             .on_send(move |sent| submit(&log, sent_event(&sent)));
-        let socket = sockets.join("a2a.sock");
-        let unix =
-            UnixListener::bind(&socket).map_err(io(format!("cannot bind {}", socket.display())))?;
+        let (door, listener) = doors::open("a2a".into(), A2A_LISTEN);
         let router = sandbox_router(inbox, Some(outbox));
-        tasks.push(tokio::spawn(async move { axum::serve(unix, router).await }));
+        tasks.push(tokio::spawn(
+            async move { axum::serve(listener, router).await },
+        ));
         Ok(Some(A2aLink {
-            relay: Relay {
-                name: "a2a".into(),
-                listen: A2A_LISTEN,
-                host_socket: socket,
-            },
+            door: Some(door),
             tasks,
         }))
     }
 
-    /// The relay to put into the sandbox.
-    pub(crate) fn relay(&self) -> &Relay {
-        &self.relay
+    /// The door to put into the sandbox (taken once).
+    pub(crate) fn take_door(&mut self) -> Option<OpenDoor> {
+        self.door.take()
     }
 
     /// `CONSTLE_A2A_URL`.

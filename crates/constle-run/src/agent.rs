@@ -18,7 +18,7 @@ pub(crate) const OUTPUT_GRACE: Duration = Duration::from_secs(5);
 
 /// The agent's whole environment (the sandbox adds `PATH` and `HOME` where
 /// it is silent): what the Agentfile declares, the proxy variables
-/// pointing at the relay, and the MCP gates' URLs (which the proxy
+/// pointing at the proxy's door, and the MCP gates' URLs (which the proxy
 /// variables must not capture).
 pub(crate) fn agent_env(
     manifest: &Manifest,

@@ -1,44 +1,40 @@
-//! The host end of a sandbox exit: a Unix socket, mounted into the sandbox,
-//! whose every connection is forwarded to a TCP service on host loopback
-//! (Squid, later the MCP gate).
-//!
-//! The sandbox has no network, so a Unix socket is the only thing both sides
-//! can reach; the in-sandbox relay carries the agent's TCP connections to it.
+//! The proxy's door: every connection the agent makes to it is forwarded
+//! to Squid on host loopback.
 //!
 //! Bytes are spliced, not copied (see [`splice_bidirectional`]). Handing the
 //! sandbox a TCP socket already connected to Squid (`SCM_RIGHTS`) would save
 //! this hop but is not done: a socket of the host's network namespace can be
 //! dissolved with `connect(AF_UNSPEC)` and connected anywhere the host can
-//! reach, and whatever can connect to this Unix socket, the agent included,
-//! would receive one.
+//! reach.
 
-use std::io;
 use std::net::SocketAddr;
-use std::path::Path;
 
+use axum::serve::Listener as _;
 use constle_sandbox::splice_bidirectional;
-use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Binds `socket` and forwards each connection to the address `target`
-/// comes to hold, until the returned task is aborted. A connection that
-/// arrives before there is an address waits for it (the sandbox starts
-/// while the proxy does); one that arrives when `target` can no longer
-/// get one (the proxy did not start) is closed.
+use crate::doors::DoorListener;
+
+/// Forwards each connection to the door to the address `target` comes to
+/// hold, until the returned task is aborted. A connection that arrives
+/// before there is an address waits for it (the sandbox starts while the
+/// proxy does); one that arrives when `target` can no longer get one (the
+/// proxy did not start) is closed.
 pub fn forward(
-    socket: &Path,
+    mut listener: DoorListener,
     target: watch::Receiver<Option<SocketAddr>>,
-) -> io::Result<JoinHandle<()>> {
-    let listener = UnixListener::bind(socket)?;
-    Ok(tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let (client, _) = listener.accept().await;
             tokio::spawn(splice(client, target.clone()));
         }
-    }))
+    })
 }
 
-async fn splice(client: UnixStream, mut target: watch::Receiver<Option<SocketAddr>>) {
+async fn splice(client: TcpStream, mut target: watch::Receiver<Option<SocketAddr>>) {
     let Ok(Some(target)) = target.wait_for(Option::is_some).await.map(|t| *t) else {
         return;
     };
@@ -46,6 +42,7 @@ async fn splice(client: UnixStream, mut target: watch::Receiver<Option<SocketAdd
     // agent sees its connection close, and Squid logs what it decided.
     if let Ok(upstream) = TcpStream::connect(target).await {
         let _ = upstream.set_nodelay(true);
+        let _ = client.set_nodelay(true);
         let _ = splice_bidirectional(&client, &upstream).await;
     }
 }
@@ -57,15 +54,26 @@ mod tests {
 
     use super::*;
 
+    /// A door whose listener is on host loopback (the sandbox's
+    /// namespace in production), and a client connected to it.
+    async fn door() -> (crate::doors::OpenDoor, DoorListener, TcpStream) {
+        let (door, listener) =
+            crate::doors::open("proxy".into(), "127.0.0.1:3128".parse().unwrap());
+        let bound = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(bound.local_addr().unwrap())
+            .await
+            .unwrap();
+        door.arrive(bound, tokio_util::sync::CancellationToken::new());
+        (door, listener, client)
+    }
+
     /// A connection made before the proxy listens waits for it, and one
     /// made after the proxy failed to start is closed.
     #[tokio::test]
     async fn an_early_connection_waits_for_the_target() {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("proxy.sock");
         let (target, address) = watch::channel(None);
-        let bridge = forward(&socket, address).unwrap();
-        let mut early = UnixStream::connect(&socket).await.unwrap();
+        let (_door, listener, mut early) = door().await;
+        let bridge = forward(listener, address);
         early.write_all(b"ping").await.unwrap();
         let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
         target.send(Some(upstream.local_addr().unwrap())).unwrap();
@@ -75,10 +83,9 @@ mod tests {
         assert_eq!(&got, b"ping");
         bridge.abort();
 
-        let socket = dir.path().join("failed.sock");
         let (target, address) = watch::channel(None);
-        let _bridge = forward(&socket, address).unwrap();
-        let mut late = UnixStream::connect(&socket).await.unwrap();
+        let (_door, listener, mut late) = door().await;
+        let _bridge = forward(listener, address);
         drop(target);
         let mut rest = Vec::new();
         let read = tokio::time::timeout(

@@ -10,6 +10,7 @@ mod agent;
 mod asking;
 mod bridge;
 mod checkpoints;
+mod doors;
 mod error;
 mod events;
 mod hidden;

@@ -1,6 +1,6 @@
 //! The model gates of one run: one per provider the Agentfile declares
-//! (`llm.providers`), each serving its own Unix socket, relayed into the
-//! sandbox on 127.0.0.1, and announced to the agent through the variables
+//! (`llm.providers`), each serving its own door into the sandbox on
+//! 127.0.0.1, and announced to the agent through the variables
 //! its clients read (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`, …) with a
 //! placeholder key. The providers' keys and URLs stay here.
 //!
@@ -11,21 +11,19 @@
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::Path;
 
 use constle_llm_gate::{Api, CancellationToken, Gate, Key, Prices, Provider};
 use constle_manifest::{LlmApi, LlmProvider, Manifest};
-use constle_sandbox::Relay;
-use tokio::net::UnixListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::error::{RunError, io};
+use crate::doors::{self, OpenDoor};
+use crate::error::RunError;
 use crate::llm_spend::{ModelBook, ModelLog};
 use crate::mcp::host_var;
 use crate::stop::ModelStop;
 
-/// The first port the relays of the model gates listen on inside the
+/// The first port the doors of the model gates listen on inside the
 /// sandbox; provider `n` (in Agentfile order) gets `LLM_BASE_PORT + n`.
 const LLM_BASE_PORT: u16 = 4000;
 
@@ -109,7 +107,7 @@ fn provider(declared: &LlmProvider) -> Result<Provider, RunError> {
 pub(crate) struct ModelGates {
     /// What charges and records the gates' calls; `None` without gates.
     book: Option<ModelBook>,
-    relays: Vec<Relay>,
+    doors: Vec<OpenDoor>,
     env: BTreeMap<String, String>,
     etc_files: BTreeMap<String, String>,
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
@@ -118,11 +116,10 @@ pub(crate) struct ModelGates {
 }
 
 impl ModelGates {
-    /// Binds one socket per gate under `sockets` and starts the gate, with
-    /// `log` reserving, settling and recording its calls and refusals.
+    /// Opens one door per gate and starts the gate on it, with `log`
+    /// reserving, settling and recording its calls and refusals.
     pub(crate) fn start(
         prepared: PreparedModelGates,
-        sockets: &Path,
         log: &ModelLog,
     ) -> Result<ModelGates, RunError> {
         let (stops, stopped) = mpsc::unbounded_channel();
@@ -130,7 +127,7 @@ impl ModelGates {
         let log = log.stopping(&shutoff, stops);
         let mut gates = ModelGates {
             book: Some(log.clone()),
-            relays: Vec::new(),
+            doors: Vec::new(),
             env: BTreeMap::new(),
             etc_files: BTreeMap::new(),
             tasks: Vec::new(),
@@ -148,12 +145,10 @@ impl ModelGates {
                 .with_meter(log.clone())
                 .with_recorder(log.clone())
                 .with_shutoff(shutoff.clone());
-            let name = format!("llm-{id}");
-            let socket = sockets.join(format!("{name}.sock"));
-            let listener = UnixListener::bind(&socket)
-                .map_err(io(format!("cannot bind {}", socket.display())))?;
-            gates.tasks.push(tokio::spawn(gate.serve(listener)));
             let listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+            let (door, listener) = doors::open(format!("llm-{id}"), listen);
+            gates.tasks.push(tokio::spawn(gate.serve(listener)));
+            gates.doors.push(door);
             let base = match api {
                 LlmApi::Anthropic => format!("http://{listen}"),
                 LlmApi::OpenAi | LlmApi::OpenAiCompatible => {
@@ -165,11 +160,6 @@ impl ModelGates {
                 }
             };
             gates.env.extend(agent_env(url_var, api, base));
-            gates.relays.push(Relay {
-                name,
-                listen,
-                host_socket: socket,
-            });
         }
         Ok(gates)
     }
@@ -178,7 +168,7 @@ impl ModelGates {
     pub(crate) fn none() -> ModelGates {
         ModelGates {
             book: None,
-            relays: Vec::new(),
+            doors: Vec::new(),
             env: BTreeMap::new(),
             etc_files: BTreeMap::new(),
             tasks: Vec::new(),
@@ -187,9 +177,9 @@ impl ModelGates {
         }
     }
 
-    /// The relays to put into the sandbox.
-    pub(crate) fn relays(&self) -> &[Relay] {
-        &self.relays
+    /// The doors to put into the sandbox (taken once).
+    pub(crate) fn take_doors(&mut self) -> Vec<OpenDoor> {
+        std::mem::take(&mut self.doors)
     }
 
     /// What the agent is told of each provider.

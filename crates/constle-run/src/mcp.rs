@@ -1,5 +1,5 @@
 //! The MCP gates of one run: one per declared server, each serving its own
-//! Unix socket, relayed into the sandbox on 127.0.0.1, and announced to the
+//! door into the sandbox on 127.0.0.1, and announced to the
 //! agent as `CONSTLE_MCP_<ID>_URL`. The servers' real URLs, and the values
 //! of the headers declared for them, stay here.
 //!
@@ -16,12 +16,11 @@ use std::sync::Arc;
 use constle_audit::AuditLog;
 use constle_manifest::{Manifest, McpTransport, ServerId};
 use constle_mcp_gate::{Gate, ServerPolicy, Shutoff};
-use constle_sandbox::Relay;
-use tokio::net::UnixListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::error::{RunError, io};
+use crate::doors::{self, OpenDoor};
+use crate::error::RunError;
 use crate::human::HumanGate;
 use crate::output::OutputHold;
 use crate::refusals::GateLog;
@@ -29,7 +28,7 @@ use crate::spend::SpendMeter;
 use crate::stdio::StdioServers;
 use crate::stop::{GateStop, GateStopped};
 
-/// The first port the relays of the MCP gates listen on inside the
+/// The first port the doors of the MCP gates listen on inside the
 /// sandbox; server `n` (in Agentfile order) gets `MCP_BASE_PORT + n`.
 const MCP_BASE_PORT: u16 = 4100;
 
@@ -88,7 +87,7 @@ pub(crate) struct BridgedGates(Vec<(ServerId, Gate)>);
 /// The running gates. Dropping them stops accepting connections; closing
 /// them ([`McpGates::close`]) stops every one of them forwarding.
 pub(crate) struct McpGates {
-    relays: Vec<Relay>,
+    doors: Vec<OpenDoor>,
     env: BTreeMap<String, String>,
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
     stopped: GateStopped,
@@ -96,7 +95,7 @@ pub(crate) struct McpGates {
 }
 
 impl McpGates {
-    /// Binds one socket per gate under `sockets` and starts the gate.
+    /// Opens one door per gate and starts the gate on it.
     /// Gated calls go to the human gates (with `terminal` as the host
     /// terminal, if there is one, and the hold that keeps the agent's
     /// output back while it asks); priced calls to `meter`; every request a gate
@@ -108,7 +107,6 @@ impl McpGates {
         ready: BridgedGates,
         manifest: &Manifest,
         home: &Path,
-        sockets: &Path,
         log: &Arc<AuditLog>,
         terminal: Option<(constle_human_gate::HostTty, OutputHold)>,
         meter: Option<SpendMeter>,
@@ -118,7 +116,7 @@ impl McpGates {
         let human = HumanGate::new(manifest, home, log, terminal, &shutoff, &stops)?;
         let records = GateLog::new(log, &shutoff, &stops);
         let mut gates = McpGates {
-            relays: Vec::new(),
+            doors: Vec::new(),
             env: BTreeMap::new(),
             tasks: Vec::new(),
             stopped,
@@ -134,27 +132,20 @@ impl McpGates {
             if let Some(meter) = &meter {
                 gate = gate.with_meter(meter.clone());
             }
-            let name = format!("mcp-{id}");
-            let socket = sockets.join(format!("{name}.sock"));
-            let listener = UnixListener::bind(&socket)
-                .map_err(io(format!("cannot bind {}", socket.display())))?;
-            gates.tasks.push(tokio::spawn(gate.serve(listener)));
             let listen = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+            let (door, listener) = doors::open(format!("mcp-{id}"), listen);
+            gates.tasks.push(tokio::spawn(gate.serve(listener)));
+            gates.doors.push(door);
             gates
                 .env
                 .insert(id.env_var(), format!("http://{listen}/mcp"));
-            gates.relays.push(Relay {
-                name,
-                listen,
-                host_socket: socket,
-            });
         }
         Ok(gates)
     }
 
-    /// The relays to put into the sandbox.
-    pub(crate) fn relays(&self) -> &[Relay] {
-        &self.relays
+    /// The doors to put into the sandbox (taken once).
+    pub(crate) fn take_doors(&mut self) -> Vec<OpenDoor> {
+        std::mem::take(&mut self.doors)
     }
 
     /// `CONSTLE_MCP_<ID>_URL` for each server.

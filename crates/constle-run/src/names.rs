@@ -1,15 +1,12 @@
 //! The name service of one sandbox with egress (the agent's, or a stdio MCP
 //! server's; `egress: none` has none, so a lookup there is refused by the
-//! kernel at once, nothing listening on port 53):
-//! the channel its launcher sends the sandbox's network-namespace sockets
-//! over, and their service ([`constle_capture`]), recording into the audit
-//! log: `dns_resolved` once a name, `dns_refused` and `capture_refused`
+//! kernel at once, nothing listening on port 53): the service
+//! ([`constle_capture`]) of the sockets each launch's network channel
+//! ([`crate::doors::Channel`]) hands it, recording into the audit log: `dns_resolved` once a name, `dns_refused` and `capture_refused`
 //! for every refusal, paced like the gates' refusals so a flood slows the
 //! agent's lookups and drops nothing.
 
-use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,11 +16,10 @@ use constle_capture::{CancellationToken, CaptureError, Limits, Sockets};
 use constle_dns::Resolver;
 use constle_egress::EgressPolicy;
 use constle_mcp_gate::Pace;
-use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::error::{RunError, io};
+use crate::doors::{NameSink, failure};
 use crate::events::record;
 
 /// The placeholder ranges, routed to the sandbox's loopback.
@@ -34,28 +30,13 @@ fn local_routes() -> Vec<(IpAddr, u8)> {
 }
 
 /// The name service of a sandbox's launches (one for the agent, one per
-/// session for a stdio server), from before the first launcher starts.
+/// session for a stdio server).
 pub(crate) struct Names {
-    channel: PathBuf,
-    launches: Launches,
+    sink: NameSink,
     /// Why the service failed, once it has.
     failed: watch::Receiver<Option<String>>,
     closing: CancellationToken,
     task: JoinHandle<()>,
-}
-
-/// Tells the service which launcher it is to take sockets from next.
-#[derive(Clone)]
-pub(crate) struct Launches(mpsc::UnboundedSender<u32>);
-
-impl Launches {
-    /// The sandbox's launcher was started as `pid`: only a launcher so
-    /// announced may hand over sockets, once.
-    pub(crate) fn launched(&self, pid: Option<u32>) {
-        if let Some(pid) = pid {
-            let _ = self.0.send(pid);
-        }
-    }
 }
 
 /// What each launch's service shares.
@@ -67,25 +48,18 @@ struct Shared {
 }
 
 impl Names {
-    /// Binds the channel under `sockets` and waits, in a task, for each
-    /// announced launcher's sockets, then serves them, each sandbox with a
-    /// resolver of its own: names `policy` allows resolve, and captured
-    /// connections go through the proxy at `proxy`'s address. Events name
-    /// `server` when the sandbox is a stdio MCP server's.
+    /// Starts, in a task, the service of each launch's sockets (see
+    /// [`Names::spec`]), each sandbox with a resolver of its own: names
+    /// `policy` allows resolve, and captured connections go through the
+    /// proxy at `proxy`'s address. Events name `server` when the sandbox
+    /// is a stdio MCP server's.
     pub(crate) fn start(
         policy: &EgressPolicy,
         proxy: watch::Receiver<Option<SocketAddr>>,
-        sockets: &Path,
         log: &Arc<AuditLog>,
         server: Option<&str>,
-    ) -> Result<Names, RunError> {
-        let channel = match server {
-            None => sockets.join("names.sock"),
-            Some(id) => sockets.join(format!("names-{id}.sock")),
-        };
-        let listener = UnixListener::bind(&channel)
-            .map_err(io(format!("cannot bind {}", channel.display())))?;
-        let (launches, pids) = mpsc::unbounded_channel();
+    ) -> Names {
+        let (sink, launches) = mpsc::unbounded_channel();
         let closing = CancellationToken::new();
         let shared = Shared {
             closing: closing.clone(),
@@ -99,30 +73,25 @@ impl Names {
         };
         let (fail, failed) = watch::channel(None);
         let task = tokio::spawn(async move {
-            if let Err(why) = serve_launches(listener, pids, shared).await {
+            if let Err(why) = serve_launches(launches, shared).await {
                 let _ = fail.send(Some(why));
             }
         });
-        Ok(Names {
-            channel,
-            launches: Launches(launches),
+        Names {
+            sink,
             failed,
             closing,
             task,
-        })
-    }
-
-    /// What the sandbox's spec asks its launcher to set up.
-    pub(crate) fn spec(&self) -> constle_sandbox::NameService {
-        constle_sandbox::NameService {
-            channel: self.channel.clone(),
-            local_routes: local_routes(),
         }
     }
 
-    /// Where to announce each launcher.
-    pub(crate) fn launches(&self) -> Launches {
-        self.launches.clone()
+    /// What the sandbox's launcher sets up for the service, and where its
+    /// network channel hands the sockets.
+    pub(crate) fn spec(&self) -> (constle_sandbox::NameService, NameSink) {
+        let service = constle_sandbox::NameService {
+            local_routes: local_routes(),
+        };
+        (service, self.sink.clone())
     }
 
     /// Takes no new query or connection, and those open end; what the
@@ -141,19 +110,7 @@ impl Names {
     /// Resolves when the service fails, with why (an event that could not
     /// be recorded, a socket that failed); never once it was closed.
     pub(crate) fn failure(&self) -> impl Future<Output = String> + Send + use<> {
-        let mut failed = self.failed.clone();
-        async move {
-            // The guard is not held across an await: the future stays Send.
-            let why = failed
-                .wait_for(Option::is_some)
-                .await
-                .ok()
-                .and_then(|why| why.clone());
-            match why {
-                Some(why) => why,
-                None => std::future::pending().await,
-            }
-        }
+        failure(&self.failed)
     }
 }
 
@@ -166,15 +123,12 @@ impl Drop for Names {
 /// How long the end of a run waits for the refusals still to be recorded.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
 
-/// Takes each announced launcher's sockets (a connection from anyone else
-/// is dropped) and serves them, until one service fails (why), or until
-/// closed and every service is done.
+/// Serves each launch's sockets as they arrive, until one service fails
+/// (why), or until closed and every service is done.
 async fn serve_launches(
-    listener: UnixListener,
-    mut pids: mpsc::UnboundedReceiver<u32>,
+    mut launches: mpsc::UnboundedReceiver<(constle_sandbox::NameSockets, CancellationToken)>,
     shared: Shared,
 ) -> Result<(), String> {
-    let mut expected = HashSet::new();
     let mut serving = JoinSet::new();
     loop {
         tokio::select! {
@@ -184,18 +138,8 @@ async fn serve_launches(
                 }
                 return Ok(());
             }
-            Some(pid) = pids.recv() => {
-                expected.insert(pid);
-            }
-            accepted = listener.accept() => {
-                let (stream, _) = accepted
-                    .map_err(|e| format!("the name service's channel failed: {e}"))?;
-                let peer = stream.peer_cred().ok().and_then(|cred| cred.pid());
-                let Some(pid) = peer.and_then(|pid| u32::try_from(pid).ok()) else { continue };
-                if !announced(pid, &mut expected, &mut pids).await {
-                    continue;
-                }
-                serving.spawn(serve(receive(stream).await?, &shared));
+            Some((sockets, ended)) = launches.recv() => {
+                serving.spawn(serve(capture_sockets(sockets), &shared, ended));
             }
             Some(ended) = serving.join_next() => {
                 ended.map_err(|e| format!("the name service ended: {e}"))??;
@@ -204,53 +148,26 @@ async fn serve_launches(
     }
 }
 
-/// How long a connection waits for its launcher to be announced: the pid
-/// is sent the moment the spawn returns, long before the launcher connects.
-const ANNOUNCE_WAIT: Duration = Duration::from_secs(1);
-
-/// Whether `pid` was announced (and is no longer expected), waiting a
-/// little for an announcement still on its way.
-async fn announced(
-    pid: u32,
-    expected: &mut HashSet<u32>,
-    pids: &mut mpsc::UnboundedReceiver<u32>,
-) -> bool {
-    let wait = async {
-        while !expected.contains(&pid) {
-            match pids.recv().await {
-                Some(announced) => expected.insert(announced),
-                None => return,
-            };
-        }
-    };
-    let _ = tokio::time::timeout(ANNOUNCE_WAIT, wait).await;
-    expected.remove(&pid)
-}
-
-/// The sockets a launcher sends on `stream`.
-async fn receive(stream: tokio::net::UnixStream) -> Result<Sockets, String> {
-    let stream = stream
-        .into_std()
-        .and_then(|s| s.set_nonblocking(false).map(|()| s))
-        .map_err(|e| format!("the name service's channel failed: {e}"))?;
-    let sockets = tokio::task::spawn_blocking(move || constle_sandbox::receive_sockets(&stream))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot receive the sandbox's sockets: {e}"))?;
-    Ok(Sockets {
+/// A launch's sockets, as the service takes them.
+fn capture_sockets(sockets: constle_sandbox::NameSockets) -> Sockets {
+    Sockets {
         dns_udp: vec![sockets.dns_udp],
         dns_tcp: vec![sockets.dns_tcp],
         capture: vec![sockets.capture_v4, sockets.capture_v6],
         syn_watch: vec![sockets.syn_v4, sockets.syn_v6],
-    })
+    }
 }
 
-/// Serves one sandbox's sockets until that fails (why) or is closed.
+/// Serves one sandbox's sockets until that fails (why), or the service is
+/// closed or the launch `ended`: then what its SYN watches hold is
+/// recorded, and its sockets are closed.
 fn serve(
     sockets: Sockets,
     shared: &Shared,
+    ended: CancellationToken,
 ) -> impl Future<Output = Result<(), String>> + Send + use<> {
     let resolver = Resolver::new(Some(&shared.policy));
+    let closing = shared.closing.child_token();
     let recorder = Arc::clone(&shared.recorder);
     let record = move |event| {
         let recorder = Arc::clone(&recorder);
@@ -262,10 +179,18 @@ fn serve(
         shared.proxy.clone(),
         record,
         Limits::default(),
-        shared.closing.clone(),
+        closing.clone(),
     );
     async move {
-        served.await.map_err(|error| match error {
+        tokio::pin!(served);
+        let served = tokio::select! {
+            served = &mut served => served,
+            () = ended.cancelled() => {
+                closing.cancel();
+                served.await
+            }
+        };
+        served.map_err(|error| match error {
             CaptureError::Record(why) => why,
             error => error.to_string(),
         })

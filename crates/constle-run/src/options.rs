@@ -16,7 +16,7 @@ pub struct RunOptions {
     pub agentfile: PathBuf,
     /// Resolve names for the proxy from this file only (`--hosts-file`).
     pub hosts_file: Option<PathBuf>,
-    /// The `constle` binary, run inside the sandbox as its relay.
+    /// The `constle` binary: the sandbox's launcher, and its init inside.
     pub constle_exe: PathBuf,
 }
 

@@ -1,13 +1,12 @@
-//! The egress proxy of one sandbox: Squid, the Unix socket bridged to it,
-//! and the task writing its decisions to the audit log.
+//! The egress proxy of one sandbox: Squid, the door bridged to it, and the
+//! task writing its decisions to the audit log.
 //!
-//! The socket is bound at once and Squid starts behind it, so the sandbox
+//! The door's server starts at once and Squid behind it, so the sandbox
 //! can start while Squid does: a connection that arrives first waits for
 //! Squid rather than failing. Squid that cannot start ends the run as it
 //! would have before the sandbox started (see [`Proxy::trouble`]).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,15 +14,15 @@ use std::time::Duration;
 use constle_audit::catalogue::{NetworkAllowed, NetworkBlocked};
 use constle_audit::{AuditError, AuditLog, Event};
 use constle_egress::{EgressError, EgressPolicy, NetworkEvent, Squid};
-use constle_sandbox::Relay;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::bridge;
-use crate::error::{RunError, io};
+use crate::doors::{self, NameSink, OpenDoor};
+use crate::error::RunError;
 use crate::events::record;
 use crate::hidden::private_dir;
-use crate::names::{Launches, Names};
+use crate::names::Names;
 use crate::options::RunOptions;
 
 /// Where a sandbox finds its proxy.
@@ -31,7 +30,6 @@ pub(crate) const PROXY_LISTEN: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALH
 
 /// The egress proxy of one sandbox (the agent's, or a stdio server's).
 pub(crate) struct Proxy {
-    pub(crate) relay: Relay,
     bridge: JoinHandle<()>,
     /// The sandbox's resolver and captured connections, which go through
     /// this proxy.
@@ -65,58 +63,47 @@ pub(crate) enum ProxyTrouble {
     NotRecorded(String),
     /// The sandbox's name service failed (an event it could not record).
     NamesFailed(String),
+    /// A stdio server's sandbox's network channel failed (a launch's
+    /// sockets that could not be received).
+    DoorsFailed(String),
 }
 
 impl Proxy {
-    /// Binds the socket the sandbox's relay reaches (`proxy.sock`, or
-    /// `proxy-<server>.sock` for a stdio server, whose decisions are
-    /// recorded with its id) and starts Squid behind it.
+    /// Opens the sandbox's door to the proxy (`proxy`, for a stdio server
+    /// too, whose decisions are recorded with its id) and starts Squid
+    /// behind it. The door goes to the sandbox's [`doors::Channel`].
     pub(crate) fn start(
         policy: &EgressPolicy,
         options: &RunOptions,
-        sockets: &Path,
         log: &Arc<AuditLog>,
         server: Option<&str>,
-    ) -> Result<Proxy, RunError> {
+    ) -> Result<(Proxy, OpenDoor), RunError> {
         let dir = private_dir("constle-squid-")?;
-        let socket = match server {
-            None => sockets.join("proxy.sock"),
-            Some(id) => sockets.join(format!("proxy-{id}.sock")),
-        };
         let (target, address) = watch::channel(None);
-        let names = Names::start(policy, address.clone(), sockets, log, server)?;
-        let bridge = bridge::forward(&socket, address)
-            .map_err(io(format!("cannot bind {}", socket.display())))?;
+        let names = Names::start(policy, address.clone(), log, server);
+        let (door, listener) = doors::open("proxy".into(), PROXY_LISTEN);
+        let bridge = bridge::forward(listener, address);
         let (run_dir, policy) = (dir.path().to_path_buf(), policy.clone());
         let hosts_file = options.hosts_file.clone();
         let start =
             tokio::spawn(
                 async move { Squid::start(&run_dir, &policy, hosts_file.as_deref()).await },
             );
-        Ok(Proxy {
-            relay: Relay {
-                name: "proxy".into(),
-                listen: PROXY_LISTEN,
-                host_socket: socket,
-            },
+        let proxy = Proxy {
             bridge,
             names,
             squid: Starting::Pending { start, target },
             log: Arc::clone(log),
             server: server.map(str::to_owned),
             _dir: dir,
-        })
+        };
+        Ok((proxy, door))
     }
 
-    /// What the sandbox's launcher sets up for the name service.
-    pub(crate) fn name_service(&self) -> constle_sandbox::NameService {
+    /// What the sandbox's launcher sets up for the name service, and where
+    /// the network channel hands its sockets.
+    pub(crate) fn name_service(&self) -> (constle_sandbox::NameService, NameSink) {
         self.names.spec()
-    }
-
-    /// Where to announce each of the sandbox's launchers: only those may
-    /// hand over the name service's sockets.
-    pub(crate) fn launches(&self) -> Launches {
-        self.names.launches()
     }
 
     /// Waits until Squid accepts connections; from then on the bridge

@@ -33,6 +33,7 @@ use constle_workdir::Workdir;
 use crate::a2a::A2aLink;
 use crate::agent::{self, AgentProcess, OUTPUT_GRACE};
 use crate::checkpoints::RunCheckpoints;
+use crate::doors::{Channel, Launched};
 use crate::error::{RunError, io};
 use crate::events::{self, record};
 use crate::hidden::{self, private_dir};
@@ -239,6 +240,10 @@ struct Started {
     log: Arc<AuditLog>,
     agent: AgentProcess,
     proxy: Option<Proxy>,
+    /// The channel the sandbox's doors and name service arrived on, and
+    /// the hold that keeps them served.
+    network: Option<Channel>,
+    _launched: Option<Launched>,
     servers: StdioServers,
     gates: McpGates,
     models: ModelGates,
@@ -281,7 +286,6 @@ impl Started {
             workdir: manifest.sandbox.workdir.clone(),
             env: BTreeMap::new(),
             rootfs: manifest.sandbox.rootfs.clone(),
-            relays: Vec::new(),
             stdio: CommandIo::Inherit,
             constle_exe: options.constle_exe.clone(),
             private: hidden::agent_private(&private, manifest),
@@ -293,7 +297,7 @@ impl Started {
             etc_files: BTreeMap::new(),
             home: manifest.sandbox.home.clone(),
             home_inode: None,
-            name_service: None,
+            network: None,
         };
         // What the sandbox would mount, before anything starts; the
         // launcher checks it all again on the objects it then mounts.
@@ -302,9 +306,10 @@ impl Started {
         // Next: on cgroup v2, constle may have to move itself into a cgroup
         // of its own, before anything it starts would share its old one.
         let limits = RunLimits::create(manifest)?;
-        let proxy = EgressPolicy::from_network(&manifest.sandbox.network)
-            .map(|policy| Proxy::start(&policy, options, sockets.path(), log, None))
-            .transpose()?;
+        let (proxy, proxy_door) = EgressPolicy::from_network(&manifest.sandbox.network)
+            .map(|policy| Proxy::start(&policy, options, log, None))
+            .transpose()?
+            .unzip();
         // Squid's start is the slowest of all: it begins at its task's first
         // turn, which is now, not whenever the rest first waits.
         tokio::task::yield_now().await;
@@ -330,27 +335,22 @@ impl Started {
             starts.secrets,
         )
         .await?;
-        let gates = McpGates::start(
+        let mut gates = McpGates::start(
             starts.gates.bridged(&servers)?,
             manifest,
             &options.home,
-            sockets.path(),
             log,
             terminal.map(|tty| (tty, hold.clone())),
             meter,
         )?;
-        let models = match spent {
+        let mut models = match spent {
             Some(shared) => {
                 let own = spend::open_llm_meter(manifest, &options.home).await;
-                ModelGates::start(
-                    starts.models,
-                    sockets.path(),
-                    &ModelLog::new(shared, own, log),
-                )?
+                ModelGates::start(starts.models, &ModelLog::new(shared, own, log))?
             }
             None => ModelGates::none(),
         };
-        let a2a = A2aLink::start(manifest, &options.home, sockets.path(), log).await?;
+        let mut a2a = A2aLink::start(manifest, &options.home, log).await?;
         spec.env = agent::agent_env(manifest, proxy.is_some(), gates.env());
         spec.env.extend(models.env().clone());
         for (name, value) in models.defaults() {
@@ -360,15 +360,19 @@ impl Started {
             spec.etc_files = models.etc_files().clone();
         }
         spec.env.extend(a2a.as_ref().map(A2aLink::env));
-        spec.relays = proxy
-            .iter()
-            .map(|p| p.relay.clone())
-            .chain(gates.relays().iter().cloned())
-            .chain(models.relays().iter().cloned())
-            .chain(a2a.iter().map(|a| a.relay().clone()))
+        let doors: Vec<_> = proxy_door
+            .into_iter()
+            .chain(gates.take_doors())
+            .chain(models.take_doors())
+            .chain(a2a.as_mut().and_then(A2aLink::take_door))
             .collect();
+        let names = proxy.as_ref().map(Proxy::name_service);
+        let network = match (doors.is_empty(), names) {
+            (true, None) => None,
+            (_, names) => Some(Channel::start(sockets.path(), None, doors, names)?),
+        };
+        spec.network = network.as_ref().map(Channel::spec);
         spec.cgroup_procs = limits.procs_files();
-        spec.name_service = proxy.as_ref().map(Proxy::name_service);
         laps.lap();
         let workdir = workdir::prepare(&spec.workdir, host_id.as_ref(), log, Dir::Agent).await?;
         spec.workdir_inode = Some(workdir.inode());
@@ -397,13 +401,15 @@ impl Started {
                 return Err(err);
             }
         };
-        if let Some(proxy) = &proxy {
-            proxy.launches().launched(agent.child.id());
-        }
+        let launched = network
+            .as_ref()
+            .map(|network| network.launches().launched(agent.child.id()));
         Ok(Started {
             log: Arc::clone(log),
             agent,
             proxy,
+            network,
+            _launched: launched,
             servers,
             gates,
             models,
@@ -460,6 +466,10 @@ impl Started {
             ended = wall_clock_reached(self.wall_clock.as_ref(), log) => {
                 let _ = agent.start_kill();
                 ended
+            }
+            why = doors_failure(self.network.as_ref()) => {
+                let _ = agent.start_kill();
+                Err(RunError::Sandbox(why))
             }
             (server, trouble) = proxy_trouble(proxy, servers) => {
                 let _ = agent.start_kill();
@@ -572,6 +582,14 @@ async fn finish_dirs(
 /// settled; one not settled by then stays charged its whole hold.
 const SETTLE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Why the agent's sandbox's network channel failed, once it has.
+async fn doors_failure(network: Option<&Channel>) -> String {
+    match network {
+        Some(network) => network.failure().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The agent's proxy, or a stdio server's, failing: either ends the run.
 async fn proxy_trouble(
     proxy: Option<&mut Proxy>,
@@ -608,6 +626,9 @@ async fn proxy_failed(
         }
         ProxyTrouble::NamesFailed(error) => {
             format!("the name service beside {whose} failed: {error}")
+        }
+        ProxyTrouble::DoorsFailed(error) => {
+            format!("the sandbox's network channel beside {whose} failed: {error}")
         }
     };
     let failed = EgressFailed {

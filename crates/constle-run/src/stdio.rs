@@ -37,11 +37,11 @@ use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::doors::{Channel, Launches};
 use crate::error::{RunError, io};
 use crate::events::record;
 use crate::hidden::{private_dir, server_private};
 use crate::limits::{RunLimits, ServerLimits, tmpfs_sizes};
-use crate::names::Launches;
 use crate::options::RunOptions;
 use crate::proxy::{PROXY_LISTEN, Proxy, ProxyTrouble};
 use crate::workdir::{self, Dir, WorkdirChecked};
@@ -117,8 +117,9 @@ struct Running {
     workdir: Option<Workdir>,
     /// Where what the server leaves there is set aside.
     quarantine: PathBuf,
-    /// Its egress proxy, with `network.allowed_hosts`.
-    proxy: Option<Proxy>,
+    /// Its egress proxy, with `network.allowed_hosts`, and the channel
+    /// each of its sandboxes' doors and name service arrive on.
+    proxy: Option<(Proxy, Channel)>,
     /// Its cgroups, with `sandbox.limits`.
     limits: ServerLimits,
     log: Arc<AuditLog>,
@@ -158,9 +159,15 @@ impl StdioServers {
     /// never, when no server has one.
     pub(crate) async fn proxy_trouble(&mut self) -> (String, ProxyTrouble) {
         let troubles = self.servers.iter_mut().filter_map(|server| {
-            let proxy = server.proxy.as_mut()?;
+            let (proxy, network) = server.proxy.as_mut()?;
             let id = server.id.clone();
-            Some(Box::pin(async move { (id, proxy.trouble().await) }))
+            Some(Box::pin(async move {
+                let trouble = tokio::select! {
+                    trouble = proxy.trouble() => trouble,
+                    why = network.failure() => ProxyTrouble::DoorsFailed(why),
+                };
+                (id, trouble)
+            }))
         });
         let troubles: Vec<_> = troubles.collect();
         if troubles.is_empty() {
@@ -185,7 +192,7 @@ impl StdioServers {
                 }
             }
             // After the server: Squid logs a tunnel when it closes.
-            if let Some(proxy) = server.proxy {
+            if let Some((proxy, _)) = server.proxy {
                 recorded = recorded.and(proxy.stop().await);
             }
             let _ = server.flush.send(());
@@ -234,9 +241,11 @@ impl Running {
             [] => None,
             hosts => {
                 let policy = EgressPolicy::restricted(hosts.iter().cloned());
-                let mut proxy = Proxy::start(&policy, cx.options, cx.sockets, cx.log, Some(&id))?;
+                let (mut proxy, door) = Proxy::start(&policy, cx.options, cx.log, Some(&id))?;
+                let names = Some(proxy.name_service());
+                let network = Channel::start(cx.sockets, Some(&id), vec![door], names)?;
                 proxy.ready().await?;
-                Some(proxy)
+                Some((proxy, network))
             }
         };
         let secrets = env.values().cloned().collect();
@@ -249,7 +258,6 @@ impl Running {
             workdir,
             env,
             rootfs: None,
-            relays: proxy.iter().map(|p| p.relay.clone()).collect(),
             stdio: CommandIo::Inherit,
             constle_exe: cx.options.constle_exe.clone(),
             private: server_private(cx.private, cx.manifest, &id),
@@ -261,7 +269,7 @@ impl Running {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
-            name_service: proxy.as_ref().map(Proxy::name_service),
+            network: proxy.as_ref().map(|(_, network)| network.spec()),
         };
         dirs.push(stage);
         spec.check_dirs()
@@ -277,7 +285,7 @@ impl Running {
             sockets: cx.sockets.to_path_buf(),
             starts: AtomicU32::new(0),
             stderr: Arc::clone(&stderr),
-            launches: proxy.as_ref().map(Proxy::launches),
+            launches: proxy.as_ref().map(|(_, network)| network.launches()),
         });
         let launch = SandboxLaunch(plan);
         let (events, received) = mpsc::unbounded_channel();
@@ -381,7 +389,8 @@ struct LaunchPlan {
     sockets: PathBuf,
     starts: AtomicU32,
     stderr: Arc<StderrLog>,
-    /// Where each launcher is announced to the name service, with egress.
+    /// Where each launcher is announced to the network channel, with
+    /// egress.
     launches: Option<Launches>,
 }
 
@@ -415,9 +424,7 @@ impl LaunchPlan {
         let mut child = command.kill_on_drop(true).spawn()?;
         // The command holds this process's copy of the lifeline's read end.
         drop(command);
-        if let Some(launches) = &self.launches {
-            launches.launched(child.id());
-        }
+        let launched = self.launches.as_ref().map(|l| l.launched(child.id()));
         if let Some(stderr) = child.stderr.take() {
             tokio::spawn(Arc::clone(&self.stderr).copy(stderr, child.id()));
         }
@@ -442,7 +449,7 @@ impl LaunchPlan {
             input: Box::pin(input),
             output: Box::pin(output),
             child,
-            hold: Box::new(held),
+            hold: Box::new((held, launched)),
         })
     }
 }

@@ -8,24 +8,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::descriptors::{Descriptors, RootfsEntry};
+use crate::init::STDIO_FLAG;
 use crate::layout::{
     AGENT_HOME, AGENT_ID, DEFAULT_PATH, ETC_PATHS, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND,
     LAUNCH_SUBCOMMAND, PROC_MASKED, PROC_READ_ONLY, STDIO_INSIDE, SYSTEM_DIRS,
 };
 use crate::plan::{PLAN_ENV, Plan};
 use crate::spec::CheckedSpec;
-use crate::{SandboxError, SandboxSpec, wire};
+use crate::{SandboxError, SandboxSpec};
 
 /// The command that runs `spec`'s sandbox: the constle executable as
 /// `constle sandbox-exec` (the launcher), which checks the spec again,
 /// opens what the sandbox mounts, drops root if it has it, and replaces
-/// itself with `bwrap <args> -- /run/constle/constle sandbox-init <relays>
+/// itself with `bwrap <args> -- /run/constle/constle sandbox-init
 /// [--stdio /run/constle/stdio] -- <command…>`.
 ///
 /// The spec is checked here first (see [`SandboxError`]), so a spec that
 /// cannot run is refused before anything starts: the work directory exists,
 /// is a directory that may be made writable and shows nothing private, the
-/// rootfs (if any) likewise, every relay socket exists and is a socket, the
+/// rootfs (if any) likewise, every host socket exists and is a socket, the
 /// constle executable is a file outside the work directory. The launcher
 /// repeats every check on the objects it then mounts, so a path swapped in
 /// between gains nothing; if its check fails it prints why and exits with
@@ -142,7 +143,7 @@ pub(crate) struct BwrapArgs {
     /// Everything before `--`: what bwrap reads from `--args FD`, so that
     /// the environment given to the agent is not on a command line.
     pub options: Vec<OsString>,
-    /// From `--` on: `/run/constle/constle sandbox-init <relays> -- <command…>`
+    /// From `--` on: `/run/constle/constle sandbox-init [--stdio SOCKET] -- <command…>`
     /// (bwrap takes the command only from its real arguments).
     pub command: Vec<OsString>,
 }
@@ -157,8 +158,8 @@ pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>, fds: &Descriptors) -> BwrapArgs
     // The agent is an unprivileged uid in its namespace, which maps to the
     // launcher's own unprivileged uid on the host; constle's init is pid 1.
     a.flag("--unshare-all");
-    // With a name service, the namespace the launcher made and set up.
-    if spec.name_service {
+    // With a way out, the namespace the launcher made and set up.
+    if spec.network.is_some() {
         a.flag("--share-net");
     }
     a.flag("--unshare-user");
@@ -220,12 +221,8 @@ pub(crate) fn bwrap_args(spec: &CheckedSpec<'_>, fds: &Descriptors) -> BwrapArgs
     c.flag("--");
     c.flag(EXE_INSIDE);
     c.flag(INIT_SUBCOMMAND);
-    for relay in &spec.relays {
-        c.flag(wire::RELAY_FLAG);
-        c.0.push(wire::encode_relay(relay.name, relay.listen, &relay.inside));
-    }
     if spec.stdio.is_some() {
-        c.flag(wire::STDIO_FLAG);
+        c.flag(STDIO_FLAG);
         c.flag(STDIO_INSIDE);
     }
     c.flag("--");
@@ -339,7 +336,6 @@ mod tests {
             workdir: work.path().to_path_buf(),
             env: BTreeMap::from([("HOME".into(), "/nonexistent".into())]),
             rootfs: None,
-            relays: vec![],
             stdio: CommandIo::Inherit,
             constle_exe: "/usr/bin/true".into(),
             private: vec![],
@@ -351,7 +347,7 @@ mod tests {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
-            name_service: None,
+            network: None,
         };
         let checked = spec.check().unwrap();
         let fds = Descriptors {
@@ -455,7 +451,6 @@ mod tests {
             workdir: dir.path().join("work"),
             env: BTreeMap::new(),
             rootfs: None,
-            relays: vec![],
             stdio: CommandIo::Inherit,
             constle_exe: "/usr/bin/true".into(),
             private: vec![],
@@ -466,7 +461,7 @@ mod tests {
             workdir_inode: None,
             home: Some(dir.path().join("home")),
             home_inode: None,
-            name_service: None,
+            network: None,
             etc_files: BTreeMap::new(),
         };
         let checked = spec.check().unwrap();

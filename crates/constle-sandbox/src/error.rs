@@ -205,30 +205,39 @@ pub enum SandboxError {
         reason: String,
     },
 
-    /// A relay name is not 1 to 32 of `a-z`, `0-9`, `-`, starting with a
+    /// A door's name is not 1 to 32 of `a-z`, `0-9`, `-`, starting with a
     /// letter or digit.
     #[error(
-        "relay name {name:?} is not valid: use 1 to 32 of a-z, 0-9 and '-', starting with a letter or digit"
+        "door name {name:?} is not valid: use 1 to 32 of a-z, 0-9 and '-', starting with a letter or digit"
     )]
-    InvalidRelayName {
+    InvalidDoorName {
         /// The name as given.
         name: String,
     },
 
-    /// Two relays share a name or a listen address.
-    #[error("two relays use the same {what} {value:?}")]
-    DuplicateRelay {
+    /// More doors than travel in one message.
+    #[error("{count} doors: a sandbox has at most {max}")]
+    TooManyDoors {
+        /// How many the spec has.
+        count: usize,
+        /// The most there may be.
+        max: usize,
+    },
+
+    /// Two doors share a name or a listen address.
+    #[error("two doors use the same {what} {value:?}")]
+    DuplicateDoor {
         /// "name" or "listen address".
         what: &'static str,
         /// The shared value.
         value: String,
     },
 
-    /// A relay's listen address is not a loopback address with a port of at
+    /// A door's listen address is not a loopback address with a port of at
     /// least 1024.
-    #[error("relay {name:?} cannot listen on {listen}: {reason}")]
-    InvalidRelayAddress {
-        /// The relay.
+    #[error("door {name:?} cannot listen on {listen}: {reason}")]
+    InvalidDoorAddress {
+        /// The door.
         name: String,
         /// The address as given.
         listen: std::net::SocketAddrV4,
@@ -236,12 +245,13 @@ pub enum SandboxError {
         reason: &'static str,
     },
 
-    /// A relay's host socket is missing or is not a Unix socket.
+    /// A host socket (the network's channel, the stdio socket) is missing
+    /// or is not a Unix socket.
     #[error(
-        "relay {name:?}: host socket {path:?} cannot be used: {reason}; bind it before building the sandbox"
+        "the {name} socket {path:?} cannot be used: {reason}; bind it before building the sandbox"
     )]
     HostSocket {
-        /// The relay.
+        /// What it is for: `network` or `stdio`.
         name: String,
         /// The path as given.
         path: PathBuf,

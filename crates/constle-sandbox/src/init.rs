@@ -1,61 +1,42 @@
-//! `constle sandbox-init`: the first process inside the sandbox. It binds the
-//! relays, starts the agent, forwards connections, and exits with the agent's
-//! status.
+//! `constle sandbox-init`: the first process inside the sandbox. It starts
+//! the agent, reaps every process of the sandbox, and exits with the
+//! agent's status.
 
 use std::ffi::OsString;
 use std::io::{self, Write};
-use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use nix::sys::resource::{Resource, setrlimit};
-use nix::sys::signal::{Signal, kill};
 use nix::sys::stat::{SFlag, fstat};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
-use tokio::net::{TcpListener, TcpStream, UnixStream};
-use tokio::task::JoinSet;
-use tokio_util::task::TaskTracker;
 
 use crate::layout::INIT_SUBCOMMAND;
-use crate::splice::splice_bidirectional;
-use crate::wire::{self, InitRelay};
 
-/// Exit status when `sandbox-init` itself fails: bad arguments, a relay that
-/// cannot listen, or a relay that stops (the agent is then killed).
+/// `--stdio SOCKET`: the socket the command's stdin and stdout connect to.
+pub(crate) const STDIO_FLAG: &str = "--stdio";
+
+/// Exit status when the sandbox could not be set up, or `sandbox-init`
+/// itself fails (bad arguments, the stdio socket unreachable).
 pub const EXIT_SANDBOX_FAILED: i32 = 125;
 /// Exit status when the agent's command exists but cannot be run.
 pub const EXIT_CANNOT_EXECUTE: i32 = 126;
 /// Exit status when the agent's command is not found.
 pub const EXIT_NOT_FOUND: i32 = 127;
 
-/// How long connections may keep flushing after the agent exits. Bytes the
-/// agent wrote just before exiting are still in the relay; dropping them
-/// would lose what a real socket delivers. A background process that holds
-/// a connection open cannot delay the end of the run by more than this.
-const DRAIN_GRACE: Duration = Duration::from_secs(2);
-
 #[derive(Debug, thiserror::Error)]
 enum InitError {
     #[error(
-        "{0}\nusage: constle {INIT_SUBCOMMAND} [--relay NAME,ADDRESS,SOCKET]... [--stdio SOCKET] -- COMMAND [ARG]...\n\
+        "{0}\nusage: constle {INIT_SUBCOMMAND} [--stdio SOCKET] -- COMMAND [ARG]...\n\
          (this subcommand runs inside the sandbox; `constle run` starts it)"
     )]
     Usage(String),
     #[error("cannot close the file descriptors inherited from the host: {0}")]
     Fds(io::Error),
-    #[error("cannot start the relay runtime: {0}")]
+    #[error("cannot start init's runtime: {0}")]
     Runtime(io::Error),
-    #[error("relay {name}: cannot listen on {listen}: {source}")]
-    Listen {
-        name: String,
-        listen: SocketAddr,
-        source: io::Error,
-    },
     #[error("cannot connect the command's stdin and stdout to {socket:?}: {source}")]
     Stdio { socket: PathBuf, source: io::Error },
     #[error("cannot run {program:?}: {source}")]
@@ -63,8 +44,6 @@ enum InitError {
         program: OsString,
         source: io::Error,
     },
-    #[error("relay {name} stopped: {source}; the agent was killed")]
-    RelayFailed { name: String, source: io::Error },
     #[error("cannot wait for the agent: {0}")]
     Wait(io::Error),
     #[error("cannot turn core dumps off: {0}")]
@@ -90,25 +69,20 @@ impl InitError {
 /// 1. closes every file descriptor above 2 that the host let through
 ///    (any descriptor without close-on-exec: Rust never creates one, so each
 ///    came from outside and may reach host files, such as a directory);
-/// 2. makes itself non-dumpable, so the agent (same user) cannot trace the
-///    relay or open its `/proc/PID/fd`;
-/// 3. binds every relay's TCP address (so the agent can connect at once);
-/// 4. starts the agent with stdin `/dev/null`, stdout and stderr inherited,
+/// 2. makes itself non-dumpable, so the agent (same user) cannot trace it
+///    or open its `/proc/PID/fd`;
+/// 3. starts the agent with stdin `/dev/null`, stdout and stderr inherited,
 ///    and the sandbox's environment; with `--stdio SOCKET`, connects to
 ///    the Unix socket twice first: the second connection is the command's
 ///    stdin and stdout (a stdio MCP server's protocol channel), and on the
 ///    first it says `started`, or `failed: <why>` when the command could
 ///    not be started;
-/// 5. forwards each accepted connection to its relay's Unix socket, both
-///    ways, passing half-closes on; a connection whose socket cannot be
-///    reached is closed (the first such failure per relay is reported on
-///    stderr);
-/// 6. exits with the agent's status: its exit code, or 128 + the signal that
+/// 4. reaps every process that ends in the sandbox, and exits with the
+///    agent's status: its exit code, or 128 + the signal that
 ///    killed it.
 ///
 /// Failures of its own exit with [`EXIT_SANDBOX_FAILED`] (125) after a
-/// message on stderr; if a relay's listener fails while the agent runs, the
-/// agent is killed first. A command that is not found gives
+/// message on stderr. A command that is not found gives
 /// [`EXIT_NOT_FOUND`] (127), one that cannot be executed
 /// [`EXIT_CANNOT_EXECUTE`] (126). The agent may exit with these codes too.
 pub fn init_main(args: Vec<OsString>) -> i32 {
@@ -124,7 +98,7 @@ pub fn init_main(args: Vec<OsString>) -> i32 {
 fn init(args: Vec<OsString>) -> Result<i32, InitError> {
     let args = parse_args(args)?;
     close_inherited_fds().map_err(InitError::Fds)?;
-    // Best effort: without it the relay is only as exposed as the agent.
+    // Best effort: without it init is only as exposed as the agent.
     let _ = nix::sys::prctl::set_dumpable(false);
     // No core files, for good: a crashing agent must not make the kernel
     // write its memory anywhere. (A host whose core_pattern is a pipe, as
@@ -183,7 +157,6 @@ fn until_closed(mut from: impl io::Read) {
 /// `sandbox-init`'s arguments.
 #[derive(Debug)]
 struct InitArgs {
-    relays: Vec<InitRelay>,
     /// The socket whose connection is the command's stdin and stdout.
     stdio: Option<PathBuf>,
     command: Vec<OsString>,
@@ -191,22 +164,12 @@ struct InitArgs {
 
 fn parse_args(args: Vec<OsString>) -> Result<InitArgs, InitError> {
     let mut args = args.into_iter();
-    let mut relays = Vec::new();
     let mut stdio = None;
     loop {
         match args.next() {
             None => return Err(InitError::Usage("missing `--` before the command".into())),
             Some(arg) if arg == "--" => break,
-            Some(arg) if arg == wire::RELAY_FLAG => {
-                let value = args
-                    .next()
-                    .ok_or_else(|| InitError::Usage("`--relay` needs a value".into()))?;
-                let relay = wire::decode_relay(value.clone()).ok_or_else(|| {
-                    InitError::Usage(format!("relay {value:?} is not NAME,ADDRESS,SOCKET"))
-                })?;
-                relays.push(relay);
-            }
-            Some(arg) if arg == wire::STDIO_FLAG && stdio.is_none() => {
+            Some(arg) if arg == STDIO_FLAG && stdio.is_none() => {
                 let socket = args
                     .next()
                     .map(PathBuf::from)
@@ -221,11 +184,7 @@ fn parse_args(args: Vec<OsString>) -> Result<InitArgs, InitError> {
     if command.first().is_none_or(|c| c.is_empty()) {
         return Err(InitError::Usage("no command after `--`".into()));
     }
-    Ok(InitArgs {
-        relays,
-        stdio,
-        command,
-    })
+    Ok(InitArgs { stdio, command })
 }
 
 /// The command's stdin and stdout: `/dev/null` and init's own; or, with
@@ -306,24 +265,7 @@ fn close_inherited_fds() -> io::Result<()> {
 }
 
 async fn run(args: InitArgs) -> Result<i32, InitError> {
-    let InitArgs {
-        relays,
-        stdio,
-        command,
-    } = args;
-    let mut listeners = Vec::with_capacity(relays.len());
-    for relay in relays {
-        let listen = SocketAddr::V4(relay.listen);
-        let listener = TcpListener::bind(listen)
-            .await
-            .map_err(|source| InitError::Listen {
-                name: relay.name.clone(),
-                listen,
-                source,
-            })?;
-        listeners.push((listener, relay));
-    }
-
+    let InitArgs { stdio, command } = args;
     // Before the agent exists, so that no exit goes unnoticed.
     let mut children = Reaper::new()?;
     let io = command_io(stdio.as_deref())?;
@@ -337,35 +279,7 @@ async fn run(args: InitArgs) -> Result<i32, InitError> {
         program: command[0].clone(),
         source,
     })?;
-    let agent = Pid::from_raw(agent.id() as i32);
-
-    let connections = TaskTracker::new();
-    let mut relays = JoinSet::new();
-    for (listener, relay) in listeners {
-        relays.spawn(accept_loop(listener, relay, connections.clone()));
-    }
-
-    tokio::select! {
-        code = children.wait_for(agent) => {
-            let code = code?;
-            relays.abort_all();
-            connections.close();
-            let _ = tokio::time::timeout(DRAIN_GRACE, connections.wait()).await;
-            Ok(code)
-        }
-        Some(stopped) = relays.join_next() => {
-            let err = match stopped {
-                Ok(err) => err,
-                Err(join) => InitError::RelayFailed {
-                    name: "?".into(),
-                    source: io::Error::other(join.to_string()),
-                },
-            };
-            let _ = kill(agent, Signal::SIGKILL);
-            let _ = children.wait_for(agent).await;
-            Err(err)
-        }
-    }
+    children.wait_for(Pid::from_raw(agent.id() as i32)).await
 }
 
 /// As the sandbox's pid 1, init inherits every process whose parent exits
@@ -407,81 +321,6 @@ fn reap_one() -> Result<Option<(Pid, i32)>, InitError> {
     }
 }
 
-/// Accepts until the listener fails for good; returns why.
-async fn accept_loop(
-    listener: TcpListener,
-    relay: InitRelay,
-    connections: TaskTracker,
-) -> InitError {
-    let socket: Arc<PathBuf> = Arc::new(relay.socket);
-    let name: Arc<str> = relay.name.into();
-    let reported = Arc::new(AtomicBool::new(false));
-    loop {
-        match listener.accept().await {
-            Ok((tcp, _)) => {
-                connections.spawn(forward(
-                    tcp,
-                    Arc::clone(&socket),
-                    Arc::clone(&name),
-                    Arc::clone(&reported),
-                ));
-            }
-            Err(err) if is_transient(&err) => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(source) => {
-                return InitError::RelayFailed {
-                    name: name.to_string(),
-                    source,
-                };
-            }
-        }
-    }
-}
-
-/// Errors after which a listener still works: an aborted connection, or
-/// running out of descriptors or memory for a moment.
-fn is_transient(err: &io::Error) -> bool {
-    use nix::errno::Errno;
-    matches!(
-        err.kind(),
-        io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::Interrupted
-            | io::ErrorKind::WouldBlock
-    ) || err.raw_os_error().is_some_and(|code| {
-        [
-            Errno::EMFILE,
-            Errno::ENFILE,
-            Errno::ENOBUFS,
-            Errno::ENOMEM,
-            Errno::EPROTO,
-            Errno::EPERM,
-        ]
-        .iter()
-        .any(|e| *e as i32 == code)
-    })
-}
-
-async fn forward(tcp: TcpStream, socket: Arc<PathBuf>, name: Arc<str>, reported: Arc<AtomicBool>) {
-    let _ = tcp.set_nodelay(true);
-    let upstream = match UnixStream::connect(socket.as_path()).await {
-        Ok(upstream) => upstream,
-        Err(err) => {
-            // Fail closed: the agent's connection is dropped. Say so once.
-            if !reported.swap(true, Ordering::Relaxed) {
-                let _ = writeln!(
-                    io::stderr().lock(),
-                    "constle {INIT_SUBCOMMAND}: relay {name}: cannot reach the host ({err}); \
-                     connections through it are closed"
-                );
-            }
-            return;
-        }
-    };
-    let _ = splice_bidirectional(&tcp, &upstream).await;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -492,30 +331,23 @@ mod tests {
 
     #[test]
     fn parses_arguments() {
-        let args = parse_args(os(&[
-            "--relay",
-            "proxy,127.0.0.1:3128,/run/constle/proxy.sock",
-            "--",
-            "sh",
-            "-c",
-            "--relay",
-        ]))
-        .unwrap();
-        assert_eq!(args.relays.len(), 1);
-        assert_eq!(args.relays[0].name, "proxy");
+        let args = parse_args(os(&["--", "sh", "-c", "--stdio"])).unwrap();
         assert_eq!(args.stdio, None);
-        assert_eq!(args.command, os(&["sh", "-c", "--relay"]));
+        assert_eq!(args.command, os(&["sh", "-c", "--stdio"]));
         let args = parse_args(os(&["--stdio", "/run/constle/stdio", "--", "srv"])).unwrap();
         assert_eq!(args.stdio, Some(PathBuf::from("/run/constle/stdio")));
-        assert!(args.relays.is_empty());
 
         for bad in [
             &[][..],
             &["sh"],
             &["--"],
             &["--", ""],
-            &["--relay"],
-            &["--relay", "x", "--", "sh"],
+            &[
+                "--relay",
+                "proxy,127.0.0.1:3128,/run/constle/proxy.sock",
+                "--",
+                "sh",
+            ],
             &["--bogus", "--", "sh"],
             &["--stdio", "relative", "--", "sh"],
             &["--stdio", "/a", "--stdio", "/b", "--", "sh"],

@@ -12,14 +12,16 @@
 //!    directory (and the home, when the spec keeps one) to the agent's uid
 //!    through an idmapped mount (so files the
 //!    agent writes belong on disk to the directory's owner, and the agent
-//!    is nobody the host knows), and gives the agent's uid the relay sockets;
-//! 3. opens everything else bwrap mounts (this executable, the relay
-//!    sockets, the rootfs's entries) and writes the sandbox's own
+//!    is nobody the host knows), and gives the agent's uid the stdio socket;
+//! 3. opens everything else bwrap mounts (this executable, the stdio
+//!    socket, the rootfs's entries) and writes the sandbox's own
 //!    `passwd`, `group`, seccomp filters ([`seccomp_programs`]) and
 //!    bwrap's arguments into memory files;
-//! 4. enters the run's cgroups (`sandbox.limits`), then, on that root path,
-//!    switches to the run's host id (`SandboxSpec::host_id`) for good (no
-//!    supplementary groups, no way back);
+//! 4. enters the run's cgroups (`sandbox.limits`); with a
+//!    [`Network`](crate::Network), makes the sandbox's network namespace
+//!    and sends its sockets to the host (see `netns`); then, on that root
+//!    path, switches to the run's host id (`SandboxSpec::host_id`) for good
+//!    (no supplementary groups, no way back);
 //! 5. replaces itself with `bwrap --args FD`, which inherits exactly those
 //!    descriptors. bwrap mounts each by descriptor and checks the mount is
 //!    the same object.
@@ -175,8 +177,8 @@ fn launch() -> Result<Infallible, LaunchError> {
     // everything the sandbox runs is inside the run's cgroups.
     constle_limits::enter(&plan.spec.cgroup_procs)
         .map_err(|e| LaunchError::Usage(format!("cannot enter the run's cgroups: {e}")))?;
-    if let Some(service) = &plan.spec.name_service {
-        netns::enter(as_root.is_some(), service)?;
+    if let Some(network) = &plan.spec.network {
+        netns::enter(as_root.is_some(), network)?;
     }
     if let Some(id) = as_root {
         become_agent(id)?;
@@ -232,7 +234,7 @@ fn open_mounts(checked: &CheckedSpec<'_>, stage: &Path) -> Result<Descriptors, L
 /// name service (and no rootfs, whose `/etc` is its own) the resolver's
 /// configuration and `localhost`.
 fn etc_files(checked: &CheckedSpec<'_>) -> Result<Vec<(OwnedFd, PathBuf)>, LaunchError> {
-    let resolver = match (checked.name_service, &checked.rootfs) {
+    let resolver = match (checked.name_service(), &checked.rootfs) {
         (true, None) => vec![("/etc/resolv.conf", resolv_conf()), ("/etc/hosts", hosts())],
         _ => Vec::new(),
     };
@@ -264,13 +266,13 @@ fn private_mount_namespace() -> Result<(), LaunchError> {
 }
 
 /// As root, in the launcher's own mount namespace: the work directory
-/// shown to the agent's uid, the relay sockets handed to that uid, and
+/// shown to the agent's uid, the stdio socket handed to that uid, and
 /// every descriptor bwrap mounts moved under the stage directory.
 ///
 /// The staging is for bwrap, which will run as the agent's uid: it
 /// resolves each descriptor's path again, and may not be able to reach
 /// the original (the constle executable or the work directory under
-/// `/root`, the relay sockets in a directory only root may enter). The
+/// `/root`, the stdio socket in a directory only root may enter). The
 /// stage holds a copy of each mount on a tmpfs of this namespace alone,
 /// where the agent's uid can reach it.
 fn confine_as_root(

@@ -1,18 +1,25 @@
 //! Fixed names and paths of the sandbox.
 
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 
 /// The directory inside the sandbox holding the constle executable and the
-/// relays' sockets. Read-only.
+/// stdio socket. Read-only.
 pub const RUN_DIR: &str = "/run/constle";
 
 /// Where the constle executable is mounted inside the sandbox.
 pub const EXE_INSIDE: &str = "/run/constle/constle";
 
 /// Where the socket of [`CommandIo::Socket`](crate::CommandIo::Socket) is
-/// mounted inside the sandbox (without `.sock`, so no relay's name gives it).
+/// mounted inside the sandbox.
 pub const STDIO_INSIDE: &str = "/run/constle/stdio";
+
+/// The most descriptors that travel from the launcher to the host in one
+/// message (the kernel's bound, `SCM_MAX_FD`, is 253).
+pub(crate) const MAX_SOCKETS: usize = 64;
+
+/// How many descriptors a name service sends
+/// ([`NameSockets`](crate::NameSockets)).
+pub(crate) const NAME_SOCKETS: usize = 6;
 
 /// The hidden subcommand that runs inside the sandbox: `constle sandbox-init`.
 /// The `constle` binary passes the arguments after it to
@@ -147,8 +154,3 @@ pub(crate) const PROC_MASKED: &[&str] = &[
 /// not system files, and mounted read-only it would leave no place for the
 /// agent's writable home.
 pub(crate) const ROOTFS_SKIPPED: &[&str] = &["dev", "home", "proc", "run", "sys", "tmp"];
-
-/// Where relay `name`'s host socket appears inside the sandbox.
-pub(crate) fn relay_socket_inside(name: &str) -> PathBuf {
-    PathBuf::from(format!("{RUN_DIR}/{name}.sock"))
-}

@@ -1,20 +1,20 @@
-//! The sandbox an agent runs in, and the relay inside it that is the agent's
-//! only way out.
+//! The sandbox an agent runs in, and the doors that are its only ways out.
 //!
 //! Constle assumes the agent is compromised. The agent runs under
 //! [bubblewrap](https://github.com/containers/bubblewrap) (`bwrap`) with its
 //! own network namespace holding nothing but loopback: dialling any IPv4 or
 //! IPv6 address fails with `Network is unreachable`, and no packet leaves.
-//! The only ways out are Unix sockets that the host binds (the egress proxy,
-//! MCP gates) and mounts in; the relay, the constle binary itself started as
-//! `constle sandbox-init`, listens on `127.0.0.1` inside and forwards every
-//! connection to its socket.
+//! The only ways out are doors ([`Door`]): TCP listeners on `127.0.0.1`
+//! that the launcher binds in that namespace before the agent exists and
+//! hands to the host ([`Network`], [`receive_sockets`]), where the egress
+//! proxy's bridge and the gates accept on them. Nothing in the sandbox
+//! holds them; the agent reaches them only as a peer.
 //!
 //! ```text
-//!  host                                 sandbox (bwrap)
-//!  ────                                 ───────────────
-//!  proxy ◄── /tmp/…/proxy.sock ══ro══► /run/constle/proxy.sock ◄── relay ◄── 127.0.0.1:3128 ◄── agent
-//!  constle binary ═══════════════ro══► /run/constle/constle (pid 1: runs the relay, then the agent)
+//!  host                                       sandbox (bwrap, the launcher's network namespace)
+//!  ────                                       ─────────────────────────────────────────────────
+//!  proxy bridge ◄── accepts on ── listener 127.0.0.1:3128 ◄── agent
+//!  constle binary ══════════ro══► /run/constle/constle (pid 1: runs the agent)
 //! ```
 //!
 //! - [`sandbox_command`] checks a [`SandboxSpec`] ([`SandboxError`]) and
@@ -46,11 +46,11 @@
 //! }
 //! ```
 //!
-//! and `constle run` builds the sandbox once the host sockets are bound:
+//! and `constle run` builds the sandbox once the channel is bound:
 //!
 //! ```no_run
 //! use std::collections::BTreeMap;
-//! use constle_sandbox::{CommandIo, Private, Relay, SandboxSpec, TmpfsSizes, sandbox_command};
+//! use constle_sandbox::{CommandIo, Door, Network, Private, SandboxSpec, TmpfsSizes, sandbox_command};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let spec = SandboxSpec {
@@ -61,11 +61,6 @@
 //!         ("HTTP_PROXY".into(), "http://127.0.0.1:3128".into()),
 //!     ]),
 //!     rootfs: None,
-//!     relays: vec![Relay {
-//!         name: "proxy".into(),
-//!         listen: "127.0.0.1:3128".parse()?,
-//!         host_socket: "/tmp/constle-run-1234/proxy.sock".into(),
-//!     }],
 //!     stdio: CommandIo::Inherit,
 //!     constle_exe: std::env::current_exe()?,
 //!     private: vec![Private {
@@ -80,7 +75,14 @@
 //!     etc_files: BTreeMap::new(),
 //!     home: None,
 //!     home_inode: None,
-//!     name_service: None,
+//!     network: Some(Network {
+//!         channel: "/tmp/constle-run-1234/network.sock".into(),
+//!         doors: vec![Door {
+//!             name: "proxy".into(),
+//!             listen: "127.0.0.1:3128".parse()?,
+//!         }],
+//!         name_service: None,
+//!     }),
 //! };
 //! let status = sandbox_command(&spec)?.status()?;
 //! match constle_sandbox::sandbox_end(&spec, status) {
@@ -102,7 +104,8 @@
 //!   root) starts the sandbox as any user would, so the agent is root
 //!   outside it, without capabilities. Every capability dropped, `no_new_privs` set, and a
 //!   seccomp filter (see `seccomp`) on it and everything it starts.
-//! - **Namespaces**: its own network (loopback only), PID (it sees only the
+//! - **Namespaces**: its own network (loopback, and the doors and name
+//!   service the host serves there), PID (it sees only the
 //!   sandbox's processes; pid 1 is constle's non-dumpable init, which reaps
 //!   orphans and which no signal from inside can stop), IPC, UTS (host name
 //!   [`HOSTNAME`]), cgroup, mount and user namespaces; creating further user
@@ -127,8 +130,8 @@
 //! - **File descriptors**: 0, 1 and 2 only (0 and 1 the channel's socket
 //!   with [`CommandIo::Socket`]). Any other descriptor the host
 //!   let through is closed by `sandbox-init` before the agent starts, and
-//!   `sandbox-init` is not dumpable, so the agent cannot reach the relay's
-//!   own descriptors through `/proc`.
+//!   `sandbox-init` is not dumpable, so the agent cannot reach its
+//!   descriptors through `/proc`.
 //! - **Files**: read-only `/usr`, the `/bin`, `/sbin`, `/lib*` directories or
 //!   links, a short list of files from `/etc` (dynamic linker,
 //!   alternatives, public CA certificates, time zone, `os-release`; never
@@ -139,8 +142,8 @@
 //!   belongs to it (or, with [`SandboxSpec::home`], a host directory kept
 //!   from run to run, checked and mounted as the work directory is); the
 //!   work directory, the only writable host path, as
-//!   current directory; and `/run/constle/` with the constle binary and the
-//!   relay sockets, read-only. Nothing else: no home directory of the host
+//!   current directory; and `/run/constle/` with the constle binary (and
+//!   the stdio socket), read-only. Nothing else: no home directory of the host
 //!   (so no `$CONSTLE_HOME`, keys or logs), no `/sys`, no `/var`, no `/run`
 //!   of the host. Everything else, `/` included, is read-only. With
 //!   [`SandboxSpec::rootfs`] the system directories and `/etc` come from the
@@ -189,7 +192,6 @@ mod setup;
 mod spec;
 mod splice;
 mod stdio;
-mod wire;
 
 pub use bwrap::find_bwrap;
 pub use bwrap::sandbox_command;
@@ -200,10 +202,12 @@ pub use layout::{
     AGENT_HOME, AGENT_ID, CAPTURED_PORT, DEFAULT_PATH, EXE_INSIDE, HOSTNAME, INIT_SUBCOMMAND,
     LAUNCH_SUBCOMMAND, NAME_SERVER, RUN_DIR, STDIO_INSIDE, WRITABLE_ETC_FILES,
 };
-pub use netns::{NamespaceSockets, receive_sockets};
+pub use netns::{NameSockets, NamespaceSockets, receive_sockets};
 pub use private::Private;
 pub use seccomp::seccomp_programs;
 pub use setup::{SandboxEnd, sandbox_end, setup_failure};
-pub use spec::{CommandIo, MIN_TMPFS_BYTES, NameService, Relay, SandboxSpec, TmpfsSizes};
+pub use spec::{
+    CommandIo, Door, MAX_DOORS, MIN_TMPFS_BYTES, NameService, Network, SandboxSpec, TmpfsSizes,
+};
 pub use splice::{SpliceSocket, splice_bidirectional};
 pub use stdio::accept_stdio;

@@ -1,23 +1,24 @@
-//! The sandbox's own network namespace, for a spec with a
-//! [`NameService`]: made by the launcher before bwrap, which then shares it
-//! instead of making an empty one.
+//! The sandbox's own network namespace, for a spec with a [`Network`]:
+//! made by the launcher before bwrap, which then shares it instead of
+//! making an empty one.
 //!
-//! In it, the launcher brings `lo` up, routes the placeholder ranges to it
-//! (`local … dev lo`, so a connection to any placeholder is delivered to
-//! this namespace's own listeners), binds the service sockets and sends
-//! them to `constle run` on the host over the spec's channel
+//! In it, the launcher brings `lo` up, binds the doors' listeners and, for
+//! a name service, routes the placeholder ranges to `lo` (`local … dev
+//! lo`, so a connection to any placeholder is delivered to this
+//! namespace's own listeners) and binds the service's sockets; it sends
+//! them all to `constle run` on the host over the spec's channel
 //! (`SCM_RIGHTS`), closing its own copies before bwrap starts. Served on
 //! the host, the sockets are reachable from inside only as a peer: nothing
 //! in the sandbox holds them, and the namespace belongs to a user
 //! namespace (the host's, or the launcher's own) in which the agent has no
 //! capability, so it can neither unbind, reroute nor sniff.
 //!
-//! The sockets, in the order they travel ([`NamespaceSockets`]):
-//! DNS over UDP and TCP on 127.0.0.1:53, the capture listeners on
-//! 0.0.0.0:443 and `[::]:443` (IPv6 only), and a raw TCP socket of each
-//! family, whose copy of every SYN tells the host about a connection to a
-//! placeholder's other ports (which the kernel refuses at once, there
-//! being no listener).
+//! The sockets, in the order they travel ([`NamespaceSockets`]): each
+//! door's listener, in the spec's order; then for a name service DNS over
+//! UDP and TCP on 127.0.0.1:53, the capture listeners on 0.0.0.0:443 and
+//! `[::]:443` (IPv6 only), and a raw TCP socket of each family, whose copy
+//! of every SYN tells the host about a connection to a placeholder's other
+//! ports (which the kernel refuses at once, there being no listener).
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -44,11 +45,8 @@ use rustix::net::{
 };
 use socket2::{Domain, Protocol, SockFilter, Socket as RawSocket, Type};
 
-use crate::layout::{CAPTURED_PORT, NAME_SERVER};
-use crate::spec::NameService;
-
-/// How many descriptors travel, in [`NamespaceSockets`]'s order.
-const SOCKETS: usize = 6;
+use crate::layout::{CAPTURED_PORT, MAX_SOCKETS, NAME_SERVER, NAME_SOCKETS};
+use crate::spec::{Door, Network};
 
 /// `lo`'s index in a new network namespace.
 const LOOPBACK_INDEX: u32 = 1;
@@ -59,6 +57,15 @@ const LOCAL_TABLE: u8 = 255;
 /// The sockets of a sandbox's network namespace, as the host receives them.
 #[derive(Debug)]
 pub struct NamespaceSockets {
+    /// Each door's listener, in the spec's order.
+    pub doors: Vec<TcpListener>,
+    /// The name service's, if the spec has one.
+    pub names: Option<NameSockets>,
+}
+
+/// The name service's sockets.
+#[derive(Debug)]
+pub struct NameSockets {
     /// DNS over UDP, on [`NAME_SERVER`] port 53.
     pub dns_udp: UdpSocket,
     /// DNS over TCP, on [`NAME_SERVER`] port 53.
@@ -98,12 +105,12 @@ fn failed_io(what: impl Into<String>) -> impl FnOnce(io::Error) -> NetnsFailed {
 }
 
 /// Moves the (single-threaded) launcher into a new network namespace, sets
-/// it up, and sends its sockets over `service.channel`. As root with
+/// it up, and sends its sockets over `network.channel`. As root with
 /// `CAP_SYS_ADMIN` (`as_root`) the namespace belongs to the host's user
 /// namespace; otherwise to a new one of the launcher's own, which maps only
 /// the launcher's ids to themselves (bwrap's own user namespace, the
 /// agent's, is made inside it).
-pub(crate) fn enter(as_root: bool, service: &NameService) -> Result<(), NetnsFailed> {
+pub(crate) fn enter(as_root: bool, network: &Network) -> Result<(), NetnsFailed> {
     let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
     let flags = match as_root {
         true => CloneFlags::CLONE_NEWNET,
@@ -114,11 +121,22 @@ pub(crate) fn enter(as_root: bool, service: &NameService) -> Result<(), NetnsFai
         map_self(uid.as_raw(), gid.as_raw())?;
     }
     loopback_up()?;
-    for &(address, prefix) in &service.local_routes {
-        route_locally(address, prefix)?;
+    let mut sockets = network
+        .doors
+        .iter()
+        .map(door)
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(service) = &network.name_service {
+        for &(address, prefix) in &service.local_routes {
+            route_locally(address, prefix)?;
+        }
+        sockets.extend(name_sockets(&service.local_routes)?);
     }
-    let sockets = bind_all(&service.local_routes)?;
-    send(&service.channel, &sockets)
+    send(&network.channel, &sockets)
+}
+
+fn door(door: &Door) -> Result<OwnedFd, NetnsFailed> {
+    listening(door.listen.into())
 }
 
 /// The new user namespace's only ids: the launcher's own.
@@ -186,8 +204,9 @@ fn request(message: RouteNetlinkMessage, flags: u16) -> io::Result<()> {
     }
 }
 
-/// Every socket, bound in the current (the sandbox's) namespace.
-fn bind_all(routes: &[(IpAddr, u8)]) -> Result<[OwnedFd; SOCKETS], NetnsFailed> {
+/// The name service's sockets, bound in the current (the sandbox's)
+/// namespace.
+fn name_sockets(routes: &[(IpAddr, u8)]) -> Result<[OwnedFd; NAME_SOCKETS], NetnsFailed> {
     let dns = SocketAddr::from((NAME_SERVER, 53));
     let any_v4 = SocketAddr::from((Ipv4Addr::UNSPECIFIED, CAPTURED_PORT));
     let any_v6 = SocketAddr::from((Ipv6Addr::UNSPECIFIED, CAPTURED_PORT));
@@ -228,7 +247,7 @@ fn listening(at: SocketAddr) -> Result<OwnedFd, NetnsFailed> {
 /// A raw TCP socket that keeps only what the SYN watch is for: a SYN
 /// without ACK, to a placeholder, for a port other than 443. Filtered in
 /// the kernel, so the agent's other traffic (a tunnel's gigabytes through
-/// the relay on `lo`) is neither copied nor wakes the host.
+/// the proxy's door on `lo`) is neither copied nor wakes the host.
 fn raw(family: Family, routes: &[(IpAddr, u8)]) -> Result<OwnedFd, NetnsFailed> {
     let what = "cannot open the sandbox's SYN watch";
     let (domain, filter) = match family {
@@ -337,11 +356,16 @@ fn syn_filter_v6(routes: &[(IpAddr, u8)]) -> Vec<SockFilter> {
 }
 
 /// Connects to the host's `channel` and sends every socket in one message.
-fn send(channel: &Path, sockets: &[OwnedFd; SOCKETS]) -> Result<(), NetnsFailed> {
+fn send(channel: &Path, sockets: &[OwnedFd]) -> Result<(), NetnsFailed> {
     let what = || format!("cannot send the sandbox's sockets to {}", channel.display());
+    if sockets.len() > MAX_SOCKETS {
+        return Err(failed_io(what())(io::Error::other(format!(
+            "more than {MAX_SOCKETS} of them"
+        ))));
+    }
     let stream = UnixStream::connect(channel).map_err(failed_io(what()))?;
     let fds: Vec<BorrowedFd<'_>> = sockets.iter().map(AsFd::as_fd).collect();
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(SOCKETS))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_SOCKETS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
         return Err(failed_io(what())(io::Error::other(
@@ -361,10 +385,15 @@ fn send(channel: &Path, sockets: &[OwnedFd; SOCKETS]) -> Result<(), NetnsFailed>
 }
 
 /// Receives a launcher's sockets from `stream` (accepted on the channel,
-/// its peer checked by the caller).
-pub fn receive_sockets(stream: &UnixStream) -> io::Result<NamespaceSockets> {
+/// its peer checked by the caller), for a spec of `doors` doors and a name
+/// service or not: exactly as many as those send, or an error.
+pub fn receive_sockets(
+    stream: &UnixStream,
+    doors: usize,
+    name_service: bool,
+) -> io::Result<NamespaceSockets> {
     let mut byte = [0u8; 1];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(SOCKETS))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_SOCKETS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let received = recvmsg(
         stream,
@@ -383,16 +412,25 @@ pub fn receive_sockets(stream: &UnixStream) -> io::Result<NamespaceSockets> {
         })
         .flatten()
         .collect();
-    let [dns_udp, dns_tcp, capture_v4, capture_v6, syn_v4, syn_v6]: [OwnedFd; SOCKETS] =
-        fds.try_into().map_err(|got: Vec<OwnedFd>| {
-            io::Error::other(format!("expected {SOCKETS} sockets, got {}", got.len()))
-        })?;
-    Ok(NamespaceSockets {
-        dns_udp: dns_udp.into(),
-        dns_tcp: dns_tcp.into(),
-        capture_v4: capture_v4.into(),
-        capture_v6: capture_v6.into(),
-        syn_v4,
-        syn_v6,
-    })
+    let expected = doors + if name_service { NAME_SOCKETS } else { 0 };
+    if fds.len() != expected {
+        return Err(io::Error::other(format!(
+            "expected {expected} sockets, got {}",
+            fds.len()
+        )));
+    }
+    let mut fds = fds.into_iter();
+    let doors = fds.by_ref().take(doors).map(TcpListener::from).collect();
+    let names = match <[OwnedFd; NAME_SOCKETS]>::try_from(fds.collect::<Vec<_>>()) {
+        Ok([dns_udp, dns_tcp, capture_v4, capture_v6, syn_v4, syn_v6]) => Some(NameSockets {
+            dns_udp: dns_udp.into(),
+            dns_tcp: dns_tcp.into(),
+            capture_v4: capture_v4.into(),
+            capture_v6: capture_v6.into(),
+            syn_v4,
+            syn_v6,
+        }),
+        Err(_) => None,
+    };
+    Ok(NamespaceSockets { doors, names })
 }

@@ -93,7 +93,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::{CommandIo, Private, Relay, TmpfsSizes};
+    use crate::{CommandIo, Door, NameService, Network, Private, TmpfsSizes};
 
     #[test]
     fn round_trip_keeps_every_byte() {
@@ -104,11 +104,6 @@ mod tests {
                 workdir: odd.clone(),
                 env: BTreeMap::from([("A".into(), "b=c".into())]),
                 rootfs: Some(odd.clone()),
-                relays: vec![Relay {
-                    name: "proxy".into(),
-                    listen: "127.0.0.1:3128".parse().unwrap(),
-                    host_socket: odd.join("s.sock"),
-                }],
                 stdio: CommandIo::Socket(odd.join("io.sock")),
                 constle_exe: "/usr/bin/constle".into(),
                 private: vec![Private {
@@ -123,7 +118,16 @@ mod tests {
                 etc_files: BTreeMap::new(),
                 home: None,
                 home_inode: None,
-                name_service: None,
+                network: Some(Network {
+                    channel: odd.join("s.sock"),
+                    doors: vec![Door {
+                        name: "proxy".into(),
+                        listen: "127.0.0.1:3128".parse().unwrap(),
+                    }],
+                    name_service: Some(NameService {
+                        local_routes: vec![("198.18.0.0".parse().unwrap(), 15)],
+                    }),
+                }),
             },
             bwrap: "/usr/bin/bwrap".into(),
         };

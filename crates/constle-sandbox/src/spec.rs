@@ -1,5 +1,5 @@
-//! [`SandboxSpec`] and [`Relay`], and the checks that run before any `bwrap`
-//! argument is written.
+//! [`SandboxSpec`] and its [`Network`], and the checks that run before any
+//! `bwrap` argument is written.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -14,25 +14,20 @@ use crate::layout::{self, AGENT_HOME, RUN_DIR};
 use crate::private::{Private, check_private, check_single_link};
 use crate::resolve::{OpenDir, check_no_link, open_dir};
 
-/// One door out of the sandbox: a TCP listener inside, forwarding every
-/// connection to a Unix socket on the host.
+/// One door out of the sandbox: a TCP listener the launcher binds in the
+/// sandbox's network namespace and hands to the host, which serves it. The
+/// agent reaches it as a peer; nothing inside holds it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Relay {
-    /// What the relay is for (`"proxy"`, `"mcp-accounting"`): 1 to 32 of
-    /// `a-z`, `0-9`, `-`, starting with a letter or digit. It names the
-    /// socket inside the sandbox (`/run/constle/<name>.sock`) and appears in
+pub struct Door {
+    /// What the door is for (`"proxy"`, `"mcp-accounting"`): 1 to 32 of
+    /// `a-z`, `0-9`, `-`, starting with a letter or digit. It appears in
     /// error messages.
     pub name: String,
-    /// Where the relay listens inside the sandbox: a loopback address
-    /// (normally `127.0.0.1`) and a port of at least 1024 (nothing in the
-    /// sandbox holds `CAP_NET_BIND_SERVICE`). The sandbox has its own network
+    /// Where the door listens inside the sandbox: a loopback address
+    /// (normally `127.0.0.1`) and a port of at least 1024, which keeps it
+    /// clear of the name service's ports. The sandbox has its own network
     /// namespace, so the port never clashes with the host's.
     pub listen: SocketAddrV4,
-    /// The Unix socket the caller has bound on the host. Only this socket
-    /// file is mounted into the sandbox (read-only, which still allows
-    /// `connect()`), not the directory holding it.
-    #[serde(with = "crate::plan::path")]
-    pub host_socket: PathBuf,
 }
 
 /// Where the sandboxed command's standard input and output go.
@@ -70,14 +65,12 @@ pub struct SandboxSpec {
     /// directories; like the work directory, reached through no link.
     #[serde(with = "crate::plan::opt_path")]
     pub rootfs: Option<PathBuf>,
-    /// The ways out.
-    pub relays: Vec<Relay>,
     /// Where the command's standard input and output go.
     pub stdio: CommandIo,
     /// The `constle` executable: it launches the sandbox
     /// (`constle sandbox-exec`, on the host) and is mounted read-only at
     /// `/run/constle/constle` as the sandbox's first process
-    /// (`constle sandbox-init`), which runs the relays and the agent.
+    /// (`constle sandbox-init`), which runs the agent.
     #[serde(with = "crate::plan::path")]
     pub constle_exe: PathBuf,
     /// Host paths the sandbox must never see. The work directory and the
@@ -130,22 +123,31 @@ pub struct SandboxSpec {
     /// The device and inode [`SandboxSpec::home`] must be, as
     /// [`SandboxSpec::workdir_inode`] for the work directory.
     pub home_inode: Option<(u64, u64)>,
-    /// A network namespace the launcher makes and sets up for a name
-    /// service served from the host; `None`: bwrap's own, holding nothing
-    /// but loopback.
+    /// The ways out: a network namespace the launcher makes and sets up,
+    /// whose sockets the host serves; `None`: bwrap's own, holding nothing
+    /// but loopback, and no way out at all.
     #[serde(default)]
-    pub name_service: Option<NameService>,
+    pub network: Option<Network>,
 }
 
 /// What the launcher sets up in the sandbox's network namespace for the
 /// host to serve (see [`receive_sockets`](crate::receive_sockets)).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NameService {
+pub struct Network {
     /// A Unix socket the caller listens on: the launcher connects once and
     /// sends the namespace's sockets, before bwrap starts. The caller
     /// checks the peer is the process it started.
     #[serde(with = "crate::plan::path")]
     pub channel: PathBuf,
+    /// The listeners the host serves, in the order they travel.
+    pub doors: Vec<Door>,
+    /// A resolver and captured connections, served from the host.
+    pub name_service: Option<NameService>,
+}
+
+/// A name service in the sandbox's network namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NameService {
     /// Address ranges routed to the namespace's loopback (the placeholder
     /// pools), as address and prefix length: a connection to any address
     /// in them reaches the namespace's own listeners.
@@ -196,37 +198,27 @@ pub(crate) struct CheckedSpec<'a> {
     pub rootfs: Option<OpenDir>,
     /// The host directory mounted as the agent's home.
     pub home: Option<OpenDir>,
-    pub relays: Vec<CheckedRelay<'a>>,
     /// The socket of [`CommandIo::Socket`].
     pub stdio: Option<&'a Path>,
     pub tmpfs: TmpfsSizes,
     pub etc_files: &'a BTreeMap<String, String>,
-    /// Whether the sandbox gets a name service ([`SandboxSpec::name_service`]).
-    pub name_service: bool,
+    /// The network namespace the launcher sets up ([`SandboxSpec::network`]).
+    pub network: Option<&'a Network>,
 }
 
 impl CheckedSpec<'_> {
-    /// Every host socket the sandbox mounts, relays first: its name (for
-    /// messages), host path and path inside.
+    /// Every host socket the sandbox mounts: its name (for messages), host
+    /// path and path inside.
     pub fn sockets(&self) -> impl Iterator<Item = (&str, &Path, &Path)> {
-        let relays = self
-            .relays
-            .iter()
-            .map(|r| (r.name, r.host_socket, r.inside.as_path()));
-        let stdio = self
-            .stdio
-            .map(|host| ("stdio", host, Path::new(layout::STDIO_INSIDE)));
-        relays.chain(stdio)
+        self.stdio
+            .map(|host| ("stdio", host, Path::new(layout::STDIO_INSIDE)))
+            .into_iter()
     }
-}
 
-#[derive(Debug)]
-pub(crate) struct CheckedRelay<'a> {
-    pub name: &'a str,
-    pub listen: SocketAddrV4,
-    pub host_socket: &'a Path,
-    /// Where the socket appears inside the sandbox.
-    pub inside: PathBuf,
+    /// Whether the sandbox gets a name service.
+    pub fn name_service(&self) -> bool {
+        self.network.is_some_and(|n| n.name_service.is_some())
+    }
 }
 
 /// Top-level host directories that may not be the work directory: binding
@@ -243,7 +235,7 @@ const FORBIDDEN_WORKDIR_PREFIXES: &[&str] = &["/proc", "/dev", "/sys", RUN_DIR];
 impl SandboxSpec {
     /// The checks of what the sandbox would mount and show (work directory,
     /// rootfs, private paths, the constle executable, the stage), without
-    /// the relays, which the caller may not have bound yet: a caller runs
+    /// the sockets, which the caller may not have bound yet: a caller runs
     /// this before it starts anything else.
     pub fn check_dirs(&self) -> Result<(), SandboxError> {
         self.check_paths().map(drop)
@@ -259,7 +251,10 @@ impl SandboxSpec {
             rootfs,
             home,
         } = self.check_paths()?;
-        let relays = check_relays(&self.relays)?;
+        if let Some(network) = &self.network {
+            check_doors(&network.doors)?;
+            check_host_socket("network", &network.channel)?;
+        }
         let stdio = match &self.stdio {
             CommandIo::Inherit => None,
             CommandIo::Socket(path) => {
@@ -273,11 +268,10 @@ impl SandboxSpec {
             env,
             rootfs,
             home,
-            relays,
             stdio,
             tmpfs: check_tmpfs(self.tmpfs)?,
             etc_files: check_etc_files(&self.etc_files, self.rootfs.is_some())?,
-            name_service: self.name_service.is_some(),
+            network: self.network.as_ref(),
         })
     }
 
@@ -587,9 +581,13 @@ fn check_against_rootfs(workdir: &Path, rootfs: &Path) -> Result<(), SandboxErro
     Ok(())
 }
 
-/// Relay names: 1 to 32 of `a-z`, `0-9`, `-`, starting with a letter or
-/// digit. They become file names inside the sandbox.
-pub(crate) fn valid_relay_name(name: &str) -> bool {
+/// The most doors a sandbox has: with the name service's, all travel in
+/// one message.
+pub const MAX_DOORS: usize = layout::MAX_SOCKETS - layout::NAME_SOCKETS;
+
+/// Door names: 1 to 32 of `a-z`, `0-9`, `-`, starting with a letter or
+/// digit.
+fn valid_door_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 32
         && name
@@ -598,54 +596,52 @@ pub(crate) fn valid_relay_name(name: &str) -> bool {
         && !name.starts_with('-')
 }
 
-fn check_relays(relays: &[Relay]) -> Result<Vec<CheckedRelay<'_>>, SandboxError> {
-    let mut names = BTreeSet::new();
-    let mut addrs = BTreeSet::new();
-    let mut checked = Vec::with_capacity(relays.len());
-    for relay in relays {
-        if !valid_relay_name(&relay.name) {
-            return Err(SandboxError::InvalidRelayName {
-                name: relay.name.clone(),
-            });
-        }
-        if !names.insert(relay.name.as_str()) {
-            return Err(SandboxError::DuplicateRelay {
-                what: "name",
-                value: relay.name.clone(),
-            });
-        }
-        let bad_addr = |reason| SandboxError::InvalidRelayAddress {
-            name: relay.name.clone(),
-            listen: relay.listen,
-            reason,
-        };
-        if !relay.listen.ip().is_loopback() {
-            return Err(bad_addr("the sandbox has only loopback: use 127.0.0.1"));
-        }
-        if relay.listen.port() < 1024 {
-            return Err(bad_addr(
-                "nothing in the sandbox may bind a port below 1024: use 1024 or above",
-            ));
-        }
-        if !addrs.insert(relay.listen) {
-            return Err(SandboxError::DuplicateRelay {
-                what: "listen address",
-                value: relay.listen.to_string(),
-            });
-        }
-        check_host_socket(&relay.name, &relay.host_socket)?;
-        checked.push(CheckedRelay {
-            name: &relay.name,
-            listen: relay.listen,
-            host_socket: &relay.host_socket,
-            inside: layout::relay_socket_inside(&relay.name),
+fn check_doors(doors: &[Door]) -> Result<(), SandboxError> {
+    if doors.len() > MAX_DOORS {
+        return Err(SandboxError::TooManyDoors {
+            count: doors.len(),
+            max: MAX_DOORS,
         });
     }
-    Ok(checked)
+    let mut names = BTreeSet::new();
+    let mut addrs = BTreeSet::new();
+    for door in doors {
+        if !valid_door_name(&door.name) {
+            return Err(SandboxError::InvalidDoorName {
+                name: door.name.clone(),
+            });
+        }
+        if !names.insert(door.name.as_str()) {
+            return Err(SandboxError::DuplicateDoor {
+                what: "name",
+                value: door.name.clone(),
+            });
+        }
+        let bad_addr = |reason| SandboxError::InvalidDoorAddress {
+            name: door.name.clone(),
+            listen: door.listen,
+            reason,
+        };
+        if !door.listen.ip().is_loopback() {
+            return Err(bad_addr("the sandbox has only loopback: use 127.0.0.1"));
+        }
+        if door.listen.port() < 1024 {
+            return Err(bad_addr(
+                "ports below 1024 are the name service's: use 1024 or above",
+            ));
+        }
+        if !addrs.insert(door.listen) {
+            return Err(SandboxError::DuplicateDoor {
+                what: "listen address",
+                value: door.listen.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
-/// A Unix socket the caller bound on the host, for the relay or channel
-/// `name`.
+/// A Unix socket the caller bound on the host: the network's channel, or
+/// the stdio socket.
 fn check_host_socket(name: &str, path: &Path) -> Result<(), SandboxError> {
     let bad_socket = |reason: String| SandboxError::HostSocket {
         name: name.to_owned(),
@@ -717,9 +713,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn relay_names() {
+    fn door_names() {
         for ok in ["proxy", "mcp-accounting", "a", "0x", &"a".repeat(32)] {
-            assert!(valid_relay_name(ok), "{ok}");
+            assert!(valid_door_name(ok), "{ok}");
         }
         for bad in [
             "",
@@ -732,7 +728,7 @@ mod tests {
             "é",
             &"a".repeat(33),
         ] {
-            assert!(!valid_relay_name(bad), "{bad}");
+            assert!(!valid_door_name(bad), "{bad}");
         }
     }
 }
@@ -754,7 +750,6 @@ mod check_tests {
             workdir: work.path().to_path_buf(),
             env: BTreeMap::new(),
             rootfs: None,
-            relays: vec![],
             stdio: CommandIo::Inherit,
             constle_exe: exe.clone(),
             private: vec![],
@@ -766,7 +761,7 @@ mod check_tests {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
-            name_service: None,
+            network: None,
         };
         base.check().unwrap();
 
@@ -831,57 +826,71 @@ mod check_tests {
 
         let sock_path = dir.path().join("s.sock");
         let _listener = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
-        let relay = |name: &str, listen: &str, path: &Path| Relay {
+        let door = |name: &str, listen: &str| Door {
             name: name.into(),
             listen: listen.parse().unwrap(),
-            host_socket: path.to_path_buf(),
+        };
+        let network = |doors: Vec<Door>, channel: &Path| Network {
+            channel: channel.to_path_buf(),
+            doors,
+            name_service: None,
         };
         let mut ok = base.clone();
-        ok.relays = vec![
-            relay("proxy", "127.0.0.1:3128", &sock_path),
-            relay("mcp-a", "127.0.0.1:3129", &sock_path),
-        ];
+        ok.network = Some(network(
+            vec![
+                door("proxy", "127.0.0.1:3128"),
+                door("mcp-a", "127.0.0.1:3129"),
+            ],
+            &sock_path,
+        ));
         ok.check().unwrap();
-        let with = |relays: Vec<Relay>| {
+        let with = |doors: Vec<Door>, channel: &Path| {
             let mut s = base.clone();
-            s.relays = relays;
+            s.network = Some(network(doors, channel));
             s.check().unwrap_err()
         };
         assert!(matches!(
-            with(vec![relay("Proxy", "127.0.0.1:3128", &sock_path)]),
-            SandboxError::InvalidRelayName { .. }
+            with(vec![door("Proxy", "127.0.0.1:3128")], &sock_path),
+            SandboxError::InvalidDoorName { .. }
         ));
         assert!(matches!(
-            with(vec![
-                relay("a", "127.0.0.1:3128", &sock_path),
-                relay("a", "127.0.0.1:3129", &sock_path)
-            ]),
-            SandboxError::DuplicateRelay { what: "name", .. }
+            with(
+                vec![door("a", "127.0.0.1:3128"), door("a", "127.0.0.1:3129")],
+                &sock_path
+            ),
+            SandboxError::DuplicateDoor { what: "name", .. }
         ));
         assert!(matches!(
-            with(vec![
-                relay("a", "127.0.0.1:3128", &sock_path),
-                relay("b", "127.0.0.1:3128", &sock_path)
-            ]),
-            SandboxError::DuplicateRelay {
+            with(
+                vec![door("a", "127.0.0.1:3128"), door("b", "127.0.0.1:3128")],
+                &sock_path
+            ),
+            SandboxError::DuplicateDoor {
                 what: "listen address",
                 ..
             }
         ));
+        let many = (0..=MAX_DOORS as u16)
+            .map(|i| door(&format!("d{i}"), &format!("127.0.0.1:{}", 2000 + i)))
+            .collect();
         assert!(matches!(
-            with(vec![relay("a", "10.0.0.1:3128", &sock_path)]),
-            SandboxError::InvalidRelayAddress { .. }
+            with(many, &sock_path),
+            SandboxError::TooManyDoors { .. }
         ));
         assert!(matches!(
-            with(vec![relay("a", "127.0.0.1:80", &sock_path)]),
-            SandboxError::InvalidRelayAddress { .. }
+            with(vec![door("a", "10.0.0.1:3128")], &sock_path),
+            SandboxError::InvalidDoorAddress { .. }
         ));
         assert!(matches!(
-            with(vec![relay("a", "127.0.0.1:3128", &exe)]),
+            with(vec![door("a", "127.0.0.1:53")], &sock_path),
+            SandboxError::InvalidDoorAddress { .. }
+        ));
+        assert!(matches!(
+            with(vec![], &exe),
             SandboxError::HostSocket { .. }
         ));
         assert!(matches!(
-            with(vec![relay("a", "127.0.0.1:3128", &dir.path().join("none"))]),
+            with(vec![], &dir.path().join("none")),
             SandboxError::HostSocket { .. }
         ));
     }
@@ -911,7 +920,6 @@ mod check_tests {
             workdir: work.clone(),
             env: BTreeMap::new(),
             rootfs: Some(rootfs.path().to_path_buf()),
-            relays: vec![],
             stdio: CommandIo::Inherit,
             constle_exe: exe,
             private: vec![],
@@ -923,7 +931,7 @@ mod check_tests {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
-            name_service: None,
+            network: None,
         };
         assert_ne!(top, "tmp");
         // Not in the rootfs at all: the sandbox creates the mount point.
@@ -960,7 +968,6 @@ mod check_tests {
             workdir,
             env: BTreeMap::new(),
             rootfs: None,
-            relays: vec![],
             stdio: CommandIo::Inherit,
             constle_exe: "/usr/bin/true".into(),
             private: vec![
@@ -981,7 +988,7 @@ mod check_tests {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
-            name_service: None,
+            network: None,
         };
         spec(work.clone()).check().unwrap();
         for (workdir, relation) in [
@@ -1036,7 +1043,6 @@ mod home_tests {
             workdir: root.join("work"),
             env: BTreeMap::new(),
             rootfs: None,
-            relays: vec![],
             stdio: CommandIo::Inherit,
             constle_exe: "/usr/bin/true".into(),
             private: vec![],
@@ -1047,7 +1053,7 @@ mod home_tests {
             workdir_inode: None,
             home: Some(root.join("home")),
             home_inode: None,
-            name_service: None,
+            network: None,
             etc_files: BTreeMap::new(),
         }
     }

@@ -20,8 +20,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::net::Shutdown;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -29,9 +29,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use constle_sandbox::{
-    AGENT_HOME, CommandIo, DEFAULT_PATH, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND, NameService,
-    Private, Relay, SandboxError, SandboxSpec, TmpfsSizes, init_main, launch_main, receive_sockets,
-    sandbox_command, seccomp_programs,
+    AGENT_HOME, CommandIo, DEFAULT_PATH, Door, HOSTNAME, INIT_SUBCOMMAND, LAUNCH_SUBCOMMAND,
+    NameService, Network, Private, SandboxError, SandboxSpec, TmpfsSizes, init_main, launch_main,
+    receive_sockets, sandbox_command, seccomp_programs,
 };
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use sha2::{Digest, Sha256};
@@ -87,10 +87,10 @@ fn main() {
         ),
         e2e("exit_status_is_propagated", exit_status_is_propagated),
         e2e("host_fds_do_not_leak_in", host_fds_do_not_leak_in),
-        e2e("relay_concurrent_connections", relay_concurrent_connections),
-        e2e("relay_large_transfer", relay_large_transfer),
-        e2e("relay_half_close_both_ways", relay_half_close_both_ways),
-        e2e("relay_two_relays", relay_two_relays),
+        e2e("door_concurrent_connections", door_concurrent_connections),
+        e2e("door_large_transfer", door_large_transfer),
+        e2e("door_half_close_both_ways", door_half_close_both_ways),
+        e2e("two_doors", two_doors),
         e2e(
             "stdio_socket_is_the_commands_stdin_and_stdout",
             stdio_socket_is_the_commands_stdin_and_stdout,
@@ -99,15 +99,9 @@ fn main() {
             "stdio_command_that_cannot_start_is_reported",
             stdio_command_that_cannot_start_is_reported,
         ),
-        e2e("relay_throughput", relay_throughput),
-        e2e(
-            "relay_host_down_closes_connection",
-            relay_host_down_closes_connection,
-        ),
-        e2e(
-            "relay_cannot_listen_fails_run",
-            relay_cannot_listen_fails_run,
-        ),
+        e2e("door_throughput", door_throughput),
+        e2e("door_host_down_refuses", door_host_down_refuses),
+        e2e("door_channel_down_fails_run", door_channel_down_fails_run),
         e2e(
             "killing_bwrap_kills_everything",
             killing_bwrap_kills_everything,
@@ -205,7 +199,6 @@ impl Fixture {
             workdir: self.workdir.clone(),
             env: BTreeMap::new(),
             rootfs: None,
-            relays: Vec::new(),
             stdio: CommandIo::Inherit,
             constle_exe: std::env::current_exe().unwrap(),
             private: Vec::new(),
@@ -217,7 +210,7 @@ impl Fixture {
             etc_files: BTreeMap::new(),
             home: None,
             home_inode: None,
-            name_service: None,
+            network: None,
         }
     }
 
@@ -227,16 +220,36 @@ impl Fixture {
         self.spec(&command)
     }
 
-    /// A host Unix socket served by [`serve`], as a relay.
-    fn relay(&self, name: &str, port: u16) -> (Relay, Arc<Mutex<Vec<u8>>>) {
-        let path = self.dir.path().join(format!("{name}.sock"));
-        let seen = serve(&path, name);
-        let relay = Relay {
-            name: name.into(),
-            listen: format!("127.0.0.1:{port}").parse().unwrap(),
-            host_socket: path,
+    /// Doors on `ports`, each served by [`serve`] on the host once its
+    /// listener arrives, launch after launch: the network to put in the
+    /// spec, and what each door's `HALF` connections received.
+    fn doors(&self, doors: &[(&str, u16)]) -> (Network, Vec<Arc<Mutex<Vec<u8>>>>) {
+        let channel = self.dir.path().join("network.sock");
+        let listener = UnixListener::bind(&channel).unwrap();
+        let names: Vec<String> = doors.iter().map(|(name, _)| name.to_string()).collect();
+        let seen: Vec<_> = names.iter().map(|_| Arc::default()).collect();
+        let served = seen.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { break };
+                let sockets = receive_sockets(&stream, names.len(), false).unwrap();
+                for ((door, name), seen) in sockets.doors.into_iter().zip(&names).zip(&served) {
+                    serve(door, name, Arc::clone(seen));
+                }
+            }
+        });
+        let network = Network {
+            channel,
+            doors: doors
+                .iter()
+                .map(|(name, port)| Door {
+                    name: name.to_string(),
+                    listen: format!("127.0.0.1:{port}").parse().unwrap(),
+                })
+                .collect(),
+            name_service: None,
         };
-        (relay, seen)
+        (network, seen)
     }
 }
 
@@ -317,7 +330,7 @@ fn run(mut cmd: Command) -> Run {
     }
 }
 
-/// Serves a host Unix socket. The first line of each connection picks the
+/// Serves a door's listener. The first line of each connection picks the
 /// behaviour:
 /// - `NAME`: answers the server's name;
 /// - `ECHO`: echoes until EOF, then closes its writing side;
@@ -326,26 +339,22 @@ fn run(mut cmd: Command) -> Run {
 /// - `SOURCE <n>`: sends `n` bytes of [`pattern`], then closes;
 /// - `HALF`: sends `bye`, closes its writing side, then records everything it
 ///   still receives (so the client can still send after the server's
-///   half-close) into the returned buffer.
-fn serve(path: &Path, name: &str) -> Arc<Mutex<Vec<u8>>> {
-    let listener = UnixListener::bind(path).unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
+///   half-close) into `seen`.
+fn serve(listener: TcpListener, name: &str, seen: Arc<Mutex<Vec<u8>>>) {
     let name = name.to_owned();
-    let seen_by_server = Arc::clone(&seen);
     thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { break };
             let name = name.clone();
-            let seen = Arc::clone(&seen_by_server);
+            let seen = Arc::clone(&seen);
             thread::spawn(move || {
                 let _ = handle(conn, &name, &seen);
             });
         }
     });
-    seen
 }
 
-fn handle(mut conn: UnixStream, name: &str, seen: &Mutex<Vec<u8>>) -> std::io::Result<()> {
+fn handle(mut conn: TcpStream, name: &str, seen: &Mutex<Vec<u8>>) -> std::io::Result<()> {
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     while conn.read(&mut byte)? == 1 && byte[0] != b'\n' {
@@ -552,7 +561,7 @@ print("interfaces=" + ",".join(sorted(ifaces)))
 fn name_service_namespace() -> TestResult {
     use std::os::unix::net::UnixListener;
     let fx = Fixture::new();
-    let channel = fx.dir.path().join("names.sock");
+    let channel = fx.dir.path().join("network.sock");
     let listener = UnixListener::bind(&channel).unwrap();
     let mut spec = fx.python(
         r#"
@@ -578,16 +587,19 @@ print("resolv=" + open("/etc/resolv.conf").read().split()[1])
 "#,
         &[],
     );
-    spec.name_service = Some(NameService {
+    spec.network = Some(Network {
         channel: channel.clone(),
-        local_routes: vec![
-            ("198.18.0.0".parse().unwrap(), 15),
-            ("2001:2::".parse().unwrap(), 48),
-        ],
+        doors: Vec::new(),
+        name_service: Some(NameService {
+            local_routes: vec![
+                ("198.18.0.0".parse().unwrap(), 15),
+                ("2001:2::".parse().unwrap(), 48),
+            ],
+        }),
     });
     let host = thread::spawn(move || {
         let (stream, _) = listener.accept().unwrap();
-        let sockets = receive_sockets(&stream).unwrap();
+        let sockets = receive_sockets(&stream, 0, true).unwrap().names.unwrap();
         let mut seen = Vec::new();
         for capture in [&sockets.capture_v4, &sockets.capture_v6] {
             let (mut conn, _) = capture.accept().unwrap();
@@ -1309,15 +1321,15 @@ print("own_fd=" + os.readlink("/proc/self/fd/0"))
         run.to_string()
     })?;
     check(run.value("init_fds_followed") == "0", || {
-        format!("the agent can follow the relay's descriptors: {run}")
+        format!("the agent can follow init's descriptors: {run}")
     })?;
     check(run.value("own_fd") == "/dev/null", || run.to_string())
 }
 
 // ---------------------------------------------------------------------------
-// Relays
+// Doors
 
-const RELAY_PROBE: &str = r#"
+const DOOR_PROBE: &str = r#"
 import hashlib, socket, sys, threading
 port = int(sys.argv[2])
 
@@ -1348,7 +1360,7 @@ if mode == "concurrent":
         got = b""
         while len(got) < len(first):
             got += s.recv(100)
-        # every connection is open at once: a serial relay never gets here
+        # every connection is open at once: a serial server never gets here
         barrier.wait()
         rest = (f"{i}-" * 20000).encode()
         s.sendall(rest)
@@ -1388,7 +1400,7 @@ elif mode == "half":
         got += b
     print("server_said=" + got.decode().strip())
     print("then_eof=" + str(s.recv(10) == b""))
-    # megabytes, so some are still in the relay when we exit: they must
+    # megabytes, so some are still on their way when we exit: they must
     # arrive all the same
     s.sendall(b"after your close\n" * 200000)
     s.shutdown(socket.SHUT_WR)
@@ -1401,12 +1413,7 @@ elif mode == "names":
 elif mode == "throughput":
     import time
     size = int(sys.argv[3])
-    target = sys.argv[4] if len(sys.argv) > 4 else None
-    if target:
-        s = socket.socket(socket.AF_UNIX)
-        s.connect(target)
-    else:
-        s = conn()
+    s = conn()
     buf = bytearray(1 << 20)
     view = memoryview(buf)
     start = time.monotonic()
@@ -1421,31 +1428,31 @@ elif mode == "throughput":
     print(f"received={got}")
     print(f"seconds={elapsed:.6f}")
 elif mode == "down":
-    s = conn()
-    s.sendall(b"NAME\n")
     try:
+        s = conn()
+        s.sendall(b"NAME\n")
         print("down=" + repr(recv_all(s)))
+    except ConnectionRefusedError:
+        print("down=refused")
     except ConnectionResetError:
         print("down=reset")
     print("still_running=True")
 "#;
 
-fn relay_concurrent_connections() -> TestResult {
+fn door_concurrent_connections() -> TestResult {
     let fx = Fixture::new();
-    let (relay, _) = fx.relay("proxy", 3128);
-    let mut spec = fx.python(RELAY_PROBE, &["concurrent", "3128"]);
-    spec.relays.push(relay);
+    let mut spec = fx.python(DOOR_PROBE, &["concurrent", "3128"]);
+    spec.network = Some(fx.doors(&[("proxy", 3128)]).0);
     let run = run_spec(&spec);
     run.assert_success();
     check(run.value("concurrent") == "16", || run.to_string())
 }
 
-fn relay_large_transfer() -> TestResult {
+fn door_large_transfer() -> TestResult {
     const SIZE: usize = 8 * 1024 * 1024;
     let fx = Fixture::new();
-    let (relay, _) = fx.relay("proxy", 3128);
-    let mut spec = fx.python(RELAY_PROBE, &["large", "3128", &SIZE.to_string()]);
-    spec.relays.push(relay);
+    let mut spec = fx.python(DOOR_PROBE, &["large", "3128", &SIZE.to_string()]);
+    spec.network = Some(fx.doors(&[("proxy", 3128)]).0);
     let start = Instant::now();
     let run = run_spec(&spec);
     let elapsed = start.elapsed();
@@ -1459,29 +1466,28 @@ fn relay_large_transfer() -> TestResult {
     )?;
     check(run.value("download_ok") == "True", || run.to_string())?;
     eprintln!(
-        "relay_large_transfer: {} MiB up and {} MiB down in {elapsed:?} (sandbox start and Python included)",
+        "door_large_transfer: {} MiB up and {} MiB down in {elapsed:?} (sandbox start and Python included)",
         SIZE >> 20,
         SIZE >> 20
     );
     Ok(())
 }
 
-/// Download speed through the relay against the same client on the host
-/// reading the Unix socket directly. 256 MiB by default;
-/// `CONSTLE_RELAY_BENCH_MIB` changes it (say 1024 for a real measurement).
-fn relay_throughput() -> TestResult {
-    let mib: usize = std::env::var("CONSTLE_RELAY_BENCH_MIB")
+/// Download speed through a door against the same client and server on
+/// the host's loopback. 256 MiB by default; `CONSTLE_DOOR_BENCH_MIB`
+/// changes it (say 1024 for a real measurement).
+fn door_throughput() -> TestResult {
+    let mib: usize = std::env::var("CONSTLE_DOOR_BENCH_MIB")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(256);
     let size = (mib << 20).to_string();
     let fx = Fixture::new();
-    let (relay, _) = fx.relay("proxy", 3128);
-    let socket = relay.host_socket.clone();
-
+    let host = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = host.local_addr().unwrap().port().to_string();
+    serve(host, "host", Arc::default());
     let direct = Command::new(PYTHON)
-        .args(["-c", RELAY_PROBE, "throughput", "0", &size])
-        .arg(&socket)
+        .args(["-c", DOOR_PROBE, "throughput", &port, &size])
         .output()
         .unwrap();
     let direct = Run {
@@ -1491,29 +1497,29 @@ fn relay_throughput() -> TestResult {
     };
     direct.assert_success();
 
-    let mut spec = fx.python(RELAY_PROBE, &["throughput", "3128", &size]);
-    spec.relays.push(relay);
-    let relayed = run_spec(&spec);
-    relayed.assert_success();
+    let mut spec = fx.python(DOOR_PROBE, &["throughput", "3128", &size]);
+    spec.network = Some(fx.doors(&[("proxy", 3128)]).0);
+    let through = run_spec(&spec);
+    through.assert_success();
 
-    for run in [&direct, &relayed] {
+    for run in [&direct, &through] {
         check(run.value("received") == size, || run.to_string())?;
     }
     let rate = |run: &Run| mib as f64 / run.value("seconds").parse::<f64>().unwrap();
-    let (direct_rate, relayed_rate) = (rate(&direct), rate(&relayed));
+    let (direct_rate, door_rate) = (rate(&direct), rate(&through));
     eprintln!(
-        "relay_throughput ({mib} MiB, Python client, Rust server): direct Unix socket \
-         {direct_rate:.0} MiB/s, through the relay {relayed_rate:.0} MiB/s ({:.0}%)",
-        100.0 * relayed_rate / direct_rate
+        "door_throughput ({mib} MiB, Python client, Rust server): on the host's loopback \
+         {direct_rate:.0} MiB/s, through the door {door_rate:.0} MiB/s ({:.0}%)",
+        100.0 * door_rate / direct_rate
     );
     Ok(())
 }
 
-fn relay_half_close_both_ways() -> TestResult {
+fn door_half_close_both_ways() -> TestResult {
     let fx = Fixture::new();
-    let (relay, seen) = fx.relay("proxy", 3128);
-    let mut spec = fx.python(RELAY_PROBE, &["half", "3128"]);
-    spec.relays.push(relay);
+    let (network, seen) = fx.doors(&[("proxy", 3128)]);
+    let mut spec = fx.python(DOOR_PROBE, &["half", "3128"]);
+    spec.network = Some(network);
     let run = run_spec(&spec);
     run.assert_success();
     check(
@@ -1525,16 +1531,14 @@ fn relay_half_close_both_ways() -> TestResult {
     wait_until(
         "the server got the late bytes",
         Duration::from_secs(5),
-        || *seen.lock().unwrap() == b"after your close\n".repeat(200_000),
+        || *seen[0].lock().unwrap() == b"after your close\n".repeat(200_000),
     )
 }
 
-fn relay_two_relays() -> TestResult {
+fn two_doors() -> TestResult {
     let fx = Fixture::new();
-    let (proxy, _) = fx.relay("proxy", 3128);
-    let (mcp, _) = fx.relay("mcp-accounting", 4100);
-    let mut spec = fx.python(RELAY_PROBE, &["names", "3128", "4100"]);
-    spec.relays = vec![proxy, mcp];
+    let mut spec = fx.python(DOOR_PROBE, &["names", "3128", "4100"]);
+    spec.network = Some(fx.doors(&[("proxy", 3128), ("mcp-accounting", 4100)]).0);
     let run = run_spec(&spec);
     run.assert_success();
     check(run.value("name 3128") == "proxy", || run.to_string())?;
@@ -1616,68 +1620,63 @@ fn stdio_command_that_cannot_start_is_reported() -> TestResult {
     Ok(())
 }
 
-fn relay_host_down_closes_connection() -> TestResult {
-    let fx = Fixture::new();
-    // A socket file nobody accepts on: what the proxy leaves when it dies.
-    let path = fx.dir.path().join("dead.sock");
-    drop(UnixListener::bind(&path).unwrap());
-    let mut spec = fx.python(RELAY_PROBE, &["down", "3128"]);
-    spec.relays.push(Relay {
-        name: "proxy".into(),
-        listen: "127.0.0.1:3128".parse().unwrap(),
-        host_socket: path,
-    });
-    let run = run_spec(&spec);
-    run.assert_success();
-    check(
-        ["b''", "reset"].contains(&run.value("down").as_str()),
-        || run.to_string(),
-    )?;
-    check(run.value("still_running") == "True", || run.to_string())?;
-    check(
-        run.stderr
-            .matches("relay proxy: cannot reach the host")
-            .count()
-            == 1,
-        || run.to_string(),
-    )
+/// The proxy's door alone, its listener sent over `channel`.
+fn proxy_door(channel: PathBuf) -> Network {
+    Network {
+        channel,
+        doors: vec![Door {
+            name: "proxy".into(),
+            listen: "127.0.0.1:3128".parse().unwrap(),
+        }],
+        name_service: None,
+    }
 }
 
-fn relay_cannot_listen_fails_run() -> TestResult {
-    // sandbox-init itself, on a port the test holds: its relay cannot
-    // listen, and the run must fail before the agent starts.
+/// A door whose listener the host dropped (what is left when its server
+/// is gone) refuses at once; the agent runs on.
+fn door_host_down_refuses() -> TestResult {
     let fx = Fixture::new();
-    let (relay, _) = fx.relay("proxy", 3128);
-    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = held.local_addr().unwrap().port();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.arg(INIT_SUBCOMMAND)
-        .arg("--relay")
-        .arg(format!(
-            "proxy,127.0.0.1:{port},{}",
-            relay.host_socket.display()
-        ))
-        .args(["--", "sh", "-c", "echo agent-ran"])
-        .stdin(Stdio::null());
-    let run = run(cmd);
+    let channel = fx.dir.path().join("network.sock");
+    let listener = UnixListener::bind(&channel).unwrap();
+    thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            drop(receive_sockets(&stream, 1, false));
+        }
+    });
+    let mut spec = fx.python(DOOR_PROBE, &["down", "3128"]);
+    spec.network = Some(proxy_door(channel));
+    let run = run_spec(&spec);
+    run.assert_success();
+    check(run.value("down") == "refused", || run.to_string())?;
+    check(run.value("still_running") == "True", || run.to_string())
+}
+
+/// A channel nobody accepts on: the launcher cannot hand the doors over,
+/// and the run fails before the agent starts. The spec check refuses a
+/// door below port 1024 before anything starts.
+fn door_channel_down_fails_run() -> TestResult {
+    let fx = Fixture::new();
+    let channel = fx.dir.path().join("dead.sock");
+    drop(UnixListener::bind(&channel).unwrap());
+    let mut spec = fx.spec(&["sh", "-c", "echo agent-ran"]);
+    spec.network = Some(proxy_door(channel));
+    let run = run_spec(&spec);
     check(run.status.code() == Some(125), || run.to_string())?;
     check(!run.stdout.contains("agent-ran"), || run.to_string())?;
     check(
-        run.stderr
-            .contains(&format!("relay proxy: cannot listen on 127.0.0.1:{port}")),
+        run.stderr.contains("cannot send the sandbox's sockets"),
         || run.to_string(),
     )?;
-    let mut spec = fx.spec(&["true"]);
-    spec.relays.push(relay);
-    // and the spec check refuses such a port before anything starts
     let mut bad = spec.clone();
-    bad.relays[0].listen = "127.0.0.1:1".parse().unwrap();
+    if let Some(network) = &mut bad.network {
+        network.doors[0].listen = "127.0.0.1:53".parse().unwrap();
+    }
     check(
         matches!(
             sandbox_command(&bad),
-            Err(SandboxError::InvalidRelayAddress { .. })
+            Err(SandboxError::InvalidDoorAddress { .. })
         ),
-        || "port 1 accepted".into(),
+        || "port 53 accepted".into(),
     )
 }
 
@@ -1918,9 +1917,8 @@ fn startup_overhead() -> TestResult {
         "--",
         "/usr/bin/true",
     ];
-    let (relay, _) = fx.relay("proxy", 3128);
-    let mut with_relay = spec.clone();
-    with_relay.relays.push(relay);
+    let mut with_door = spec.clone();
+    with_door.network = Some(fx.doors(&[("proxy", 3128)]).0);
 
     let bare = time_runs(RUNS, || {
         let mut cmd = Command::new(BWRAP);
@@ -1928,15 +1926,15 @@ fn startup_overhead() -> TestResult {
         cmd
     });
     let init = time_runs(RUNS, || sandbox_command(&spec).unwrap());
-    let relay = time_runs(RUNS, || sandbox_command(&with_relay).unwrap());
+    let door = time_runs(RUNS, || sandbox_command(&with_door).unwrap());
     eprintln!(
         "startup_overhead (median of {RUNS}): bwrap … true {bare:?}; through sandbox-init {init:?} \
-         (+{:?}); with one relay {relay:?} (+{:?})",
+         (+{:?}); with one door {door:?} (+{:?})",
         init.saturating_sub(bare),
-        relay.saturating_sub(bare),
+        door.saturating_sub(bare),
     );
-    check(relay < bare + Duration::from_millis(500), || {
-        format!("sandbox-init adds more than 500 ms: bare {bare:?}, with relay {relay:?}")
+    check(door < bare + Duration::from_millis(500), || {
+        format!("sandbox-init adds more than 500 ms: bare {bare:?}, with a door {door:?}")
     })
 }
 

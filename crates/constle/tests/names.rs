@@ -639,9 +639,10 @@ fn with_egress_none_nothing_resolves() {
 
 /// The agent cannot take the name service's place or change its
 /// namespace: its ports are the host's, a placeholder's privileged ports
-/// are not the agent's to bind, the namespace's settings are read-only,
-/// and netlink and raw sockets are refused; afterwards the allowed name
-/// still resolves and reaches the site.
+/// are not the agent's to bind, nor the proxy's door (held by the host,
+/// without `SO_REUSEPORT`, so sharing it is refused too), the namespace's
+/// settings are read-only, and netlink and raw sockets are refused;
+/// afterwards the allowed name still resolves and reaches the site.
 #[test]
 fn the_agent_cannot_take_the_name_service_over() {
     if !e2e_ready("take over") {
@@ -657,6 +658,8 @@ fn the_agent_cannot_take_the_name_service_over() {
         ("bind tcp 0.0.0.0:443", "EACCES"),
         ("bind tcp [::]:443", "EACCES"),
         ("bind tcp 198.18.0.9:80", "EACCES"),
+        ("bind the proxy's door", "EADDRINUSE"),
+        ("bind beside the door", "EADDRINUSE"),
         ("lower the privileged ports", "EROFS"),
         ("netlink route socket", "EAFNOSUPPORT"),
         ("raw tcp socket", "EPERM"),

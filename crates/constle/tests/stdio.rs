@@ -71,6 +71,10 @@ fn main() {
             server_proxy_dies,
         ),
         e2e(
+            "a_servers_ended_sessions_leave_no_sockets_behind",
+            sessions_leave_no_sockets_behind,
+        ),
+        e2e(
             "a_server_that_cannot_start_fails_the_run_before_the_agent",
             server_cannot_start,
         ),
@@ -668,6 +672,69 @@ fn server_proxy_dies() {
     assert_eq!(failed.len(), 1, "{report}");
     assert_eq!(failed[0]["server"], "accounting");
     assert_eq!(fx.case.log().last().unwrap()["event"], "run_finished");
+}
+
+/// Each session of a server with `network` runs in a sandbox of its own,
+/// whose launcher hands `constle run` the proxy's door and the name
+/// service's sockets. When the session's process ends, they are let go:
+/// eight more sessions leave `constle run` holding no more sockets than
+/// after the first (each held on would be seven).
+fn sessions_leave_no_sockets_behind() {
+    let fx = Fixture::new();
+    let webhook = fx.webhook();
+    let network = "      network:\n        allowed_hosts: [api.example.com]\n";
+    let pause = |mark: &str| format!("touch {mark}; while [ ! -e go-{mark} ]; do sleep 0.05; done");
+    let mut steps = vec![call("first", "list_invoices", "{}"), pause("one")];
+    steps.extend((0..8).map(|i| call(&format!("more{i}"), "list_invoices", "{}")));
+    steps.push(pause("two"));
+    let file = fx.agentfile_with(network, &steps);
+    let constle = fx
+        .case
+        .command(&["run", file.to_str().unwrap()])
+        .env(SECRET_VAR, &fx.secret)
+        .env(WEBHOOK_VAR, webhook.url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sockets_at = |mark: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !fx.case.path(&format!("work/{mark}")).exists() {
+            assert!(std::time::Instant::now() < deadline, "no {mark}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The last session's process ends as the next begins: a moment
+        // for its end to be noticed.
+        std::thread::sleep(Duration::from_millis(500));
+        let held = sockets_of(constle.id());
+        fs::write(fx.case.path(&format!("work/go-{mark}")), "").unwrap();
+        held
+    };
+    let (one, two) = (sockets_at("one"), sockets_at("two"));
+    let out = constle.wait_with_output().unwrap();
+    let report = report(&out);
+    assert!(out.status.success(), "{report}");
+    for i in 0..8 {
+        let (said, status) = outcome(&text(&out.stdout), &format!("more{i}"), &report);
+        assert_eq!(status, 0, "{said}");
+    }
+    assert!(
+        two <= one + 2,
+        "constle run held {one} sockets after one session, {two} after nine\n{report}"
+    );
+}
+
+/// How many sockets process `pid` holds.
+fn sockets_of(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter(|fd| {
+            fs::read_link(fd.path())
+                .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
+        })
+        .count()
 }
 
 /// A server whose command does not exist (by absolute or relative path) or

@@ -12,9 +12,9 @@ sockets, the resolver /etc/resolv.conf names, and the placeholders it gives.
   probe.py lookup NAME...     getaddrinfo of each NAME: a line each
   probe.py takeover           what the agent tries against the name service
                               itself (binding its ports, a placeholder's
-                              privileged port, the namespace's settings,
-                              routes, raw sockets): a line each, `NAME: OK`
-                              or `NAME: ERRNO`
+                              privileged port, the proxy's door, the
+                              namespace's settings, routes, raw sockets): a
+                              line each, `NAME: OK` or `NAME: ERRNO`
 """
 import errno
 import json
@@ -171,10 +171,15 @@ def attempt(name, action):
         print(f"{name}: {why(e)}")
 
 
-def bound(family, kind, addr):
+def bound(family, kind, addr, reuse=False):
     def action():
         with socket.socket(family, kind) as s:
+            if reuse:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             s.bind(addr)
+            if kind == socket.SOCK_STREAM:
+                s.listen()
     return action
 
 
@@ -191,6 +196,9 @@ def takeover():
     attempt("bind tcp 0.0.0.0:443", bound(inet, socket.SOCK_STREAM, ("0.0.0.0", 443)))
     attempt("bind tcp [::]:443", bound(inet6, socket.SOCK_STREAM, ("::", 443)))
     attempt("bind tcp 198.18.0.9:80", bound(inet, socket.SOCK_STREAM, ("198.18.0.9", 80)))
+    stream = socket.SOCK_STREAM
+    attempt("bind the proxy's door", bound(inet, stream, ("127.0.0.1", 3128), reuse=True))
+    attempt("bind beside the door", bound(inet, stream, ("0.0.0.0", 3128), reuse=True))
     attempt("lower the privileged ports",
             write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0"))
     attempt("netlink route socket", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close())
