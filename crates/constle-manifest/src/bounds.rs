@@ -1,6 +1,10 @@
 //! The bounds of `sandbox.limits` and `sandbox.tmpfs` values, shared by
 //! the model that documents them and the readers that enforce them.
 
+/// Most `mcp.servers` an Agentfile declares: each is a door of the
+/// sandbox, and they travel to the host, with the others, in one message.
+pub const MAX_MCP_SERVERS: usize = 48;
+
 /// Smallest `sandbox.tmpfs` size: 1 MiB.
 pub const MIN_TMPFS_BYTES: u64 = 1 << 20;
 

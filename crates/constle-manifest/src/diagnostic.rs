@@ -137,6 +137,7 @@ pub const CODES: &[(&str, Severity)] = &[
     ("invalid_server_id", Severity::Error),
     ("duplicate_server_id", Severity::Error),
     ("server_id_collision", Severity::Error),
+    ("too_many_servers", Severity::Error),
     ("invalid_url", Severity::Error),
     ("url_and_command", Severity::Error),
     ("stdio_field_on_url_server", Severity::Error),

@@ -70,7 +70,9 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-pub use bounds::{MAX_CPU_MILLIS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, MIN_TMPFS_BYTES};
+pub use bounds::{
+    MAX_CPU_MILLIS, MAX_MCP_SERVERS, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, MIN_TMPFS_BYTES,
+};
 pub use diagnostic::{CODES, Diagnostic, Location, Severity};
 pub use model::{
     A2a, A2aPeer, ApproverSetRef, Audit, DEFAULT_APPROVAL_TIMEOUT_SECONDS,

@@ -616,6 +616,19 @@ impl V<'_, '_> {
             ("duplicate_server_id", "server_id_collision"),
             |id| ServerId::new(id).ok().map(|id| id.env_var()),
         );
+        if let Some(extra) = servers.value.get(crate::bounds::MAX_MCP_SERVERS) {
+            self.sink.error(
+                "too_many_servers",
+                extra.pos,
+                format!(
+                    "{} MCP servers: an Agentfile declares at most {}",
+                    servers.value.len(),
+                    crate::bounds::MAX_MCP_SERVERS
+                ),
+                Some("split the agent, or put several tools behind one server".into()),
+            );
+            ok = false;
+        }
         let mut out = Vec::new();
         for server in &servers.value {
             match self.server(server) {

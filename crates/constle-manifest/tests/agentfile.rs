@@ -885,6 +885,28 @@ fn egress_modes() {
     );
 }
 
+/// Each server is a door of the sandbox, and the doors travel together:
+/// 48 servers are fine, the 49th is refused where it is written.
+#[test]
+fn at_most_48_mcp_servers() {
+    let servers = |n: usize| {
+        let list: String = (0..n)
+            .map(|i| {
+                format!("    - id: s{i}\n      url: https://a.example.com/mcp\n      tools: [t]\n")
+            })
+            .collect();
+        with(&format!("mcp:\n  servers:\n{list}"))
+    };
+    ok(&servers(constle_manifest::MAX_MCP_SERVERS));
+    let r = rejected(&servers(constle_manifest::MAX_MCP_SERVERS + 1));
+    assert_eq!(codes(&r.errors), ["too_many_servers"]);
+    assert!(
+        r.errors[0].message.starts_with("49 MCP servers"),
+        "{}",
+        r.errors[0].message
+    );
+}
+
 #[test]
 fn mcp_servers_are_checked() {
     let src = with(

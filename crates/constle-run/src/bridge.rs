@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::doors::DoorListener;
+use crate::doors::{DoorListener, DoorStream};
 
 /// Forwards each connection to the door to the address `target` comes to
 /// hold, until the returned task is aborted. A connection that arrives
@@ -34,7 +34,7 @@ pub fn forward(
     })
 }
 
-async fn splice(client: TcpStream, mut target: watch::Receiver<Option<SocketAddr>>) {
+async fn splice(client: DoorStream, mut target: watch::Receiver<Option<SocketAddr>>) {
     let Ok(Some(target)) = target.wait_for(Option::is_some).await.map(|t| *t) else {
         return;
     };
@@ -42,8 +42,8 @@ async fn splice(client: TcpStream, mut target: watch::Receiver<Option<SocketAddr
     // agent sees its connection close, and Squid logs what it decided.
     if let Ok(upstream) = TcpStream::connect(target).await {
         let _ = upstream.set_nodelay(true);
-        let _ = client.set_nodelay(true);
-        let _ = splice_bidirectional(&client, &upstream).await;
+        let _ = client.tcp().set_nodelay(true);
+        let _ = splice_bidirectional(client.tcp(), &upstream).await;
     }
 }
 
@@ -63,7 +63,9 @@ mod tests {
         let client = TcpStream::connect(bound.local_addr().unwrap())
             .await
             .unwrap();
-        door.arrive(bound, tokio_util::sync::CancellationToken::new());
+        let _ = door
+            .arrivals
+            .send((bound, tokio_util::sync::CancellationToken::new()));
         (door, listener, client)
     }
 

@@ -2,7 +2,7 @@
 //! server's; `egress: none` has none, so a lookup there is refused by the
 //! kernel at once, nothing listening on port 53): the service
 //! ([`constle_capture`]) of the sockets each launch's network channel
-//! ([`crate::doors::Channel`]) hands it, recording into the audit log: `dns_resolved` once a name, `dns_refused` and `capture_refused`
+//! ([`crate::channel::Channel`]) hands it, recording into the audit log: `dns_resolved` once a name, `dns_refused` and `capture_refused`
 //! for every refusal, paced like the gates' refusals so a flood slows the
 //! agent's lookups and drops nothing.
 
@@ -19,7 +19,7 @@ use constle_mcp_gate::Pace;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::doors::{NameSink, failure};
+use crate::channel::{NameSink, failure};
 use crate::events::record;
 
 /// The placeholder ranges, routed to the sandbox's loopback.
@@ -178,7 +178,10 @@ fn serve(
         resolver,
         shared.proxy.clone(),
         record,
-        Limits::default(),
+        Limits {
+            captured_connections: crate::descriptors::shares().captured_connections,
+            ..Limits::default()
+        },
         closing.clone(),
     );
     async move {

@@ -18,7 +18,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::bridge;
-use crate::doors::{self, NameSink, OpenDoor};
+use crate::channel::NameSink;
+use crate::doors::{self, OpenDoor};
 use crate::error::RunError;
 use crate::events::record;
 use crate::hidden::private_dir;
@@ -63,15 +64,13 @@ pub(crate) enum ProxyTrouble {
     NotRecorded(String),
     /// The sandbox's name service failed (an event it could not record).
     NamesFailed(String),
-    /// A stdio server's sandbox's network channel failed (a launch's
-    /// sockets that could not be received).
-    DoorsFailed(String),
 }
 
 impl Proxy {
     /// Opens the sandbox's door to the proxy (`proxy`, for a stdio server
     /// too, whose decisions are recorded with its id) and starts Squid
-    /// behind it. The door goes to the sandbox's [`doors::Channel`].
+    /// behind it. The door goes to the sandbox's
+    /// [`Channel`](crate::channel::Channel).
     pub(crate) fn start(
         policy: &EgressPolicy,
         options: &RunOptions,

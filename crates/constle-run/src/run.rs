@@ -32,8 +32,9 @@ use constle_workdir::Workdir;
 
 use crate::a2a::A2aLink;
 use crate::agent::{self, AgentProcess, OUTPUT_GRACE};
+use crate::channel::{self, Channel, Launched};
 use crate::checkpoints::RunCheckpoints;
-use crate::doors::{Channel, Launched};
+use crate::descriptors;
 use crate::error::{RunError, io};
 use crate::events::{self, record};
 use crate::hidden::{self, private_dir};
@@ -60,6 +61,7 @@ use crate::workdir::{self, Dir, WorkdirChecked};
 /// are tied to the thread that spawns them (PDEATHSIG), which must live as
 /// long as the run.
 pub async fn run(manifest: &Manifest, options: &RunOptions) -> RunEnd {
+    descriptors::raise();
     let mut workdirs = Vec::new();
     let outcome = match Checked::check(manifest, options) {
         Ok(checked) => logged(checked, &mut workdirs).await,
@@ -240,10 +242,10 @@ struct Started {
     log: Arc<AuditLog>,
     agent: AgentProcess,
     proxy: Option<Proxy>,
-    /// The channel the sandbox's doors and name service arrived on, and
-    /// the hold that keeps them served.
-    network: Option<Channel>,
-    _launched: Option<Launched>,
+    /// The channel the sandbox's doors and name service arrived on (held
+    /// for its task), and the hold that keeps them served.
+    _network: Option<Channel>,
+    launched: Option<Launched>,
     servers: StdioServers,
     gates: McpGates,
     models: ModelGates,
@@ -408,8 +410,8 @@ impl Started {
             log: Arc::clone(log),
             agent,
             proxy,
-            network,
-            _launched: launched,
+            _network: network,
+            launched,
             servers,
             gates,
             models,
@@ -467,7 +469,7 @@ impl Started {
                 let _ = agent.start_kill();
                 ended
             }
-            why = doors_failure(self.network.as_ref()) => {
+            why = channel::failure_of(self.launched.as_ref()) => {
                 let _ = agent.start_kill();
                 Err(RunError::Sandbox(why))
             }
@@ -582,14 +584,6 @@ async fn finish_dirs(
 /// settled; one not settled by then stays charged its whole hold.
 const SETTLE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Why the agent's sandbox's network channel failed, once it has.
-async fn doors_failure(network: Option<&Channel>) -> String {
-    match network {
-        Some(network) => network.failure().await,
-        None => std::future::pending().await,
-    }
-}
-
 /// The agent's proxy, or a stdio server's, failing: either ends the run.
 async fn proxy_trouble(
     proxy: Option<&mut Proxy>,
@@ -626,9 +620,6 @@ async fn proxy_failed(
         }
         ProxyTrouble::NamesFailed(error) => {
             format!("the name service beside {whose} failed: {error}")
-        }
-        ProxyTrouble::DoorsFailed(error) => {
-            format!("the sandbox's network channel beside {whose} failed: {error}")
         }
     };
     let failed = EgressFailed {

@@ -37,7 +37,7 @@ use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::doors::{Channel, Launches};
+use crate::channel::{self, Channel, Launches};
 use crate::error::{RunError, io};
 use crate::events::record;
 use crate::hidden::{private_dir, server_private};
@@ -159,15 +159,9 @@ impl StdioServers {
     /// never, when no server has one.
     pub(crate) async fn proxy_trouble(&mut self) -> (String, ProxyTrouble) {
         let troubles = self.servers.iter_mut().filter_map(|server| {
-            let (proxy, network) = server.proxy.as_mut()?;
+            let (proxy, _) = server.proxy.as_mut()?;
             let id = server.id.clone();
-            Some(Box::pin(async move {
-                let trouble = tokio::select! {
-                    trouble = proxy.trouble() => trouble,
-                    why = network.failure() => ProxyTrouble::DoorsFailed(why),
-                };
-                (id, trouble)
-            }))
+            Some(Box::pin(async move { (id, proxy.trouble().await) }))
         });
         let troubles: Vec<_> = troubles.collect();
         if troubles.is_empty() {
@@ -430,6 +424,9 @@ impl LaunchPlan {
         }
         let accepted = tokio::select! {
             accepted = tokio::time::timeout(CONNECT_TIMEOUT, constle_sandbox::accept_stdio(&listener)) => accepted,
+            why = channel::failure_of(launched.as_ref()) => {
+                return Err(io::Error::other(format!("its sandbox could not be given its network: {why}")));
+            }
             status = child.wait() => {
                 let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
                 return Err(io::Error::other(format!("its sandbox ended before the server started ({status})")));

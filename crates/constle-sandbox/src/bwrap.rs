@@ -331,6 +331,7 @@ mod tests {
     #[test]
     fn argument_order() {
         let work = tempfile::tempdir().unwrap();
+        let stage = tempfile::tempdir().unwrap();
         let spec = SandboxSpec {
             command: vec!["python3".into(), "-c".into(), "print(1)".into()],
             workdir: work.path().to_path_buf(),
@@ -339,7 +340,7 @@ mod tests {
             stdio: CommandIo::Inherit,
             constle_exe: "/usr/bin/true".into(),
             private: vec![],
-            stage: work.path().to_path_buf(),
+            stage: stage.path().to_path_buf(),
             cgroup_procs: vec![],
             host_id: None,
             tmpfs: TmpfsSizes::DEFAULT,

@@ -215,6 +215,21 @@ pub enum SandboxError {
         name: String,
     },
 
+    /// One of the run's own files on the host lies inside a directory the
+    /// sandbox shows.
+    #[error(
+        "the run's {what} {path:?} lies inside the sandbox's {role}, where the agent could reach it; \
+         set TMPDIR to a directory outside it"
+    )]
+    RunFileShown {
+        /// "stage", "network channel" or "stdio socket".
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// "work directory", "home" or "rootfs".
+        role: &'static str,
+    },
+
     /// More doors than travel in one message.
     #[error("{count} doors: a sandbox has at most {max}")]
     TooManyDoors {

@@ -36,8 +36,8 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{Socket, SocketAddr as NetlinkAddr, protocols::NETLINK_ROUTE};
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::socket::{
-    AddressFamily as Family, Backlog, SockFlag, SockType, SockaddrIn, SockaddrIn6, bind, listen,
-    setsockopt, socket, sockopt,
+    AddressFamily as Family, Backlog, SockFlag, SockType, SockaddrIn, SockaddrIn6, bind,
+    getsockopt, listen, setsockopt, socket, sockopt,
 };
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
@@ -384,12 +384,29 @@ fn send(channel: &Path, sockets: &[OwnedFd]) -> Result<(), NetnsFailed> {
     }
 }
 
+/// `fd` as door `door`'s listener, if it is one: a TCP socket listening
+/// on the door's address.
+fn listening_on(door: &Door, fd: OwnedFd) -> io::Result<TcpListener> {
+    let socket = RawSocket::from(fd);
+    let local = socket.local_addr()?.as_socket();
+    let is_tcp = socket.r#type()? == Type::STREAM && socket.protocol()? == Some(Protocol::TCP);
+    let listening = getsockopt(&socket, sockopt::AcceptConn)?;
+    if !(is_tcp && listening && local == Some(door.listen.into())) {
+        return Err(io::Error::other(format!(
+            "what came for door {} is not a TCP socket listening on {}",
+            door.name, door.listen
+        )));
+    }
+    Ok(socket.into())
+}
+
 /// Receives a launcher's sockets from `stream` (accepted on the channel,
-/// its peer checked by the caller), for a spec of `doors` doors and a name
-/// service or not: exactly as many as those send, or an error.
+/// its peer checked by the caller), for a spec of `doors` and a name
+/// service or not: exactly as many as those send, each door a TCP socket
+/// listening on its address, or an error.
 pub fn receive_sockets(
     stream: &UnixStream,
-    doors: usize,
+    doors: &[Door],
     name_service: bool,
 ) -> io::Result<NamespaceSockets> {
     let mut byte = [0u8; 1];
@@ -412,7 +429,7 @@ pub fn receive_sockets(
         })
         .flatten()
         .collect();
-    let expected = doors + if name_service { NAME_SOCKETS } else { 0 };
+    let expected = doors.len() + if name_service { NAME_SOCKETS } else { 0 };
     if fds.len() != expected {
         return Err(io::Error::other(format!(
             "expected {expected} sockets, got {}",
@@ -420,7 +437,11 @@ pub fn receive_sockets(
         )));
     }
     let mut fds = fds.into_iter();
-    let doors = fds.by_ref().take(doors).map(TcpListener::from).collect();
+    let doors = doors
+        .iter()
+        .zip(fds.by_ref())
+        .map(|(door, fd)| listening_on(door, fd))
+        .collect::<io::Result<_>>()?;
     let names = match <[OwnedFd; NAME_SOCKETS]>::try_from(fds.collect::<Vec<_>>()) {
         Ok([dns_udp, dns_tcp, capture_v4, capture_v6, syn_v4, syn_v6]) => Some(NameSockets {
             dns_udp: dns_udp.into(),
@@ -433,4 +454,76 @@ pub fn receive_sockets(
         Err(_) => None,
     };
     Ok(NamespaceSockets { doors, names })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixListener;
+
+    use super::*;
+
+    /// Sends `sockets` over a channel and receives them for `doors`.
+    fn hand_over(sockets: Vec<OwnedFd>, doors: &[Door]) -> io::Result<NamespaceSockets> {
+        let dir = tempfile::tempdir().unwrap();
+        let channel = dir.path().join("network.sock");
+        let listener = UnixListener::bind(&channel).unwrap();
+        let sender = std::thread::spawn(move || send(&channel, &sockets).map_err(|e| e.what));
+        let (stream, _) = listener.accept().unwrap();
+        let received = receive_sockets(&stream, doors, false);
+        sender.join().unwrap().unwrap();
+        received
+    }
+
+    fn door(listen: SocketAddr) -> Door {
+        let SocketAddr::V4(listen) = listen else {
+            panic!("{listen}")
+        };
+        Door {
+            name: "proxy".into(),
+            listen,
+        }
+    }
+
+    /// A door's listener is taken only as what it must be: a TCP socket
+    /// listening on the door's own address.
+    #[test]
+    fn a_door_is_taken_only_listening_on_its_address() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let got = hand_over(vec![listener.into()], &[door(address)]).unwrap();
+        assert_eq!(got.doors[0].local_addr().unwrap(), address);
+
+        let elsewhere = TcpListener::bind("127.0.0.1:0").unwrap();
+        let wanted = door("127.0.0.1:3128".parse().unwrap());
+        let err = hand_over(vec![elsewhere.into()], std::slice::from_ref(&wanted)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("not a TCP socket listening on 127.0.0.1:3128"),
+            "{err}"
+        );
+
+        let bound_only = RawSocket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        let any_port: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        bound_only.bind(&any_port.into()).unwrap();
+        let at = bound_only.local_addr().unwrap().as_socket().unwrap();
+        let err = hand_over(vec![bound_only.into()], &[door(at)]).unwrap_err();
+        assert!(
+            err.to_string().contains("not a TCP socket listening"),
+            "{err}"
+        );
+
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let at = udp.local_addr().unwrap();
+        let err = hand_over(vec![udp.into()], &[door(at)]).unwrap_err();
+        assert!(
+            err.to_string().contains("not a TCP socket listening"),
+            "{err}"
+        );
+
+        let err = hand_over(Vec::new(), &[wanted]).unwrap_err();
+        assert!(
+            err.to_string().contains("expected 1 sockets, got 0"),
+            "{err}"
+        );
+    }
 }

@@ -297,11 +297,48 @@ impl SandboxSpec {
             }
         }
         check_stage(&self.stage)?;
-        Ok(Dirs {
+        let dirs = Dirs {
             workdir,
             rootfs,
             home,
-        })
+        };
+        self.check_run_files(&dirs)?;
+        Ok(dirs)
+    }
+
+    /// The run's own files on the host (the stage, the network's channel,
+    /// the stdio socket: each in a directory beside the run's other
+    /// private ones) may not lie inside a directory the sandbox shows,
+    /// where the agent could reach them. They do when `TMPDIR` is inside
+    /// the work directory, say.
+    fn check_run_files(&self, dirs: &Dirs) -> Result<(), SandboxError> {
+        let stdio = match &self.stdio {
+            CommandIo::Socket(path) => Some(("stdio socket", path)),
+            CommandIo::Inherit => None,
+        };
+        let channel = self
+            .network
+            .as_ref()
+            .map(|n| ("network channel", &n.channel));
+        let files = [Some(("stage", &self.stage)), channel, stdio];
+        let shown = [
+            ("work directory", Some(&dirs.workdir)),
+            ("home", dirs.home.as_ref()),
+            ("rootfs", dirs.rootfs.as_ref()),
+        ];
+        for (what, path) in files.into_iter().flatten() {
+            let real = path.canonicalize().unwrap_or_else(|_| path.clone());
+            for (role, dir) in shown {
+                if dir.is_some_and(|dir| real.starts_with(&dir.path)) {
+                    return Err(SandboxError::RunFileShown {
+                        what,
+                        path: path.clone(),
+                        role,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -888,6 +925,17 @@ mod check_tests {
         assert!(matches!(
             with(vec![], &exe),
             SandboxError::HostSocket { .. }
+        ));
+        // A channel the agent could reach: in the work directory.
+        let inside = work.path().join("network.sock");
+        let _shown = std::os::unix::net::UnixListener::bind(&inside).unwrap();
+        assert!(matches!(
+            with(vec![], &inside),
+            SandboxError::RunFileShown {
+                what: "network channel",
+                role: "work directory",
+                ..
+            }
         ));
         assert!(matches!(
             with(vec![], &dir.path().join("none")),

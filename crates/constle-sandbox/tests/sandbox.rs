@@ -226,27 +226,27 @@ impl Fixture {
     fn doors(&self, doors: &[(&str, u16)]) -> (Network, Vec<Arc<Mutex<Vec<u8>>>>) {
         let channel = self.dir.path().join("network.sock");
         let listener = UnixListener::bind(&channel).unwrap();
-        let names: Vec<String> = doors.iter().map(|(name, _)| name.to_string()).collect();
-        let seen: Vec<_> = names.iter().map(|_| Arc::default()).collect();
-        let served = seen.clone();
+        let doors: Vec<Door> = doors
+            .iter()
+            .map(|(name, port)| Door {
+                name: name.to_string(),
+                listen: format!("127.0.0.1:{port}").parse().unwrap(),
+            })
+            .collect();
+        let seen: Vec<_> = doors.iter().map(|_| Arc::default()).collect();
+        let (served, spec) = (seen.clone(), doors.clone());
         thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { break };
-                let sockets = receive_sockets(&stream, names.len(), false).unwrap();
-                for ((door, name), seen) in sockets.doors.into_iter().zip(&names).zip(&served) {
-                    serve(door, name, Arc::clone(seen));
+                let sockets = receive_sockets(&stream, &doors, false).unwrap();
+                for ((listener, door), seen) in sockets.doors.into_iter().zip(&doors).zip(&served) {
+                    serve(listener, &door.name, Arc::clone(seen));
                 }
             }
         });
         let network = Network {
             channel,
-            doors: doors
-                .iter()
-                .map(|(name, port)| Door {
-                    name: name.to_string(),
-                    listen: format!("127.0.0.1:{port}").parse().unwrap(),
-                })
-                .collect(),
+            doors: spec,
             name_service: None,
         };
         (network, seen)
@@ -599,7 +599,7 @@ print("resolv=" + open("/etc/resolv.conf").read().split()[1])
     });
     let host = thread::spawn(move || {
         let (stream, _) = listener.accept().unwrap();
-        let sockets = receive_sockets(&stream, 0, true).unwrap().names.unwrap();
+        let sockets = receive_sockets(&stream, &[], true).unwrap().names.unwrap();
         let mut seen = Vec::new();
         for capture in [&sockets.capture_v4, &sockets.capture_v6] {
             let (mut conn, _) = capture.accept().unwrap();
@@ -1638,13 +1638,15 @@ fn door_host_down_refuses() -> TestResult {
     let fx = Fixture::new();
     let channel = fx.dir.path().join("network.sock");
     let listener = UnixListener::bind(&channel).unwrap();
+    let network = proxy_door(channel);
+    let doors = network.doors.clone();
     thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            drop(receive_sockets(&stream, 1, false));
+            drop(receive_sockets(&stream, &doors, false));
         }
     });
     let mut spec = fx.python(DOOR_PROBE, &["down", "3128"]);
-    spec.network = Some(proxy_door(channel));
+    spec.network = Some(network);
     let run = run_spec(&spec);
     run.assert_success();
     check(run.value("down") == "refused", || run.to_string())?;

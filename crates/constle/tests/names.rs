@@ -233,13 +233,30 @@ impl Setup {
     /// `constle run --hosts-file` of `agentfile`, which must exit 0: its
     /// stdout, and a report for messages.
     fn run(&self, agentfile: &Agentfile) -> (String, String) {
+        self.run_as(None, agentfile)
+    }
+
+    /// [`Setup::run`] under `prlimit` with `limits` (its options).
+    fn run_as(&self, limits: Option<&str>, agentfile: &Agentfile) -> (String, String) {
         let file = self.case.write_agentfile(agentfile);
-        let out = self.case.run(&[
+        let args = [
             "run",
             "--hosts-file",
             self.hosts.to_str().unwrap(),
             file.to_str().unwrap(),
-        ]);
+        ];
+        let mut command = self.case.command(&args);
+        if let Some(limits) = limits {
+            let constle = command.get_program().to_owned();
+            command = Command::new("prlimit");
+            command
+                .args([limits, "--"])
+                .arg(constle)
+                .args(args)
+                .env("CONSTLE_HOME", self.case.home())
+                .current_dir(self.case.path(""));
+        }
+        let out = command.stdin(Stdio::null()).output().unwrap();
         let (said, err) = (text(&out.stdout), text(&out.stderr));
         let report = format!(
             "stdout:\n{said}\nstderr:\n{err}\nsite: {:?}\n{}",
@@ -598,6 +615,29 @@ fn names_resolving_to_internal_addresses_are_still_refused() {
             .count(),
         "{blocked:?}\n{report}"
     );
+    check_tunnels(&setup, 1, &report);
+}
+
+/// The agent cannot take `constle run`'s descriptors through its doors:
+/// with a limit of 1024 that `constle run` cannot raise, the agent holds
+/// 900 connections to the proxy's door for two seconds. `constle run`
+/// accepts only its share of them (the rest wait in the kernel's queue),
+/// its log goes on, and once they are closed the allowed name is fetched
+/// through the proxy.
+#[test]
+fn the_agent_cannot_take_constle_runs_descriptors() {
+    if !e2e_ready("descriptors") {
+        return;
+    }
+    let setup = Setup::new(&[ALLOWED]);
+    let script = format!(
+        "python3 probe.py flood 3128 900 2 && curl -sS --max-time 20 https://{ALLOWED}/hello.txt"
+    );
+    let agentfile = setup.agentfile(&script, &[ALLOWED]);
+    let (said, report) = setup.run_as(Some("--nofile=1024:1024"), &agentfile);
+    assert!(said.contains("flood held 900"), "{report}");
+    assert!(said.lines().any(|l| l == GREETING), "{report}");
+    assert!(setup.case.events("egress_failed").is_empty(), "{report}");
     check_tunnels(&setup, 1, &report);
 }
 

@@ -406,6 +406,41 @@ fn a_workdir_showing_constle_home_or_the_agentfile_is_refused() {
     }));
 }
 
+/// The run keeps its own files (the launcher's stage, the sockets of the
+/// sandbox's doors and its proxy's log) under `TMPDIR`: a work directory
+/// holding `TMPDIR` would show them to the agent, which could then reach
+/// the proxy's log of decisions. Such a run is refused before anything
+/// starts, saying what to change; with egress and a gate, so that every
+/// such file exists.
+#[test]
+fn a_workdir_holding_the_runs_own_files_is_refused() {
+    if !sandbox_ready("run files") {
+        return;
+    }
+    let case = Case::new();
+    let tmp = case.path("work/tmp");
+    fs::create_dir_all(&tmp).unwrap();
+    let file = case.agentfile(
+        "sandbox:\n  command: [\"sh\", \"-c\", \"echo agent-ran\"]\n  workdir: ./work\n  \
+         network:\n    egress: restricted\n    allowed_hosts: [api.example.com]\n\
+         mcp:\n  servers:\n    - id: books\n      url: http://127.0.0.1:9/mcp\n      tools: [list]\n",
+    );
+    let out = case
+        .command(&["run", file.to_str().unwrap()])
+        .env("TMPDIR", &tmp)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("lies inside the sandbox's work directory")
+            && stderr.contains("set TMPDIR to a directory outside it"),
+        "{stderr}"
+    );
+    assert!(!text(&out.stdout).contains("agent-ran"), "{stderr}");
+}
+
 /// Every row of the spec's network tables and the issue's list, asked from
 /// inside a real sandbox through the real proxy. Internal addresses a name
 /// resolves to are trapped into the test's own namespace, so even a proxy

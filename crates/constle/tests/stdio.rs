@@ -174,6 +174,20 @@ human_gates:
         self.run_with(&[], file, webhook)
     }
 
+    /// `constle run` of `file` in the background, as [`Fixture::run`]
+    /// starts it, its output piped.
+    fn spawn(&self, file: &Path, webhook: &SimulatedApprover) -> std::process::Child {
+        self.case
+            .command(&["run", file.to_str().unwrap()])
+            .env(SECRET_VAR, &self.secret)
+            .env(WEBHOOK_VAR, webhook.url())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     /// [`Fixture::run`] with `args` before the Agentfile.
     fn run_with(
         &self,
@@ -636,16 +650,7 @@ fn server_proxy_dies() {
     let webhook = fx.webhook();
     let network = "      network:\n        allowed_hosts: [api.example.com]\n";
     let file = fx.agentfile_with(network, &["touch started; exec sleep 1000".to_owned()]);
-    let constle = fx
-        .case
-        .command(&["run", file.to_str().unwrap()])
-        .env(SECRET_VAR, &fx.secret)
-        .env(WEBHOOK_VAR, webhook.url())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let constle = fx.spawn(&file, &webhook);
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while !fx.case.path("work/started").exists() {
         assert!(
@@ -688,16 +693,7 @@ fn sessions_leave_no_sockets_behind() {
     steps.extend((0..8).map(|i| call(&format!("more{i}"), "list_invoices", "{}")));
     steps.push(pause("two"));
     let file = fx.agentfile_with(network, &steps);
-    let constle = fx
-        .case
-        .command(&["run", file.to_str().unwrap()])
-        .env(SECRET_VAR, &fx.secret)
-        .env(WEBHOOK_VAR, webhook.url())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let constle = fx.spawn(&file, &webhook);
     let sockets_at = |mark: &str| {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while !fx.case.path(&format!("work/{mark}")).exists() {

@@ -10,6 +10,8 @@ sockets, the resolver /etc/resolv.conf names, and the placeholders it gives.
                               given out): a line each
   probe.py stale ADDR...      port 443 of each ADDR, never looked up
   probe.py lookup NAME...     getaddrinfo of each NAME: a line each
+  probe.py flood PORT N SECS  N connections to 127.0.0.1:PORT held SECS,
+                              then closed: `flood held N`
   probe.py takeover           what the agent tries against the name service
                               itself (binding its ports, a placeholder's
                               privileged port, the proxy's door, the
@@ -153,6 +155,28 @@ def stale(addrs):
         print(f"{addr} 443 {connect(addr, 443)}")
 
 
+def flood(port, count, seconds):
+    """`count` connections to the sandbox's 127.0.0.1:`port` (a door),
+    held `seconds`, then closed: how many connected."""
+    held = []
+    for _ in range(count):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            print(f"flood stopped: {why(e)}")
+            s.close()
+            break
+        held.append(s)
+    time.sleep(seconds)
+    print(f"flood held {len(held)}")
+    for s in held:
+        s.close()
+
+
 def lookup(names):
     for name in names:
         start = time.monotonic()
@@ -218,6 +242,8 @@ if __name__ == "__main__":
         stale(args)
     elif command == "lookup":
         lookup(args)
+    elif command == "flood":
+        flood(int(args[0]), int(args[1]), float(args[2]))
     elif command == "takeover":
         takeover()
     else:
