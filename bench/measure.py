@@ -23,6 +23,7 @@ the Rust ones, README.md, Benchmarks):
 """
 
 import argparse
+import http.server
 import json
 import math
 import os
@@ -302,15 +303,15 @@ class Bench:
         )
         return path
 
-    def constle_cmd(self, agentfile, restricted):
+    def constle_cmd(self, agentfile, restricted, constle=None):
         hosts = ["--hosts-file", str(self.hosts)] if restricted else []
-        return [self.args.constle, "run", *hosts, str(agentfile)]
+        return [constle or self.args.constle, "run", *hosts, str(agentfile)]
 
-    def client_agent(self, name, *client_args, linger=0.0, how="--via-proxy"):
+    def client_agent(self, name, *client_args, linger=0.0, how="--via-proxy", constle=None):
         command = ["python3", "tunnel_client.py", how, "--host", HOST_NAME]
         if linger:
             command += ["--linger", str(linger)]
-        return self.constle_cmd(self.agentfile(name, command + list(client_args), True), True)
+        return self.constle_cmd(self.agentfile(name, command + list(client_args), True), True, constle)
 
     def client_direct(self, *client_args, linger=0.0):
         command = [sys.executable, self.client_on_host, "--direct", self.args.address]
@@ -447,18 +448,28 @@ class Bench:
         progress(f"CONNECT latency: {k} connections directly")
         out, _ = run_plain(self.client_direct("latency", k), self.env, self.dir, timeout, "direct latency")
         direct = result_line(out, "direct latency")["samples_us"]
-        progress(f"CONNECT latency: {k} CONNECTs through the proxy")
-        out, _ = run_plain(self.client_agent("bench-connect", "latency", k), self.env, self.dir, timeout,
-                           "constle run of the latency agent")
-        proxy = result_line(out, "proxied latency")["samples_us"]
+        builds = {"proxy": None}
+        if self.args.baseline_constle:
+            builds["baseline"] = self.args.baseline_constle
+        proxied = {build: [] for build in builds}
+        # Alternating (this build, -b, -b, this build), so that neither
+        # always runs on a machine the other has warmed.
+        order = list(builds) + list(reversed(builds))
+        for build in order:
+            progress(f"CONNECT latency: {k} CONNECTs through the proxy ({build})")
+            out, _ = run_plain(self.client_agent(f"bench-connect-{build}", "latency", k,
+                                                 constle=builds[build]),
+                               self.env, self.dir, timeout, f"constle run of the latency agent ({build})")
+            proxied[build] += result_line(out, "proxied latency")["samples_us"]
+        proxy, baseline = proxied["proxy"], proxied.get("baseline")
         progress(f"CONNECT latency: {k} captured connections (the name's placeholder, no proxy setting)")
         out, _ = run_plain(self.client_agent("bench-captured", "latency", k, how="--captured"), self.env,
                            self.dir, timeout, "constle run of the captured latency agent")
         captured = result_line(out, "captured latency")["samples_us"]
-        allowed = sum(1 for agent in ("bench-connect", "bench-captured")
+        allowed = sum(1 for agent in ("bench-connect-proxy", "bench-captured")
                       for line in self.home.glob(f"logs/{agent}-*.jsonl")
                       for l in line.read_text().splitlines() if '"network_allowed"' in l)
-        return direct, proxy, captured, allowed
+        return direct, proxy, captured, allowed, baseline
 
     # 4. Name lookups inside the sandbox
     def lookups(self):
@@ -468,6 +479,86 @@ class Bench:
                            self.dir, 60 + self.args.connects, "constle run of the lookup agent")
         found = result_line(out, "lookups")
         return found["allowed_us"], found["refused_us"]
+
+
+class McpEcho(http.server.BaseHTTPRequestHandler):
+    """An MCP server that does no work: every POST is answered with a
+    `tools/call` result, on a kept-alive connection."""
+    protocol_version = "HTTP/1.1"
+    # Headers and body are two writes: without this, Nagle's algorithm and
+    # the gate's delayed ACK would hold every answer back 40 ms.
+    disable_nagle_algorithm = True
+
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        body = json.dumps({"jsonrpc": "2.0", "id": request.get("id"),
+                           "result": {"content": [{"type": "text", "text": "ok"}]}}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args):
+        pass
+
+
+def gate_agentfile(bench, name, server):
+    """An agent making MCP calls through the gate of `server`, with egress none."""
+    path = bench.dir / f"{name}.yaml"
+    command = ["sh", "-c", f'python3 tunnel_client.py --mcp "$CONSTLE_MCP_BENCH_URL" calls {bench.args.connects}']
+    path.write_text(
+        f"name: {name}\nsandbox:\n  command: {json.dumps(command)}\n  workdir: ./work\n"
+        f"  network:\n    egress: none\nmcp:\n  servers:\n    - id: bench\n"
+        f"      url: {server}\n      tools: [echo]\n"
+    )
+    return path
+
+
+def gate_calls(bench):
+    """6. MCP calls: directly from the host to a server that does no work,
+    and from the sandbox through the gate (with -b, that build's too)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), McpEcho)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    k, timeout = str(bench.args.connects), 60 + bench.args.connects * 0.5
+    try:
+        progress(f"MCP calls: {k} directly")
+        out, _ = run_plain([sys.executable, bench.client_on_host, "--mcp", url, "calls", k],
+                           bench.env, bench.dir, timeout, "direct MCP calls")
+        samples = {"direct": result_line(out, "direct MCP calls")["samples_us"]}
+        builds = {"gate": bench.args.constle}
+        if bench.args.baseline_constle:
+            builds["baseline"] = bench.args.baseline_constle
+        for build in list(builds) + list(reversed(builds)):
+            progress(f"MCP calls: {k} through the gate ({build})")
+            agentfile = gate_agentfile(bench, f"bench-gate-{build}", url)
+            out, _ = run_plain([builds[build], "run", str(agentfile)], bench.env, bench.dir, timeout,
+                               f"constle run of the MCP agent ({build})")
+            samples.setdefault(build, []).extend(result_line(out, f"MCP calls ({build})")["samples_us"])
+    finally:
+        server.shutdown()
+    return samples
+
+
+def print_gate_table(args, samples):
+    p = print
+    p()
+    p(f"6. MCP calls: {args.connects} sequential `tools/call` requests after one warm-up, each on a")
+    p("   connection of its own (as urllib makes them), to a server that does no work; from")
+    p("   starting the connect to the whole answer read. The direct row is context, not a")
+    p("   baseline: there the server starts a thread per connection, which the gate's kept-alive")
+    p("   connection to it spares the gated rows. Compare the gate with the -b build's.")
+    p(f"   {'':44} {'p50':>10} {'p99':>10}")
+    rows = (("direct", "direct, host to server"), ("gate", "through the gate, from the sandbox"),
+            ("baseline", "the same with the -b build"))
+    for build, label in rows:
+        if build in samples:
+            x50, x99 = percentile(samples[build], 50) / 1e6, percentile(samples[build], 99) / 1e6
+            p(f"   {label:<44} {ms(x50, 3)} {ms(x99, 3)}")
+    if "baseline" in samples:
+        g50, b50 = (percentile(samples[b], 50) / 1e6 for b in ("gate", "baseline"))
+        p(f"   this build's p50 is {g50 / b50:.2f}x the -b build's ({(g50 - b50) * 1000:+.2f} ms)")
 
 
 def make_tree(root, files):
@@ -507,7 +598,7 @@ def print_workdir_table(args, walls, cpus, checks):
 
 
 def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, latencies, lookups):
-    direct_lat, proxy_lat, captured_lat, allowed = latencies
+    direct_lat, proxy_lat, captured_lat, allowed, baseline_lat = latencies
     p = print
     p()
     p(f"Constle benchmarks: {os.cpu_count()} CPUs, shared. Medians and percentiles of repeated runs;")
@@ -572,7 +663,7 @@ def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, latenci
     d, x = median(rates["direct"]), median(rates["proxy"])
     fmt = lambda vs: ", ".join(f"{v:.0f}" for v in vs)
     p(f"   {'direct: host -> namespace listener (baseline)':<52} {d:7.0f} MiB/s   rounds: {fmt(rates['direct'])}")
-    p(f"   {'proxied: sandbox -> relay -> bridge -> Squid -> host':<52} {x:7.0f} MiB/s   rounds: {fmt(rates['proxy'])}")
+    p(f"   {'proxied: sandbox -> door -> bridge -> Squid -> host':<52} {x:7.0f} MiB/s   rounds: {fmt(rates['proxy'])}")
     p(f"   {'proxied / direct':<52} {x / d * 100:7.0f} %       aim >= 80 %: {'met' if x / d >= 0.8 else 'NOT MET'}")
     p()
     gib = args.mib * args.rounds / 1024
@@ -622,7 +713,12 @@ def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, latenci
     p(f"   {'captured: the placeholder, no proxy setting':<44} {ms(cp50, 3)} {ms(cp99, 3)}"
       f"   {cp50 / dp50:5.1f}x, {cp99 / dp99:5.1f}x  (+{(cp50 - dp50) * 1000:.2f} ms at p50;"
       f" {cp50 / xp50:.2f}x the proxied p50)")
-    p(f"   audit log: {allowed} network_allowed events for {2 * (args.connects + 1)} CONNECTs")
+    if baseline_lat:
+        bp50, bp99 = percentile(baseline_lat, 50) / 1e6, percentile(baseline_lat, 99) / 1e6
+        p(f"   {'the same with the -b build':<44} {ms(bp50, 3)} {ms(bp99, 3)}"
+          f"   {bp50 / dp50:5.1f}x, {bp99 / dp99:5.1f}x  (this build's p50 is {xp50 / bp50:.2f}x its,"
+          f" {(xp50 - bp50) * 1000:+.2f} ms)")
+    p(f"   audit log: {allowed} network_allowed events for {3 * (args.connects + 1)} CONNECTs")
     p()
     found, refused = lookups
     p(f"4. lookups in the sandbox (getaddrinfo, sequential: {len(found)} of an allowed name, {len(refused)}"
@@ -644,7 +740,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connects", type=int, default=200)
     parser.add_argument("--baseline-constle", help="another constle binary (say, an earlier commit's) "
-                        "whose run overhead is measured beside this one's")
+                        "whose run overhead and CONNECT latency are measured beside this one's")
     args = parser.parse_args()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, on_signal)
@@ -655,6 +751,7 @@ def main():
         workdir = bench.workdir_checks()
         latencies = bench.latency()
         lookups = bench.lookups()
+        gate = gate_calls(bench)
         rates, seconds, cpu, machine = bench.throughput()
     except Failed as err:
         print(f"bench: FAILED: {err}", file=sys.stderr)
@@ -664,6 +761,7 @@ def main():
         return 130
     print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, latencies, lookups)
     print_workdir_table(args, *workdir)
+    print_gate_table(args, gate)
     return 0
 
 

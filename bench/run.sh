@@ -8,17 +8,21 @@
 #    same namespaces; median and p90 of start-to-exit wall time, and where
 #    constle's time goes (run_finished.phases_us in the audit log);
 # 2. tunnel throughput: an agent streaming MiB through the egress proxy
-#    (relay in the sandbox, Unix socket, host bridge, Squid) to a simulated
+#    (the proxy's door in the sandbox, the host bridge, Squid) to a simulated
 #    host that echoes, against the same client connecting to that host
 #    directly; with the CPU time each process spent;
 # 3. CONNECT setup latency, p50 and p99, against a direct TCP connect:
 #    through HTTPS_PROXY, and captured (the agent looks the name up in the
 #    sandbox, gets a placeholder and connects to it with no proxy setting);
+#    with -b, through HTTPS_PROXY with that build too;
 # 4. lookups inside the sandbox (getaddrinfo of an allowed name and of a
 #    refused one), p50 and p99;
 # 5. the work directory's checks before and after a run, for work
 #    directories of 0, 10 000 and 100 000 files: their time (from
-#    run_finished.phases_us.workdir) and its share of the run's wall time.
+#    run_finished.phases_us.workdir) and its share of the run's wall time;
+# 6. MCP calls from the sandbox through the gate, a connection each, p50
+#    and p99, against the same client calling the server directly; with
+#    -b, through that build's gate too.
 #
 # The simulated host is a network namespace holding a documentation address
 # (203.0.113.0/24) with a listener on port 443 (constle-testkit's
@@ -30,13 +34,15 @@
 #   -n RUNS      runs of each variant for the run overhead (default 21)
 #   -m MIB       MiB per throughput transfer (default 1024)
 #   -r ROUNDS    throughput transfers of each kind, alternating (default 3)
-#   -k CONNECTS  sequential CONNECTs for the latency (default 200)
+#   -k CONNECTS  sequential CONNECTs for the latency, and MCP calls
+#                (default 200)
 #   -b CONSTLE   another constle binary (an earlier commit's build, say)
-#                whose run overhead is measured beside this one's
+#                whose run overhead, CONNECT latency and MCP calls are measured
+#                beside this one's
 set -euo pipefail
 command -v cargo >/dev/null 2>&1 || . "$HOME/.cargo/env"
 
-usage() { sed -n '/^# usage:/,/^# *whose run overhead/s/^# \{0,1\}//p' "$0" >&2; }
+usage() { sed -n '/^# usage:/,/^# *beside this one/s/^# \{0,1\}//p' "$0" >&2; }
 die() {
   echo "bench/run.sh: $*" >&2
   exit 1

@@ -29,11 +29,18 @@ Subcommands, each printing one line `RESULT <json>` on stdout:
                 at most 40 of a name the resolver refuses (their 80 queries,
                 A and AAAA, stay inside the burst past which refusals are
                 paced); every sample in microseconds.
+  calls K       with `--mcp URL`: K sequential MCP `tools/call` requests
+                (after one untimed), each on a connection of its own, as
+                Python's urllib makes them; for each, the time from starting
+                the TCP connect until the whole answer has been read. URL is
+                an MCP gate's (CONSTLE_MCP_<ID>_URL, in the sandbox) or the
+                server's own (on the host).
 
 Python standard library only: it runs on the host's python3 in the sandbox.
 """
 
 import argparse
+import http.client
 import json
 import os
 import socket
@@ -195,6 +202,33 @@ def throughput(args):
     }
 
 
+def calls(args):
+    url = urllib.parse.urlsplit(args.mcp)
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "echo", "arguments": {}}}
+    body = json.dumps(request).encode()
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+    def once():
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=TIMEOUT)
+        try:
+            conn.request("POST", url.path, body, headers)
+            answer = conn.getresponse()
+            data = answer.read()
+        finally:
+            conn.close()
+        if answer.status != 200:
+            raise Failure(f"the call got {answer.status}: {data[:200]!r}")
+
+    once()  # warm-up, not timed
+    samples = []
+    for _ in range(args.count):
+        start = time.perf_counter_ns()
+        once()
+        samples.append((time.perf_counter_ns() - start) // 1000)
+    return {"samples_us": samples}
+
+
 def probe(args):
     conn, banner = open_tunnel(args)
     conn.close()
@@ -208,6 +242,7 @@ def main():
     where.add_argument("--direct", metavar="ADDRESS", help="connect straight to ADDRESS")
     where.add_argument("--captured", action="store_true",
                        help="look --host up and connect to the placeholder, no proxy")
+    where.add_argument("--mcp", metavar="URL", help="MCP calls to URL (`calls` only)")
     parser.add_argument("--host", default="api.groq.com", help="the name to CONNECT to (proxy only)")
     parser.add_argument("--port", type=int, default=443)
     parser.add_argument(
@@ -222,6 +257,8 @@ def main():
     p.add_argument("count", type=int)
     p = sub.add_parser("throughput")
     p.add_argument("mib", type=int)
+    p = sub.add_parser("calls")
+    p.add_argument("count", type=int)
     args = parser.parse_args()
     try:
         if args.via_proxy:
@@ -230,7 +267,7 @@ def main():
             args.captured_address = socket.getaddrinfo(
                 args.host, args.port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
         result = {"probe": probe, "latency": latency, "throughput": throughput,
-                  "lookup": lookup}[args.what](args)
+                  "lookup": lookup, "calls": calls}[args.what](args)
     except (Failure, OSError) as err:
         print(f"tunnel_client: {args.what}: {err}", file=sys.stderr)
         return 1
