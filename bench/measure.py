@@ -106,7 +106,7 @@ def classify(comm, is_root):
     if comm == "constle" and is_root:
         return "bridge + audit (constle run)"
     if comm == "constle":
-        return "relay (sandbox-init, in the sandbox)"
+        return "init (sandbox-init, in the sandbox)"
     if comm.startswith("squid"):
         return "squid"
     if comm.startswith("python"):
@@ -669,7 +669,7 @@ def print_table(args, walls, cpus, phases, rates, seconds, cpu, machine, latenci
     gib = args.mib * args.rounds / 1024
     p(f"   CPU seconds per GiB of payload, by process (from /proc, 10 ms ticks; % = of one core")
     p("   during the transfers; kernel time is charged to whichever process was running):")
-    classes = ["client (python3)", "relay (sandbox-init, in the sandbox)", "bridge + audit (constle run)",
+    classes = ["client (python3)", "init (sandbox-init, in the sandbox)", "bridge + audit (constle run)",
                "squid", "echo host (simulated_host)"]
     classes += sorted((set(cpu["direct"]) | set(cpu["proxy"])) - set(classes))
     p(f"   {'':44} {'direct':>16} {'proxied':>16}")
