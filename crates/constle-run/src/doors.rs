@@ -181,6 +181,20 @@ impl AsyncWrite for DoorStream {
         Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
     }
 
+    // hyper writes a response's head and body with one `writev` when the
+    // stream can: passed on, so the door costs no extra copy or syscall.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_flush(cx)
     }

@@ -2,7 +2,8 @@
 //! server's; `egress: none` has none, so a lookup there is refused by the
 //! kernel at once, nothing listening on port 53): the service
 //! ([`constle_capture`]) of the sockets each launch's network channel
-//! ([`crate::channel::Channel`]) hands it, recording into the audit log: `dns_resolved` once a name, `dns_refused` and `capture_refused`
+//! ([`crate::channel::Channel`]) hands it, recording into the audit log:
+//! `dns_resolved` once a name, `dns_refused` and `capture_refused`
 //! for every refusal, paced like the gates' refusals so a flood slows the
 //! agent's lookups and drops nothing.
 

@@ -327,9 +327,8 @@ impl SandboxSpec {
             ("rootfs", dirs.rootfs.as_ref()),
         ];
         for (what, path) in files.into_iter().flatten() {
-            let real = path.canonicalize().unwrap_or_else(|_| path.clone());
             for (role, dir) in shown {
-                if dir.is_some_and(|dir| real.starts_with(&dir.path)) {
+                if dir.is_some_and(|dir| lies_inside(path, &dir.path)) {
                     return Err(SandboxError::RunFileShown {
                         what,
                         path: path.clone(),
@@ -722,6 +721,11 @@ fn check_stage(path: &Path) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// Whether `path`, its links followed, lies inside `dir` (a real path).
+fn lies_inside(path: &Path, dir: &Path) -> bool {
+    path.canonicalize().is_ok_and(|real| real.starts_with(dir))
+}
+
 /// The constle executable: a file outside `dir`, the agent's writable
 /// `role` directory.
 fn check_exe(path: &Path, role: &str, dir: &Path) -> Result<(), SandboxError> {
@@ -737,7 +741,7 @@ fn check_exe(path: &Path, role: &str, dir: &Path) -> Result<(), SandboxError> {
         return Err(err("it is not a regular file".into()));
     }
     // The host runs this file too: the agent must not be able to change it.
-    if path.canonicalize().is_ok_and(|p| p.starts_with(dir)) {
+    if lies_inside(path, dir) {
         return Err(err(format!(
             "it lies inside the {role}, where the agent could change it"
         )));
